@@ -1,0 +1,73 @@
+import ArgumentParser
+import DuplexServer
+import Foundation
+import Logging
+import ServiceLifecycle
+import UnixSignals
+
+/// `duplex-server`: runs the Duplex loopback server until SIGINT or SIGTERM.
+@main
+struct DuplexServerCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "duplex-server",
+        abstract: "A loopback WebSocket and Server-Sent Events server to test real-time clients against.",
+        discussion: """
+            Routes: GET /health, WS /echo, WS /chat/{room}?name=NAME[&since=SEQ], \
+            GET /events[?interval=MS], GET /chat/{room}/events.
+            Prints one line when it listens: "duplex-server listening on http://HOST:PORT".
+            SIGINT and SIGTERM shut it down gracefully: WebSocket peers get close 1001 and SSE \
+            streams end; the exit status is then 0.
+            """
+    )
+
+    @Option(help: "The address to listen on.")
+    var host: String = "127.0.0.1"
+
+    @Option(help: "The port to listen on; 0 picks a free one, which the listening line reports.")
+    var port: Int = 8080
+
+    @Option(help: "Log level: trace, debug, info, notice, warning, error or critical.")
+    var logLevel: String = "info"
+
+    @Option(help: "How many events each chat room keeps for resumes.")
+    var history: Int = 1000
+
+    @Option(help: "The largest WebSocket message accepted, in bytes; larger ones get close 1009.")
+    var maxMessageBytes: Int = 16 * 1024 * 1024
+
+    func validate() throws {
+        guard Logger.Level(rawValue: logLevel) != nil else {
+            throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
+        }
+        guard (0...65535).contains(port) else { throw ValidationError("--port must be from 0 to 65535") }
+        guard history >= 0 else { throw ValidationError("--history must not be negative") }
+        guard maxMessageBytes >= 125 else { throw ValidationError("--max-message-bytes must be at least 125") }
+    }
+
+    func run() async throws {
+        let level = Logger.Level(rawValue: logLevel) ?? .info
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: "duplex-server")
+        let server = DuplexServer(
+            configuration: .init(host: host, port: port, historyLimit: history, maxMessageBytes: maxMessageBytes),
+            logger: logger
+        )
+        let group = ServiceGroup(
+            configuration: .init(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        )
+        let host = self.host
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
+            tasks.addTask {
+                let port = try await server.port()
+                let shown = host.contains(":") ? "[\(host)]" : host
+                FileHandle.standardOutput.write(Data("duplex-server listening on http://\(shown):\(port)\n".utf8))
+            }
+            try await tasks.waitForAll()
+        }
+    }
+}

@@ -1,0 +1,122 @@
+import DuplexSchema
+import NIOConcurrencyHelpers
+
+/// An instruction to one live connection.
+enum ConnectionCommand: Sendable, Equatable {
+    /// WebSocket: send a close frame with this code and reason. SSE: end the stream.
+    case close(WebSocketCloseCode, String)
+}
+
+/// What kind of connection, and where: used to pick connections to act on.
+struct ConnectionInfo: Sendable, Equatable {
+    enum Kind: Sendable, Equatable {
+        case webSocket
+        case eventStream
+    }
+
+    var kind: Kind
+    /// The route's name, such as "echo", "chat", "events" or "chat-events".
+    var route: String
+    /// The chat room, for chat connections.
+    var room: String?
+}
+
+/// The live WebSocket connections and SSE streams, so that the server can tell all of them to
+/// close, and wait for them, when it shuts down.
+final class ConnectionRegistry: Sendable {
+    private struct Entry {
+        var info: ConnectionInfo
+        var commands: AsyncStream<ConnectionCommand>.Continuation
+    }
+
+    private struct State {
+        var nextID: UInt64 = 0
+        var entries: [UInt64: Entry] = [:]
+        var shutdownReason: (WebSocketCloseCode, String)?
+        var nextWaiterID: UInt64 = 0
+        var drainWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+    }
+
+    private let state = NIOLockedValueBox(State())
+
+    /// The number of live connections.
+    var count: Int { state.withLockedValue { $0.entries.count } }
+
+    /// Runs `body` as a registered connection. `body` receives the commands meant for it.
+    /// A connection registered after shutdown began receives the shutdown's close at once.
+    func withConnection<Result: Sendable>(
+        _ info: ConnectionInfo,
+        _ body: (AsyncStream<ConnectionCommand>) async throws -> Result
+    ) async rethrows -> Result {
+        let (commands, continuation) = AsyncStream<ConnectionCommand>.makeStream()
+        let id: UInt64 = state.withLockedValue { state in
+            state.nextID += 1
+            state.entries[state.nextID] = Entry(info: info, commands: continuation)
+            if let (code, reason) = state.shutdownReason {
+                continuation.yield(.close(code, reason))
+            }
+            return state.nextID
+        }
+        defer { remove(id) }
+        return try await body(commands)
+    }
+
+    /// Sends `command` to every connection `matching` selects; returns how many it reached.
+    @discardableResult
+    func send(_ command: ConnectionCommand, matching: (ConnectionInfo) -> Bool = { _ in true }) -> Int {
+        let targets = state.withLockedValue { state in
+            state.entries.values.filter { matching($0.info) }.map(\.commands)
+        }
+        for target in targets { target.yield(command) }
+        return targets.count
+    }
+
+    /// Tells every connection, present and future, to close, then waits until none is left or
+    /// `timeout` has passed.
+    func shutdown(code: WebSocketCloseCode, reason: String, timeout: Duration) async {
+        let targets = state.withLockedValue { state in
+            state.shutdownReason = (code, reason)
+            return state.entries.values.map(\.commands)
+        }
+        for target in targets { target.yield(.close(code, reason)) }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.waitUntilEmpty() }
+            group.addTask { try? await Task.sleep(for: timeout) }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    /// Returns once no connection is left, or when the task is cancelled.
+    private func waitUntilEmpty() async {
+        let waiterID = state.withLockedValue { state in
+            state.nextWaiterID += 1
+            return state.nextWaiterID
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let ready = state.withLockedValue { state in
+                    // The cancellation flag is set before the handler runs, so checking it under
+                    // the lock means a continuation is never left behind.
+                    if state.entries.isEmpty || Task.isCancelled { return true }
+                    state.drainWaiters[waiterID] = continuation
+                    return false
+                }
+                if ready { continuation.resume() }
+            }
+        } onCancel: {
+            state.withLockedValue { $0.drainWaiters.removeValue(forKey: waiterID) }?.resume()
+        }
+    }
+
+    private func remove(_ id: UInt64) {
+        let (entry, waiters) = state.withLockedValue { state -> (Entry?, [CheckedContinuation<Void, Never>]) in
+            let entry = state.entries.removeValue(forKey: id)
+            guard state.entries.isEmpty else { return (entry, []) }
+            defer { state.drainWaiters = [:] }
+            return (entry, Array(state.drainWaiters.values))
+        }
+        entry?.commands.finish()
+        for waiter in waiters { waiter.resume() }
+    }
+}

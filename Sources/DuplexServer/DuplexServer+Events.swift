@@ -1,0 +1,63 @@
+import DuplexSchema
+import HTTPTypes
+import Hummingbird
+
+extension DuplexServer {
+    /// `GET /events[?interval=MS]`: `id: n`, `event: tick`, `data: {"n":n,"at":"…"}` every
+    /// interval, resuming after `Last-Event-ID` (see ``TickClock``).
+    func tickStream(_ request: Request) -> Response {
+        let minimum = TickClock.milliseconds(configuration.minimumTickInterval)
+        var interval = TickClock.milliseconds(configuration.tickInterval)
+        if let text = request.uri.queryParameters.get("interval") {
+            guard let value = Int64(text), value >= minimum, value <= 86_400_000 else {
+                return Refusal(
+                    status: .badRequest,
+                    error: ChatProtocolError(.init("invalid_interval"), "interval must be an integer number of milliseconds from \(minimum) to 86400000 (got \(text.debugDescription))")
+                ).response
+            }
+            interval = value
+        }
+        let lastEventID = request.headers[HTTPField.Name("Last-Event-ID")!]
+        let first = ticks.firstTick(after: lastEventID, intervalMilliseconds: interval, window: Int64(configuration.historyLimit))
+        let ticks = self.ticks
+        let period = interval
+        return EventStreamResponse(server: self).response(info: .init(kind: .eventStream, route: "events")) { sink in
+            var n = first
+            while true {
+                try await Task.sleep(until: ticks.instant(ofTick: n, intervalMilliseconds: period), clock: .continuous)
+                let text = (try? TickClock.event(tick: n, intervalMilliseconds: period).encoded()) ?? ""
+                guard EventStreamResponse.yield(text, to: sink) else { return }
+                n += 1
+            }
+        }
+    }
+
+    /// `GET /chat/{room}/events`: the room's events as SSE (`id` = seq, `event` = `message`,
+    /// `joined` or `left`, `data` = the frame JSON), resuming after an integer `Last-Event-ID`.
+    func roomEventStream(_ request: Request, _ context: DuplexRequestContext) -> Response {
+        let roomName = context.parameters.get("room") ?? ""
+        do throws(ChatProtocolError) {
+            try configuration.chatLimits.validate(room: roomName)
+        } catch {
+            return Refusal(status: .badRequest, error: error).response
+        }
+        guard let room = rooms.room(named: roomName) else {
+            return Refusal(status: .serviceUnavailable, error: ChatProtocolError(.invalidRoom, "the server holds its maximum of \(configuration.maxRooms) rooms")).response
+        }
+        let since = request.headers[HTTPField.Name("Last-Event-ID")!].flatMap { Int($0) }.flatMap { $0 >= 0 ? $0 : nil }
+        return EventStreamResponse(server: self).response(info: .init(kind: .eventStream, route: "chat-events", room: roomName)) { sink in
+            let subscriber = RoomSubscriber(
+                member: nil,
+                deliver: { event in EventStreamResponse.yield(Self.sse(event), to: sink) },
+                onOverflow: {}
+            )
+            let subscription = room.subscribe(subscriber, since: since, deliverBacklog: true)
+            defer { room.unsubscribe(subscription.id) }
+            await waitUntilCancelled()
+        }
+    }
+
+    static func sse(_ event: RoomEvent) -> String {
+        (try? ServerSentEvent(id: String(event.seq), event: event.type, data: event.json).encoded()) ?? ""
+    }
+}

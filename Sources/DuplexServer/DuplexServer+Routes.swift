@@ -1,0 +1,86 @@
+import DuplexSchema
+import HTTPTypes
+import Hummingbird
+import HummingbirdWebSocket
+import NIOCore
+import NIOWebSocket
+
+extension DuplexServer {
+    /// The HTTP routes. A request for a WebSocket path that does not ask to upgrade gets 426, or
+    /// for a chat room with a bad room, name or since, 400 (503 past the room limit) with a JSON
+    /// `error` body.
+    func makeRouter() -> Router<DuplexRequestContext> {
+        let router = Router(context: DuplexRequestContext.self)
+        router.get("health") { _, _ -> Response in
+            Self.json(status: .ok, #"{"status":"ok"}"#)
+        }
+        router.get("echo") { _, _ -> Response in
+            Self.upgradeRequired()
+        }
+        router.get("chat/:room") { request, context -> Response in
+            switch self.chatJoin(request, context) {
+            case .failure(let refusal): refusal.response
+            case .success: Self.upgradeRequired()
+            }
+        }
+        router.get("events") { request, _ -> Response in
+            self.tickStream(request)
+        }
+        router.get("chat/:room/events") { request, context -> Response in
+            self.roomEventStream(request, context)
+        }
+        return router
+    }
+
+    /// The WebSocket routes, tried for every request that asks to upgrade.
+    func makeWebSocketRouter() -> Router<DuplexRequestContext> {
+        let router = Router(context: DuplexRequestContext.self)
+        router.ws("echo") { inbound, outbound, context in
+            try await self.serveEcho(inbound: inbound, outbound: outbound, channel: context.requestContext.channel)
+        }
+        router.ws("chat/:room") { inbound, outbound, context in
+            switch self.chatJoin(context.request, context.requestContext) {
+            case .success(let join):
+                try await self.serveChat(join, inbound: inbound, outbound: outbound, channel: context.requestContext.channel)
+            case .failure(let refusal):
+                // swift-nio answers a refused upgrade with a bare 400, which loses the reason, so
+                // the upgrade is accepted and the refusal sent as an error frame and close code.
+                try await outbound.write(.text(refusal.frameJSON))
+                let code: WebSocketCloseCode = refusal.status == .serviceUnavailable ? .tryAgainLater : .policyViolation
+                try await outbound.close(code.nio, reason: String(refusal.error.code.rawValue.prefix(123)))
+            }
+        }
+        return router
+    }
+
+    /// A request refused before any upgrade or stream.
+    struct Refusal: Error {
+        var status: HTTPResponse.Status
+        var error: ChatProtocolError
+
+        var frameJSON: String {
+            (try? ChatServerFrame.error(ChatErrorFrame(error)).jsonString()) ?? #"{"type":"error","v":1}"#
+        }
+
+        var response: Response {
+            DuplexServer.json(status: status, frameJSON)
+        }
+    }
+
+    static func json(status: HTTPResponse.Status, _ body: String) -> Response {
+        var headers = HTTPFields()
+        headers[.contentType] = "application/json; charset=utf-8"
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
+    }
+
+    static func upgradeRequired() -> Response {
+        var response = json(status: .upgradeRequired, #"{"error":"this route speaks WebSocket: send an Upgrade: websocket request"}"#)
+        response.headers[.upgrade] = "websocket"
+        return response
+    }
+}
+
+extension WebSocketCloseCode {
+    /// The code as swift-nio's type.
+    var nio: WebSocketErrorCode { WebSocketErrorCode(codeNumber: Int(rawValue)) }
+}

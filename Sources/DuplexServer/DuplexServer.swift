@@ -1,0 +1,177 @@
+public import Logging
+public import ServiceLifecycle
+import DuplexSchema
+import Hummingbird
+import HummingbirdWebSocket
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// The Duplex loopback server: WebSocket echo, chat rooms and Server-Sent Events, for testing
+/// real-time clients against.
+///
+/// It is a swift-service-lifecycle `Service`: run it in a `ServiceGroup`, or call ``run()`` in a
+/// task and cancel it, or use `withDuplexServer` from `DuplexTesting`. A graceful shutdown first
+/// closes every WebSocket with 1001 (Going Away) and ends every SSE stream, then stops listening.
+///
+/// ```swift
+/// let server = DuplexServer(configuration: .init(port: 0))
+/// let group = ServiceGroup(services: [server], gracefulShutdownSignals: [.sigterm], logger: logger)
+/// async let running: Void = group.run()
+/// let port = try await server.port()   // the port the OS picked
+/// ```
+///
+/// Routes:
+/// - `GET /health`: `{"status":"ok"}`.
+/// - `WS /echo`: every message back, same opcode, in order.
+/// - `WS /chat/{room}?name=NAME[&since=SEQ]`: chat rooms (see `docs/protocol.md`).
+/// - `GET /events[?interval=MS]`: an SSE tick stream that resumes from `Last-Event-ID`.
+/// - `GET /chat/{room}/events`: a room's events as SSE, resuming from `Last-Event-ID`.
+public final class DuplexServer: Service, Sendable {
+    /// The configuration the server was created with.
+    public let configuration: DuplexServerConfiguration
+    let logger: Logger
+    let connections = ConnectionRegistry()
+    let rooms: ChatRooms
+    let ticks = TickClock()
+    private let lifecycle = NIOLockedValueBox(Lifecycle())
+
+    /// Creates a server; nothing listens until ``run()``.
+    /// - Parameters:
+    ///   - configuration: addresses, limits and intervals.
+    ///   - logger: where the server logs; by default a logger labelled `duplex-server`.
+    public init(configuration: DuplexServerConfiguration = .init(), logger: Logger = Logger(label: "duplex-server")) {
+        self.configuration = configuration
+        self.logger = logger
+        self.rooms = ChatRooms(historyLimit: configuration.historyLimit, maxRooms: configuration.maxRooms)
+    }
+
+    /// Listens and serves until cancelled or gracefully shut down.
+    /// - Throws: when the server cannot start, for example because the port is in use.
+    public func run() async throws {
+        let application = Application(
+            router: makeRouter(),
+            server: .http1WebSocketUpgrade(
+                webSocketRouter: makeWebSocketRouter(),
+                configuration: .init(
+                    http1: .init(idleTimeout: nil),
+                    ws: .init(
+                        maxFrameSize: configuration.maxMessageBytes,
+                        autoPing: .disabled,
+                        closeTimeout: configuration.closeTimeout,
+                        validateUTF8: true
+                    )
+                )
+            ),
+            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "duplex-server"),
+            onServerRunning: { [self] channel in
+                self.didStart(port: channel.localAddress?.port ?? configuration.port)
+            },
+            logger: logger
+        )
+        // Services stop in reverse order: the coordinator closes every connection with 1001
+        // before the application is told to stop.
+        let group = ServiceGroup(
+            configuration: .init(
+                services: [application, ShutdownCoordinator(server: self)],
+                gracefulShutdownSignals: [],
+                logger: logger
+            )
+        )
+        do {
+            try await group.run()
+            didStop(error: nil)
+        } catch {
+            didStop(error: error)
+            throw error
+        }
+    }
+
+    /// The port the server listens on, once it does.
+    ///
+    /// Waits until the server is listening. Cancel the calling task to stop waiting.
+    /// - Throws: the error the server failed with, ``DuplexServerError`` when it stopped before
+    ///   it listened, or `CancellationError`.
+    public func port() async throws -> Int {
+        let waiterID = lifecycle.withLockedValue { state in
+            state.nextWaiterID += 1
+            return state.nextWaiterID
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Int, any Error>) in
+                let outcome: Result<Int, any Error>? = lifecycle.withLockedValue { state in
+                    if let port = state.port { return .success(port) }
+                    if let failure = state.failure { return .failure(failure) }
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    state.waiters[waiterID] = continuation
+                    return nil
+                }
+                if let outcome { continuation.resume(with: outcome) }
+            }
+        } onCancel: {
+            lifecycle.withLockedValue { $0.waiters.removeValue(forKey: waiterID) }?.resume(throwing: CancellationError())
+        }
+    }
+
+    /// The number of open WebSocket connections and SSE streams.
+    public var connectionCount: Int { connections.count }
+
+    private struct Lifecycle {
+        var port: Int?
+        var failure: (any Error)?
+        var nextWaiterID: UInt64 = 0
+        var waiters: [UInt64: CheckedContinuation<Int, any Error>] = [:]
+    }
+
+    private func didStart(port: Int) {
+        let waiters = lifecycle.withLockedValue { state in
+            state.port = port
+            defer { state.waiters = [:] }
+            return Array(state.waiters.values)
+        }
+        logger.info("listening", metadata: ["host": "\(configuration.host)", "port": "\(port)"])
+        for waiter in waiters { waiter.resume(returning: port) }
+    }
+
+    private func didStop(error: (any Error)?) {
+        let waiters = lifecycle.withLockedValue { state in
+            if state.port == nil { state.failure = error ?? DuplexServerError.stoppedBeforeListening }
+            defer { state.waiters = [:] }
+            return Array(state.waiters.values)
+        }
+        for waiter in waiters { waiter.resume(throwing: error ?? DuplexServerError.stoppedBeforeListening) }
+    }
+}
+
+/// An error of the server's lifecycle.
+public struct DuplexServerError: Error, Hashable, Sendable, CustomStringConvertible {
+    private enum Code: Hashable, Sendable {
+        case stoppedBeforeListening
+    }
+
+    private let code: Code
+
+    /// The server stopped before it started listening.
+    public static let stoppedBeforeListening = DuplexServerError(code: .stoppedBeforeListening)
+
+    public var description: String {
+        switch code {
+        case .stoppedBeforeListening: "the server stopped before it started listening"
+        }
+    }
+}
+
+/// Closes every connection with 1001 and waits for them, when a graceful shutdown begins.
+struct ShutdownCoordinator: Service {
+    let server: DuplexServer
+
+    func run() async throws {
+        // Returns when a graceful shutdown begins; throws when the task is cancelled instead.
+        try await gracefulShutdown()
+        server.logger.info("shutting down", metadata: ["connections": "\(server.connections.count)"])
+        await server.connections.shutdown(
+            code: .goingAway,
+            reason: "server shutting down",
+            timeout: server.configuration.shutdownTimeout
+        )
+    }
+}

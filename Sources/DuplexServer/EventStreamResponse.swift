@@ -1,0 +1,90 @@
+import DuplexSchema
+import HTTPTypes
+import Hummingbird
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// Builds the long-lived `text/event-stream` responses of the SSE routes.
+///
+/// A stream writes `retry:` first, then what its source yields. When nothing has been written for
+/// the heartbeat interval it writes a comment line. It ends when the client goes away, when the
+/// server shuts down, or when the client falls more than `outboundQueueLimit` events behind; the
+/// client then resumes from its `Last-Event-ID`.
+struct EventStreamResponse {
+    /// What a source yields: SSE text, ready to write.
+    typealias Sink = AsyncStream<String>.Continuation
+
+    let server: DuplexServer
+
+    /// A streaming response whose events come from `source`. The source runs until the stream
+    /// ends, and is cancelled then.
+    func response(
+        info: ConnectionInfo,
+        source: @escaping @Sendable (Sink) async throws -> Void
+    ) -> Response {
+        var headers = HTTPFields()
+        headers[.contentType] = "text/event-stream; charset=utf-8"
+        headers[.cacheControl] = "no-cache"
+        headers[HTTPField.Name("X-Accel-Buffering")!] = "no"
+        let configuration = server.configuration
+        let body = ResponseBody { [server] writer in
+            try await server.connections.withConnection(info) { commands in
+                let (items, sink) = AsyncStream<String>.makeStream(bufferingPolicy: .bufferingOldest(configuration.outboundQueueLimit))
+                let lastWrite = NIOLockedValueBox(ContinuousClock.now)
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask {
+                        for await _ in commands { break }
+                        sink.finish()
+                    }
+                    group.addTask {
+                        try await Self.heartbeat(every: configuration.heartbeatInterval, lastWrite: lastWrite, sink: sink)
+                    }
+                    group.addTask {
+                        try await source(sink)
+                    }
+                    try await writer.write(ByteBuffer(string: ServerSentEvent.retryDirective(milliseconds: configuration.sseRetryMilliseconds)))
+                    for await text in items {
+                        try await writer.write(ByteBuffer(string: text))
+                        lastWrite.withLockedValue { $0 = .now }
+                    }
+                    group.cancelAll()
+                }
+                try await writer.finish(nil)
+            }
+        }
+        return Response(status: .ok, headers: headers, body: body)
+    }
+
+    /// Queues SSE text; when the queue is full, ends the stream so the client resumes instead.
+    static func yield(_ text: String, to sink: Sink) -> Bool {
+        if case .enqueued = sink.yield(text) { return true }
+        sink.finish()
+        return false
+    }
+
+    private static func heartbeat(
+        every interval: Duration,
+        lastWrite: NIOLockedValueBox<ContinuousClock.Instant>,
+        sink: Sink
+    ) async throws {
+        while true {
+            let due = lastWrite.withLockedValue { $0 }.advanced(by: interval)
+            if ContinuousClock.now >= due {
+                guard yield(ServerSentEvent.comment("heartbeat"), to: sink) else { return }
+                lastWrite.withLockedValue { $0 = .now }
+            } else {
+                try await Task.sleep(until: due, clock: .continuous)
+            }
+        }
+    }
+}
+
+/// Suspends until the task is cancelled.
+func waitUntilCancelled() async {
+    let (stream, continuation) = AsyncStream<Never>.makeStream()
+    await withTaskCancellationHandler {
+        for await _ in stream {}
+    } onCancel: {
+        continuation.finish()
+    }
+}
