@@ -2,6 +2,7 @@ public import Logging
 public import ServiceLifecycle
 import DuplexSchema
 import Hummingbird
+import HummingbirdCore
 import HummingbirdWebSocket
 import NIOConcurrencyHelpers
 import NIOCore
@@ -48,20 +49,27 @@ public final class DuplexServer: Service, Sendable {
     /// Listens and serves until cancelled or gracefully shut down.
     /// - Throws: when the server cannot start, for example because the port is in use.
     public func run() async throws {
+        let webSocketResponder = makeWebSocketRouter().buildResponder()
+        let channelConfiguration = HTTP1WebSocketUpgradeChannel.Configuration(
+            http1: .init(idleTimeout: nil),
+            ws: .init(
+                maxFrameSize: configuration.maxMessageBytes,
+                autoPing: .disabled,
+                closeTimeout: configuration.closeTimeout,
+                validateUTF8: true
+            )
+        )
         let application = Application(
             router: makeRouter(),
-            server: .http1WebSocketUpgrade(
-                webSocketRouter: makeWebSocketRouter(),
-                configuration: .init(
-                    http1: .init(idleTimeout: nil),
-                    ws: .init(
-                        maxFrameSize: configuration.maxMessageBytes,
-                        autoPing: .disabled,
-                        closeTimeout: configuration.closeTimeout,
-                        validateUTF8: true
+            server: HTTPServerBuilder { responder in
+                MaskGuardedChildChannel(
+                    base: HTTP1WebSocketUpgradeChannel(
+                        responder: responder,
+                        webSocketResponder: webSocketResponder,
+                        configuration: channelConfiguration
                     )
                 )
-            ),
+            },
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "duplex-server"),
             onServerRunning: { [self] channel in
                 self.didStart(port: channel.localAddress?.port ?? configuration.port)

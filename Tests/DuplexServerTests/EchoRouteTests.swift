@@ -1,0 +1,88 @@
+import DuplexServer
+import DuplexTesting
+import NIOHTTP1
+import Testing
+
+@Suite("GET /health and WS /echo over loopback")
+struct EchoRouteTests {
+    @Test("/health answers 200 with {\"status\":\"ok\"}")
+    func health() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                try await TestHTTPResponse.get(port: server.port, "/health") { response in
+                    let body = try await response.readBody()
+                    #expect(response.status == 200)
+                    #expect(body == #"{"status":"ok"}"#)
+                }
+            }
+        }
+    }
+
+    @Test("/echo sends text and binary back unchanged, with the same opcode, in order")
+    func echoesInOrder() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                try await TestWebSocket.with(port: server.port, path: "/echo") { socket in
+                    #expect(socket.status == 101)
+                    var sent: [TestWebSocket.Frame] = []
+                    for i in 0..<50 {
+                        if i % 3 == 0 {
+                            let bytes = (0..<(i * 7)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ i) }
+                            try await socket.sendBinary(bytes)
+                            sent.append(.init(fin: true, opcode: 0x2, payload: bytes))
+                        } else {
+                            let text = "message \(i) é ✓ \(String(repeating: "x", count: i))"
+                            try await socket.sendText(text)
+                            sent.append(.init(fin: true, opcode: 0x1, payload: Array(text.utf8)))
+                        }
+                    }
+                    for expected in sent {
+                        #expect(try await socket.receiveFrame() == expected)
+                    }
+                }
+            }
+        }
+    }
+
+    @Test("/echo reassembles a fragmented message and echoes it whole")
+    func echoesFragmentedMessage() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                try await TestWebSocket.with(port: server.port, path: "/echo") { socket in
+                    try await socket.sendFrame(fin: false, opcode: 0x1, payload: Array("hel".utf8))
+                    try await socket.sendFrame(opcode: 0x9, payload: Array("p".utf8))  // a ping between fragments is allowed
+                    try await socket.sendFrame(fin: true, opcode: 0x0, payload: Array("lo".utf8))
+                    let pong = try await socket.receiveFrame()
+                    #expect(pong.opcode == 0xA && pong.payload == Array("p".utf8))
+                    #expect(try await socket.receiveText() == "hello")
+                }
+            }
+        }
+    }
+
+    @Test("a plain GET of /echo gets 426 Upgrade Required")
+    func plainGetOfWebSocketRoute() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                try await TestHTTPResponse.get(port: server.port, "/echo") { response in
+                    #expect(response.status == 426)
+                    #expect(response.headers["Upgrade"] == ["websocket"])
+                }
+            }
+        }
+    }
+
+    @Test("a clean close from the client is answered with a close frame")
+    func closeHandshake() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                try await TestWebSocket.with(port: server.port, path: "/echo") { socket in
+                    try await socket.sendClose(code: 1000, reason: "bye")
+                    let close = try await socket.receiveClose()
+                    #expect(close.code == 1000)
+                    try await socket.waitForEndOfStream()
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,59 @@
+import DuplexServer
+import DuplexTesting
+import Logging
+import ServiceLifecycle
+import Testing
+
+@Suite("graceful shutdown")
+struct ShutdownTests {
+    @Test("a graceful shutdown closes WebSockets with 1001 and ends SSE streams, then run() returns")
+    func gracefulShutdown() async throws {
+        try await withTimeout {
+            let server = DuplexServer(configuration: .init(port: 0), logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+            let group = ServiceGroup(configuration: .init(services: [server], gracefulShutdownSignals: [], logger: Logger(label: "test")))
+            try await withThrowingTaskGroup(of: Void.self) { tasks in
+                tasks.addTask { try await group.run() }
+                let port = try await server.port()
+                try await TestWebSocket.with(port: port, path: "/chat/bye?name=a") { chat in
+                    _ = try await chat.receiveWelcome()
+                    try await TestWebSocket.with(port: port, path: "/echo") { echo in
+                        try await echo.sendText("warm")
+                        _ = try await echo.receiveText()
+                        try await TestHTTPResponse.get(port: port, "/events?interval=50") { events in
+                            _ = try await events.nextEvent()
+                            #expect(server.connectionCount == 3)
+                            await group.triggerGracefulShutdown()
+                            let echoClose = try await echo.receiveClose()
+                            #expect(echoClose.code == 1001)
+                            #expect(echoClose.reason == "server shutting down")
+                            try? await echo.sendClose(code: 1001)
+                            #expect(try await chat.receiveClose().code == 1001)
+                            try? await chat.sendClose(code: 1001)
+                            while try await events.nextEvent() != nil {}
+                        }
+                    }
+                }
+                try await tasks.waitForAll()
+            }
+            #expect(server.connectionCount == 0)
+        }
+    }
+
+    @Test("port() reports a failure to listen instead of hanging")
+    func portInUse() async throws {
+        try await withTimeout {
+            try await withDuplexServer { running in
+                let second = DuplexServer(
+                    configuration: .init(port: running.port),
+                    logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+                )
+                await #expect(throws: (any Error).self) {
+                    try await withThrowingTaskGroup(of: Void.self) { tasks in
+                        tasks.addTask { try await second.run() }
+                        _ = try await second.port()
+                    }
+                }
+            }
+        }
+    }
+}
