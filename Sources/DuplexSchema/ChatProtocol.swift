@@ -41,8 +41,15 @@ public enum ChatProtocol {
 /// ISO-8601 timestamps as the chat protocol and the SSE tick stream write them.
 public enum ChatTimestamp {
     /// Formats a date as ISO-8601 in UTC with milliseconds, for example `2026-11-22T02:50:00.123Z`.
+    /// The date is rounded to the nearest millisecond.
     public static func format(_ date: Date) -> String {
-        date.formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true).timeZone(separator: .omitted))
+        let milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded())
+        let (seconds, fraction) = milliseconds.quotientAndRemainder(dividingBy: 1000)
+        let whole = seconds - (fraction < 0 ? 1 : 0)
+        let millis = fraction < 0 ? fraction + 1000 : fraction
+        let text = Date(timeIntervalSince1970: Double(whole)).formatted(.iso8601)  // 2026-11-22T02:50:00Z
+        let digits = String(millis)
+        return text.dropLast() + "." + String(repeating: "0", count: 3 - digits.count) + digits + "Z"
     }
 
     /// Parses an ISO-8601 date with or without fractional seconds.
