@@ -23,13 +23,14 @@ final class TestHTTPResponse {
 
     /// Sends `GET path` to `127.0.0.1:port` with `headers`, reads the response head, and runs `body`.
     static func get<T>(
+        host: String = "127.0.0.1",
         port: Int,
         _ path: String,
         headers: [(String, String)] = [],
         _ body: (TestHTTPResponse) async throws -> T
     ) async throws -> T {
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .connect(host: "127.0.0.1", port: port) { channel in
+            .connect(host: host, port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHTTPClientHandlers()
                     return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(wrappingChannelSynchronously: channel)
@@ -37,7 +38,7 @@ final class TestHTTPResponse {
             }
         return try await channel.executeThenClose { inbound, outbound in
             var head = HTTPRequestHead(version: .http1_1, method: .GET, uri: path)
-            head.headers.add(name: "Host", value: "127.0.0.1:\(port)")
+            head.headers.add(name: "Host", value: host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)")
             for (name, value) in headers { head.headers.add(name: name, value: value) }
             try await outbound.write(.head(head))
             try await outbound.write(.end(nil))

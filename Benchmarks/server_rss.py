@@ -1,0 +1,55 @@
+"""Measures duplex-server's resident memory: idle, and with N idle WebSocket connections open.
+
+Usage: python3 Benchmarks/server_rss.py PATH/TO/duplex-server [N]
+Build the server in release mode first: swift build -c release --product duplex-server
+Needs Linux (/proc) and Python's websockets package. Every connection is to 127.0.0.1 and is
+closed before the script ends; each wait has a timeout."""
+import asyncio
+import re
+import resource
+import subprocess
+import sys
+
+import websockets
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as status:
+        return int(re.search(r"VmRSS:\s+(\d+) kB", status.read()).group(1))
+
+
+async def main(binary, count):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, count * 2 + 256)), hard))
+    server = subprocess.Popen([binary, "--port", "0", "--log-level", "error"], stdout=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline().strip()
+        port = int(line.rsplit(":", 1)[1])
+        # warm up: one echo round trip, so lazily built state exists before the idle figure
+        async with websockets.connect(f"ws://127.0.0.1:{port}/echo") as ws:
+            await ws.send("warm")
+            await asyncio.wait_for(ws.recv(), 10)
+        await asyncio.sleep(1)
+        idle = rss_kib(server.pid)
+
+        sockets = []
+        for start in range(0, count, 100):
+            batch = [websockets.connect(f"ws://127.0.0.1:{port}/echo", ping_interval=None) for _ in range(start, min(count, start + 100))]
+            sockets += await asyncio.wait_for(asyncio.gather(*batch), 30)
+        # prove every connection is live and served, then let the server settle
+        await asyncio.wait_for(asyncio.gather(*(ws.send("x") for ws in sockets)), 30)
+        await asyncio.wait_for(asyncio.gather(*(ws.recv() for ws in sockets)), 30)
+        await asyncio.sleep(1)
+        loaded = rss_kib(server.pid)
+        await asyncio.gather(*(ws.close() for ws in sockets))
+
+        print(f"idle RSS: {idle / 1024:.1f} MiB")
+        print(f"RSS with {count} idle WebSocket connections: {loaded / 1024:.1f} MiB")
+        print(f"per connection: {(loaded - idle) / count:.1f} KiB")
+    finally:
+        server.terminate()
+        server.wait(15)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 1000))

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Interop checks of the built duplex-server against third-party peers: Python's `websockets`
+# (echo, chat, resume, 1009, 1001 on SIGTERM) and `curl -N` (SSE ticks and Last-Event-ID).
+# Usage: Tests/Interop/run.sh PATH/TO/duplex-server
+set -euo pipefail
+server_bin=${1:?usage: run.sh PATH/TO/duplex-server}
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+pid=""
+cleanup() { [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# Starts the server on a free port with extra flags; sets $pid and $port.
+start_server() {
+    "$server_bin" --port 0 --log-level warning "$@" >"$work/out" 2>"$work/err" &
+    pid=$!
+    for _ in $(seq 1 100); do
+        if grep -q "listening on" "$work/out"; then break; fi
+        kill -0 "$pid" 2>/dev/null || fail "duplex-server exited: $(cat "$work/err")"
+        sleep 0.1
+    done
+    line=$(head -n 1 "$work/out")
+    [[ "$line" =~ ^duplex-server\ listening\ on\ http://127\.0\.0\.1:([0-9]+)$ ]] || fail "listening line: '$line'"
+    port=${BASH_REMATCH[1]}
+}
+
+# Sends SIGTERM and checks the server exits 0 within 15 s.
+stop_server() {
+    kill -TERM "$pid"
+    for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$pid" 2>/dev/null && fail "duplex-server still running 15 s after SIGTERM"
+    wait "$pid" && status=0 || status=$?
+    pid=""
+    [ "$status" -eq 0 ] || fail "duplex-server exited $status after SIGTERM"
+}
+
+start_server --max-message-bytes 4096
+echo "duplex-server on port $port"
+
+health=$(curl -sS --max-time 5 "http://127.0.0.1:$port/health")
+[ "$health" = '{"status":"ok"}' ] || fail "health: $health"
+echo "health: ok"
+
+timeout 30 python3 "$here/websockets_client.py" "$port" echo
+timeout 30 python3 "$here/websockets_client.py" "$port" chat
+timeout 30 python3 "$here/websockets_client.py" "$port" oversize
+
+# SSE with curl -N: retry first, then ticks with consecutive integer ids.
+curl -s -N --max-time 1 "http://127.0.0.1:$port/events?interval=50" >"$work/sse" || true
+head -n 1 "$work/sse" | grep -qx "retry: 2000" || fail "SSE does not open with retry: 2000"
+grep -q "^event: tick$" "$work/sse" || fail "no tick events"
+mapfile -t ids < <(grep '^id: ' "$work/sse" | cut -d' ' -f2)
+[ "${#ids[@]}" -ge 5 ] || fail "only ${#ids[@]} ticks in 1 s at 50 ms"
+for i in $(seq 1 $((${#ids[@]} - 1))); do
+    [ "${ids[$i]}" -eq $((${ids[$((i - 1))]} + 1)) ] || fail "tick ids not consecutive: ${ids[*]}"
+done
+last=${ids[$((${#ids[@]} - 1))]}
+curl -s -N --max-time 1 -H "Last-Event-ID: $last" "http://127.0.0.1:$port/events?interval=50" >"$work/resumed" || true
+first=$(grep -m1 '^id: ' "$work/resumed" | cut -d' ' -f2)
+[ "$first" -eq $((last + 1)) ] || fail "resume after $last started at $first"
+echo "sse (curl -N): ok (${#ids[@]} ticks, resume after $last at $first)"
+
+# Graceful shutdown: a connected client gets 1001 and the server exits 0.
+python3 "$here/websockets_client.py" "$port" wait_for_shutdown >"$work/waiter" 2>&1 &
+waiter=$!
+for _ in $(seq 1 100); do grep -q READY "$work/waiter" && break; sleep 0.1; done
+grep -q READY "$work/waiter" || fail "shutdown waiter did not connect: $(cat "$work/waiter")"
+stop_server
+wait "$waiter" || fail "shutdown waiter: $(cat "$work/waiter")"
+grep "shutdown: ok" "$work/waiter"
+echo "interop: all checks passed"

@@ -1,0 +1,102 @@
+"""Interop checks of duplex-server against Python's `websockets` package, a third-party
+RFC 6455 client. Usage: websockets_client.py PORT CHECK, where CHECK is one of the functions
+below. Exits non-zero, with a message, when a check fails; every wait has a timeout."""
+import asyncio
+import json
+import sys
+
+import websockets
+
+TIMEOUT = 10
+
+
+async def recv_json(ws):
+    return json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT))
+
+
+async def recv_until(ws, frame_type):
+    while True:
+        frame = await recv_json(ws)
+        if frame["type"] == frame_type:
+            return frame
+
+
+def check(condition, message):
+    if not condition:
+        raise SystemExit(f"FAIL: {message}")
+
+
+async def echo(port):
+    async with websockets.connect(f"ws://127.0.0.1:{port}/echo") as ws:
+        for text in ["hello", "é ✓ 😀", "x" * 4000]:
+            await ws.send(text)
+            reply = await asyncio.wait_for(ws.recv(), TIMEOUT)
+            check(reply == text and isinstance(reply, str), f"text echo of {len(text)} chars")
+        data = bytes(range(256)) * 10
+        await ws.send(data)
+        reply = await asyncio.wait_for(ws.recv(), TIMEOUT)
+        check(reply == data and isinstance(reply, bytes), "binary echo")
+        pong = await ws.ping(b"interop")
+        await asyncio.wait_for(pong, TIMEOUT)
+    print("echo: ok (text, binary, 4000-char text, ping)")
+
+
+async def chat(port):
+    base = f"ws://127.0.0.1:{port}/chat/interop"
+    async with websockets.connect(f"{base}?name=alice") as alice:
+        welcome = await recv_json(alice)
+        check(welcome["type"] == "welcome" and welcome["v"] == 1, f"alice welcome: {welcome}")
+        async with websockets.connect(f"{base}?name=bob") as bob:
+            bob_welcome = await recv_json(bob)
+            check(bob_welcome["members"] == ["alice", "bob"], f"bob welcome members: {bob_welcome}")
+            joined = await recv_until(alice, "joined")
+            while joined["name"] != "bob":
+                joined = await recv_until(alice, "joined")
+            await alice.send(json.dumps({"type": "say", "v": 1, "clientMessageId": "p-1", "text": "hi bob"}))
+            own = await recv_until(alice, "message")
+            ack = await recv_json(alice)
+            check(ack == {"type": "ack", "v": 1, "clientMessageId": "p-1", "seq": own["seq"], "duplicate": False}, f"ack: {ack}")
+            seen = await recv_until(bob, "message")
+            check(seen["text"] == "hi bob" and seen["from"] == "alice" and seen["seq"] == own["seq"], f"bob got: {seen}")
+            await bob.send("{broken")
+            error = await recv_json(bob)
+            check(error["type"] == "error" and error["code"] == "bad_json", f"error frame: {error}")
+        left = await recv_until(alice, "left")
+        check(left["name"] == "bob", f"left: {left}")
+        # resume: a new member with since gets exactly the events after it
+        async with websockets.connect(f"{base}?name=carol&since={own['seq'] - 1}") as carol:
+            await recv_json(carol)  # welcome
+            first = await recv_json(carol)
+            check(first["type"] == "message" and first["seq"] == own["seq"], f"resume starts at the message: {first}")
+            second = await recv_json(carol)
+            check(second["seq"] == own["seq"] + 1 and second["type"] == "left", f"then bob's leave: {second}")
+    print("chat: ok (welcome, presence, message, ack, error frame, since resume)")
+
+
+async def oversize(port):
+    """The server runs with --max-message-bytes 4096."""
+    async with websockets.connect(f"ws://127.0.0.1:{port}/echo", max_size=None) as ws:
+        await ws.send("y" * 5000)
+        try:
+            await asyncio.wait_for(ws.recv(), TIMEOUT)
+            raise SystemExit("FAIL: an oversized message was echoed")
+        except websockets.ConnectionClosed as closed:
+            check(closed.rcvd is not None and closed.rcvd.code == 1009, f"close code {closed.rcvd}")
+    print("oversize: ok (close 1009)")
+
+
+async def wait_for_shutdown(port):
+    """Connects, prints READY, and waits for the server to close the connection."""
+    async with websockets.connect(f"ws://127.0.0.1:{port}/chat/shutdown?name=waiter") as ws:
+        await recv_json(ws)
+        print("READY", flush=True)
+        try:
+            while True:
+                await asyncio.wait_for(ws.recv(), 30)
+        except websockets.ConnectionClosed as closed:
+            check(closed.rcvd is not None and closed.rcvd.code == 1001, f"close on shutdown: {closed.rcvd}")
+            print(f"shutdown: ok (close {closed.rcvd.code} {closed.rcvd.reason!r})")
+
+
+if __name__ == "__main__":
+    asyncio.run(globals()[sys.argv[2]](int(sys.argv[1])))
