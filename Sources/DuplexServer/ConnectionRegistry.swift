@@ -7,7 +7,7 @@ enum ConnectionCommand: Sendable, Equatable {
     case close(WebSocketCloseCode, String)
 }
 
-/// What kind of connection, and where: used to pick connections to act on.
+/// What kind of connection, and where.
 struct ConnectionInfo: Sendable, Equatable {
     enum Kind: Sendable, Equatable {
         case webSocket
@@ -59,16 +59,6 @@ final class ConnectionRegistry: Sendable {
         }
         defer { remove(id) }
         return try await body(commands)
-    }
-
-    /// Sends `command` to every connection `matching` selects; returns how many it reached.
-    @discardableResult
-    func send(_ command: ConnectionCommand, matching: (ConnectionInfo) -> Bool = { _ in true }) -> Int {
-        let targets = state.withLockedValue { state in
-            state.entries.values.filter { matching($0.info) }.map(\.commands)
-        }
-        for target in targets { target.yield(command) }
-        return targets.count
     }
 
     /// Tells every connection, present and future, to close, then waits until none is left or
