@@ -12,6 +12,7 @@ let package = Package(
     platforms: [.macOS(.v14), .iOS(.v17), .tvOS(.v17)],
     products: [
         .library(name: "DuplexSchema", targets: ["DuplexSchema"]),
+        .library(name: "Duplex", targets: ["Duplex"]),
         .library(name: "DuplexServer", targets: ["DuplexServer"]),
         .library(name: "DuplexTesting", targets: ["DuplexTesting"]),
         .executable(name: "duplex-server", targets: ["duplex-server"]),
@@ -25,11 +26,27 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
     ],
     targets: [
         // The wire schema shared by server and clients: Foundation only.
         .target(
             name: "DuplexSchema",
+            swiftSettings: swiftSettings
+        ),
+        // The client library: WebSocket (and, later, SSE) over SwiftNIO.
+        .target(
+            name: "Duplex",
+            dependencies: [
+                "DuplexSchema",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
             swiftSettings: swiftSettings
         ),
         // The loopback server (echo, chat rooms, SSE) as a library.
@@ -54,7 +71,10 @@ let package = Package(
         .target(
             name: "DuplexTesting",
             dependencies: [
+                "Duplex",
+                "DuplexSchema",
                 "DuplexServer",
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
@@ -70,6 +90,22 @@ let package = Package(
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ],
             path: "Server",
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "DuplexTests",
+            dependencies: [
+                "Duplex",
+                "DuplexSchema",
+                "DuplexServer",
+                "DuplexTesting",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -1,0 +1,151 @@
+public import DuplexSchema
+public import Foundation
+
+/// A WebSocket client: connect, send, receive, keep-alive pings, automatic reconnection with a
+/// bounded send queue, and clean termination. Works on Linux and Apple platforms over SwiftNIO.
+///
+/// ```swift
+/// let socket = WebSocket(
+///     url: URL(string: "ws://127.0.0.1:8080/echo")!,
+///     configuration: .init(
+///         ping: PingConfig(pingInterval: .seconds(15), maxPingFailures: 2),
+///         reconnection: .exponentialBackoff(maxAttempts: 10)
+///     )
+/// )
+/// try await socket.connect()
+/// try await socket.send("hello")
+/// for await message in socket.messages {
+///     print(message.text ?? "\(message.data.count) bytes")
+/// }
+/// ```
+///
+/// Lifecycle:
+/// - ``connect()`` opens a connection and returns when it is open; on a connected socket it
+///   returns at once. It throws ``WebSocketError`` when the attempt fails (a failed first attempt
+///   is not retried; reconnection applies to connections that were open).
+/// - ``disconnect(code:reason:)`` closes with a close frame and waits for the handshake. The
+///   streams stay open and ``connect()`` works again. On a disconnected socket it does nothing.
+/// - ``reconnect()`` opens a fresh connection with the same request; on a connected socket it
+///   returns at once.
+/// - ``terminate()`` closes, finishes every stream, and makes the socket unusable. So does
+///   releasing the last reference to it.
+/// - Errors are destructive: a protocol violation, a failed write or a ping failure tears the
+///   connection down and is reported in ``events`` and ``state``.
+///
+/// With a ``ReconnectionStrategy`` other than `.none`, a connection lost to anything but
+/// ``disconnect(code:reason:)``, ``stop()``, ``terminate()`` or a 1000 close from the peer is
+/// reopened after the strategy's delay, and sends made meanwhile wait in a bounded queue that is
+/// written, in order, first thing on the new connection.
+///
+/// Streams: ``events``, ``messages``, ``stateEvents`` and ``pingRoundTrips`` give each caller its
+/// own stream, and every element reaches every stream. Each stream buffers at most
+/// ``WebSocketConfiguration/streamBufferLimit`` unread elements; past that, new elements are
+/// dropped for that stream only, and a warning is logged.
+public final class WebSocket: WebSocketProtocol {
+    let core: WebSocketCore
+
+    /// The request this socket connects with.
+    public var request: WebSocketRequest { core.request }
+    /// The configuration it was created with.
+    public var configuration: WebSocketConfiguration { core.configuration }
+
+    /// Creates a socket for `url`. Nothing connects until ``connect()``.
+    public convenience init(url: URL, configuration: WebSocketConfiguration = .init()) {
+        self.init(request: WebSocketRequest(url: url), configuration: configuration)
+    }
+
+    /// Creates a socket for a URL string, as seed code writes it.
+    /// - Throws: ``WebSocketError`` with code ``WebSocketError/Code/invalidURL``.
+    public convenience init(url: String, configuration: WebSocketConfiguration = .init()) throws {
+        self.init(request: try WebSocketRequest(url: url), configuration: configuration)
+    }
+
+    /// Creates a socket for a request with subprotocols and headers.
+    public convenience init(request: WebSocketRequest, configuration: WebSocketConfiguration = .init()) {
+        self.init(request: request, configuration: configuration, clock: ContinuousClock())
+    }
+
+    /// Creates a socket whose ping and reconnect timers run on `clock`.
+    public init(request: WebSocketRequest, configuration: WebSocketConfiguration, clock: some Clock<Duration>) {
+        self.core = WebSocketCore(request: request, configuration: configuration, clock: clock)
+    }
+
+    /// Creates a socket with a ping configuration, as seed 004 does.
+    public convenience init(url: URL, pingConfig: PingConfig) {
+        self.init(url: url, configuration: .init(ping: pingConfig))
+    }
+
+    /// Creates a socket for a request with a ping configuration, as seed 004 does.
+    public convenience init(request: WebSocketRequest, pingConfig: PingConfig) {
+        self.init(request: request, configuration: .init(ping: pingConfig))
+    }
+
+    deinit {
+        core.terminate()
+    }
+
+    public var state: WebSocketState { core.currentState }
+
+    public var events: AsyncStream<WebSocketEvent> { core.events.makeStream() }
+
+    public var messages: AsyncStream<WebSocketMessage> { core.messages.makeStream() }
+
+    public var stateEvents: AsyncStream<WebSocketState> { core.makeStateStream() }
+
+    /// Each measured ping round-trip time, from now on.
+    public var pingRoundTrips: AsyncStream<Duration> { core.roundTrips.makeStream() }
+
+    /// The last measured ping round-trip time, if a pong has come back.
+    public var pingRoundTripTime: Duration? { core.roundTripTime }
+
+    /// The subprotocol the server chose on the current connection, if any.
+    public var negotiatedProtocol: String? {
+        if case .connected(let chosen) = state { return chosen }
+        return nil
+    }
+
+    /// How many sends wait for a reconnection.
+    public var queuedSendCount: Int { core.queuedSendCount }
+
+    /// Called when `maxPingFailures` pings in a row went unanswered, before reconnection.
+    public var onPingFailed: (@Sendable (WebSocketError) -> Void)? {
+        get { core.onPingFailed }
+        set { core.onPingFailed = newValue }
+    }
+
+    public func connect() async throws {
+        try await core.connect()
+    }
+
+    public func disconnect(code: WebSocketCloseCode = .normalClosure, reason: String = "") async {
+        await core.disconnect(code: code, reason: reason)
+    }
+
+    /// Opens a fresh connection with the same request; returns at once when connected.
+    /// - Returns: this socket.
+    @discardableResult
+    public func reconnect() async throws -> WebSocket {
+        try await core.connect()
+        return self
+    }
+
+    public func terminate() async {
+        core.terminate()
+    }
+
+    /// Ends automatic reconnection and closes the connection, without waiting: the same as
+    /// ``disconnect(code:reason:)`` with 1000, started in the background.
+    public func stop() {
+        let core = self.core
+        Task { await core.disconnect(code: .normalClosure, reason: "") }
+    }
+
+    /// Sends a message. While reconnecting, it is queued and this returns at once.
+    /// - Throws: ``WebSocketError``: ``WebSocketError/Code/notConnected`` when the socket is not
+    ///   connected or reconnecting, ``WebSocketError/Code/sendQueueFull`` when the queue is full,
+    ///   ``WebSocketError/Code/terminated`` after ``terminate()``, or
+    ///   ``WebSocketError/Code/connectionLost`` when the write failed.
+    public func send(_ message: WebSocketMessage) async throws {
+        try await core.send(message)
+    }
+}

@@ -1,0 +1,74 @@
+public import Logging
+
+/// How a ``WebSocket`` behaves. Every field has a default.
+///
+/// ```swift
+/// var configuration = WebSocketConfiguration()
+/// configuration.ping = PingConfig(pingInterval: .seconds(15), maxPingFailures: 2)
+/// configuration.reconnection = .exponentialBackoff(maxAttempts: 10)
+/// configuration.tlsTrust = .certificateAuthority(pem: localCA)
+/// let socket = WebSocket(url: url, configuration: configuration)
+/// ```
+public struct WebSocketConfiguration: Sendable {
+    /// Keep-alive pings; nil sends none. Default: none.
+    public var ping: PingConfig?
+    /// Automatic reconnection after a lost connection. Default: ``ReconnectionStrategy/none``.
+    public var reconnection: ReconnectionStrategy
+    /// How many sends may wait while reconnecting; one more throws
+    /// ``WebSocketError/Code/sendQueueFull``. Default 1000.
+    public var maxQueuedSends: Int
+    /// The largest message accepted, in bytes; a larger one closes the connection with 1009.
+    /// Default 16 MiB.
+    public var maxMessageBytes: Int
+    /// How long a connection attempt (TCP, TLS and handshake) may take. Default 10 s.
+    public var connectTimeout: Duration
+    /// How long to wait for the peer's close frame after sending ours. Default 5 s.
+    public var closeTimeout: Duration
+    /// Which certificates `wss://` trusts. Default: the system's roots.
+    public var tlsTrust: WebSocketTLSTrust
+    /// How many events each consumer stream buffers before it drops new ones (and logs a
+    /// warning). Default 65,536.
+    public var streamBufferLimit: Int
+    /// The transport. Default: ``WebSocketTransportKind/nio``.
+    public var transport: WebSocketTransportKind
+    /// Where the socket logs. Default: a logger labelled `duplex.websocket`.
+    public var logger: Logger
+
+    /// Creates a configuration; every argument has a default.
+    public init(
+        ping: PingConfig? = nil,
+        reconnection: ReconnectionStrategy = .none,
+        maxQueuedSends: Int = 1000,
+        maxMessageBytes: Int = 16 * 1024 * 1024,
+        connectTimeout: Duration = .seconds(10),
+        closeTimeout: Duration = .seconds(5),
+        tlsTrust: WebSocketTLSTrust = .systemRoots,
+        streamBufferLimit: Int = 65_536,
+        transport: WebSocketTransportKind = .nio,
+        logger: Logger = Logger(label: "duplex.websocket")
+    ) {
+        self.ping = ping
+        self.reconnection = reconnection
+        self.maxQueuedSends = maxQueuedSends
+        self.maxMessageBytes = maxMessageBytes
+        self.connectTimeout = connectTimeout
+        self.closeTimeout = closeTimeout
+        self.tlsTrust = tlsTrust
+        self.streamBufferLimit = streamBufferLimit
+        self.transport = transport
+        self.logger = logger
+    }
+}
+
+/// Which transport carries a ``WebSocket``'s connections.
+public struct WebSocketTransportKind: Sendable {
+    let make: @Sendable () -> any WebSocketTransport
+
+    /// SwiftNIO, with NIOSSL for `wss://`: Linux and Apple platforms.
+    public static var nio: WebSocketTransportKind { WebSocketTransportKind { NIOWebSocketTransport() } }
+
+    /// A transport of your own, for example a test double.
+    public static func custom(_ make: @escaping @Sendable () -> any WebSocketTransport) -> WebSocketTransportKind {
+        WebSocketTransportKind(make: make)
+    }
+}

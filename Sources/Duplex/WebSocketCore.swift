@@ -1,0 +1,339 @@
+import DuplexSchema
+import Logging
+import NIOConcurrencyHelpers
+
+/// The engine behind a ``WebSocket``: runs ``WebSocketLifecycle`` and performs its actions,
+/// owns the current transport connection, the ping and reconnect timers, and the streams.
+///
+/// Actions are performed under the lock, so events and states reach every stream in one order;
+/// nothing done under the lock calls back into it (transport calls return at once).
+final class WebSocketCore: Sendable {
+    let request: WebSocketRequest
+    let configuration: WebSocketConfiguration
+    private let transport: any WebSocketTransport
+    private let clock: any Clock<Duration>
+    let events: Broadcaster<WebSocketEvent>
+    let messages: Broadcaster<WebSocketMessage>
+    let states: Broadcaster<WebSocketState>
+    let roundTrips: Broadcaster<Duration>
+
+    private struct State {
+        var lifecycle: WebSocketLifecycle
+        var connection: (generation: UInt64, connection: any WebSocketTransportConnection)?
+        /// Messages that arrived before the connection's success was processed.
+        var early: [WebSocketMessage] = []
+        var connectWaiters: [CheckedContinuation<Void, any Error>] = []
+        var disconnectWaiters: [CheckedContinuation<Void, Never>] = []
+        var reconnectTask: Task<Void, Never>?
+        var pingTask: Task<Void, Never>?
+        var pingTracker: PingTracker?
+        var roundTripTime: Duration?
+        var onPingFailed: (@Sendable (WebSocketError) -> Void)?
+    }
+
+    private let state: NIOLockedValueBox<State>
+
+    init(request: WebSocketRequest, configuration: WebSocketConfiguration, clock: any Clock<Duration>) {
+        self.request = request
+        self.configuration = configuration
+        self.transport = configuration.transport.make()
+        self.clock = clock
+        let logger = configuration.logger
+        let limit = configuration.streamBufferLimit
+        self.events = Broadcaster(limit: limit, label: "events", logger: logger)
+        self.messages = Broadcaster(limit: limit, label: "messages", logger: logger)
+        self.states = Broadcaster(limit: limit, label: "stateEvents", logger: logger)
+        self.roundTrips = Broadcaster(limit: limit, label: "pingRoundTrips", logger: logger)
+        self.state = NIOLockedValueBox(
+            State(lifecycle: WebSocketLifecycle(strategy: configuration.reconnection, maxQueuedSends: configuration.maxQueuedSends))
+        )
+    }
+
+    var currentState: WebSocketState { state.withLockedValue { $0.lifecycle.state } }
+    var roundTripTime: Duration? { state.withLockedValue { $0.roundTripTime } }
+    var queuedSendCount: Int { state.withLockedValue { $0.lifecycle.queuedCount } }
+
+    var onPingFailed: (@Sendable (WebSocketError) -> Void)? {
+        get { state.withLockedValue { $0.onPingFailed } }
+        set { state.withLockedValue { $0.onPingFailed = newValue } }
+    }
+
+    func makeStateStream() -> AsyncStream<WebSocketState> {
+        state.withLockedValue { states.makeStream(startingWith: $0.lifecycle.state) }
+    }
+
+    // MARK: Requests
+
+    func connect() async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            state.withLockedValue { state in
+                switch state.lifecycle.connect() {
+                case .alreadyConnected:
+                    continuation.resume()
+                case .fail(let error):
+                    continuation.resume(throwing: error)
+                case .wait(let actions):
+                    state.connectWaiters.append(continuation)
+                    perform(actions, in: &state)
+                }
+            }
+        }
+    }
+
+    func disconnect(code: WebSocketCloseCode, reason: String) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            state.withLockedValue { state in
+                switch state.lifecycle.disconnect(code: code, reason: reason) {
+                case .done:
+                    continuation.resume()
+                case .immediate(let actions):
+                    perform(actions, in: &state)
+                    continuation.resume()
+                case .wait(let actions):
+                    state.disconnectWaiters.append(continuation)
+                    perform(actions, in: &state)
+                }
+            }
+        }
+    }
+
+    func terminate() {
+        state.withLockedValue { state in
+            perform(state.lifecycle.terminate(), in: &state)
+        }
+    }
+
+    func send(_ message: WebSocketMessage) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            state.withLockedValue { state in
+                switch state.lifecycle.send(message) {
+                case .write:
+                    guard let connection = state.connection?.connection else {
+                        continuation.resume(throwing: WebSocketError(.notConnected, "the connection is gone"))
+                        return
+                    }
+                    connection.write(message) { result in
+                        continuation.resume(with: result.mapError { error in
+                            error as? WebSocketError ?? WebSocketError(.connectionLost, "the message could not be written: \(error)")
+                        })
+                    }
+                case .queued:
+                    continuation.resume()
+                case .fail(let error):
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+    }
+
+    // MARK: Reports
+
+    func connectionOpened(generation: UInt64, connection: any WebSocketTransportConnection) {
+        state.withLockedValue { state in
+            let actions = state.lifecycle.connectSucceeded(generation: generation, protocol: connection.negotiatedProtocol)
+            if case .discardConnection = actions.first {
+                connection.close(code: .normalClosure, reason: "no longer wanted")
+                return
+            }
+            state.connection = (generation, connection)
+            perform(actions, in: &state)
+            for message in state.early {
+                messages.yield(message)
+                events.yield(.message(message))
+            }
+            state.early = []
+        }
+    }
+
+    func connectionFailed(generation: UInt64, error: WebSocketError) {
+        state.withLockedValue { state in
+            perform(state.lifecycle.connectFailed(generation: generation, error: error), in: &state)
+        }
+    }
+
+    func received(_ message: WebSocketMessage, generation: UInt64) {
+        state.withLockedValue { state in
+            switch state.lifecycle.phase {
+            case .connected(let live) where live == generation, .disconnecting(let live) where live == generation:
+                messages.yield(message)
+                events.yield(.message(message))
+            case .connecting(let pending, _, _) where pending == generation:
+                state.early.append(message)
+            default:
+                break
+            }
+        }
+    }
+
+    func receivedPong(_ payload: [UInt8], generation: UInt64) {
+        let now = ContinuousClock.now
+        state.withLockedValue { state in
+            guard state.lifecycle.liveGeneration == generation,
+                let roundTrip = state.pingTracker?.pongReceived(payload, at: now)
+            else { return }
+            state.roundTripTime = roundTrip
+            roundTrips.yield(roundTrip)
+        }
+    }
+
+    func closed(generation: UInt64, code: WebSocketCloseCode?, reason: String, error: WebSocketError?) {
+        state.withLockedValue { state in
+            if state.connection?.generation == generation { state.connection = nil }
+            perform(state.lifecycle.connectionClosed(generation: generation, code: code, reason: reason, error: error), in: &state)
+        }
+    }
+
+    // MARK: Actions
+
+    private func perform(_ actions: [WebSocketLifecycle.Action], in state: inout State) {
+        for action in actions {
+            switch action {
+            case .startConnecting(let generation):
+                startConnecting(generation: generation)
+            case .closeConnection(let code, let reason):
+                state.connection?.connection.close(code: code, reason: reason)
+            case .abortConnection:
+                state.connection?.connection.abort()
+                state.connection = nil
+            case .discardConnection:
+                break
+            case .scheduleReconnect(let attempt, let delay):
+                configuration.logger.info("reconnecting", metadata: ["attempt": "\(attempt + 1)", "delay": "\(delay)"])
+                let clock = self.clock
+                state.reconnectTask = Task { [weak self] in
+                    guard (try? await clock.sleep(for: delay)) != nil else { return }
+                    self?.reconnectTimerFired(attempt: attempt)
+                }
+            case .cancelReconnectTimer:
+                state.reconnectTask?.cancel()
+                state.reconnectTask = nil
+            case .flush(let queued):
+                for message in queued {
+                    state.connection?.connection.write(message, completion: nil)
+                }
+            case .startPinging:
+                startPinging(in: &state)
+            case .stopPinging:
+                state.pingTask?.cancel()
+                state.pingTask = nil
+                state.pingTracker = nil
+            case .publishState(let newState):
+                states.yield(newState)
+            case .emit(let event):
+                events.yield(event)
+            case .resumeConnectWaiters(let error):
+                for waiter in state.connectWaiters {
+                    if let error { waiter.resume(throwing: error) } else { waiter.resume() }
+                }
+                state.connectWaiters = []
+            case .resumeDisconnectWaiters:
+                for waiter in state.disconnectWaiters { waiter.resume() }
+                state.disconnectWaiters = []
+            case .pingFailed(let missed):
+                configuration.logger.warning("ping failed: closing the connection", metadata: ["missed": "\(missed)"])
+                if let hook = state.onPingFailed {
+                    let error = WebSocketError(.pingFailed, "\(missed) pings in a row went unanswered")
+                    Task { hook(error) }
+                }
+            case .finishStreams:
+                events.finish()
+                messages.finish()
+                states.finish()
+                roundTrips.finish()
+            }
+        }
+    }
+
+    private func reconnectTimerFired(attempt: Int) {
+        state.withLockedValue { state in
+            state.reconnectTask = nil
+            perform(state.lifecycle.reconnectTimerFired(attempt: attempt), in: &state)
+        }
+    }
+
+    private func startConnecting(generation: UInt64) {
+        let delegate = ConnectionDelegate(core: self, generation: generation)
+        let transport = self.transport
+        let request = self.request
+        let configuration = self.configuration
+        Task {
+            do {
+                let connection = try await transport.connect(request: request, configuration: configuration, delegate: delegate)
+                delegate.core?.connectionOpened(generation: generation, connection: connection)
+                    ?? connection.close(code: .goingAway, reason: "released")
+            } catch {
+                let described = error as? WebSocketError ?? WebSocketError(.connectionFailed, "\(error)")
+                delegate.core?.connectionFailed(generation: generation, error: described)
+            }
+        }
+    }
+
+    private func startPinging(in state: inout State) {
+        guard let ping = configuration.ping, let generation = state.connection?.generation else { return }
+        state.pingTracker = PingTracker(maxFailures: ping.maxPingFailures)
+        let clock = self.clock
+        state.pingTask = Task { [weak self] in
+            while !Task.isCancelled {
+                guard (try? await clock.sleep(for: ping.pingInterval - ping.pongTimeout)) != nil else { return }
+                guard self?.sendPing(generation: generation) == true else { return }
+                guard (try? await clock.sleep(for: ping.pongTimeout)) != nil else { return }
+                guard self?.pongTimeoutElapsed(generation: generation) == true else { return }
+            }
+        }
+    }
+
+    /// Sends the next ping; false when the connection is gone.
+    private func sendPing(generation: UInt64) -> Bool {
+        state.withLockedValue { state in
+            guard state.lifecycle.liveGeneration == generation, let connection = state.connection?.connection,
+                var tracker = state.pingTracker
+            else { return false }
+            connection.ping(tracker.nextPing(at: .now))
+            state.pingTracker = tracker
+            return true
+        }
+    }
+
+    /// Counts a missed pong; false when the pinging should stop.
+    private func pongTimeoutElapsed(generation: UInt64) -> Bool {
+        state.withLockedValue { state in
+            guard state.lifecycle.liveGeneration == generation, var tracker = state.pingTracker else { return false }
+            let outcome = tracker.pongTimeoutElapsed()
+            state.pingTracker = tracker
+            switch outcome {
+            case .failed(let failures):
+                perform(state.lifecycle.pingFailed(generation: generation, missed: failures), in: &state)
+                return false
+            case .missed(let failures):
+                configuration.logger.debug("ping unanswered", metadata: ["failures": "\(failures)"])
+                return true
+            case .answered, nil:
+                return true
+            }
+        }
+    }
+}
+
+/// Routes one connection's transport reports to the core, tagged with the connection's
+/// generation. It holds the core weakly, so a socket released by its owner goes away.
+final class ConnectionDelegate: WebSocketTransportDelegate {
+    weak let core: WebSocketCore?
+    let generation: UInt64
+
+    init(core: WebSocketCore, generation: UInt64) {
+        self.core = core
+        self.generation = generation
+    }
+
+    func transportDidReceive(_ message: WebSocketMessage) {
+        core?.received(message, generation: generation)
+    }
+
+    func transportDidReceivePong(_ payload: [UInt8]) {
+        core?.receivedPong(payload, generation: generation)
+    }
+
+    func transportDidClose(code: WebSocketCloseCode?, reason: String, error: WebSocketError?) {
+        core?.closed(generation: generation, code: code, reason: reason, error: error)
+    }
+}

@@ -1,0 +1,61 @@
+public import DuplexSchema
+
+/// An error of the WebSocket client, with a readable description.
+///
+/// Compare with the static members: `if error.code == .notConnected { … }`.
+public struct WebSocketError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The kind of error.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private let value: String
+        private init(_ value: String) { self.value = value }
+
+        /// The URL is not a ws:// or wss:// URL with a host.
+        public static let invalidURL = Code("invalidURL")
+        /// The socket is not connected, and is not reconnecting: a send cannot go anywhere.
+        public static let notConnected = Code("notConnected")
+        /// ``WebSocket/terminate()`` was called; the socket cannot be used again.
+        public static let terminated = Code("terminated")
+        /// No connection was made within the connect timeout.
+        public static let connectTimeout = Code("connectTimeout")
+        /// The TCP connection could not be made (refused, unreachable, DNS failure).
+        public static let connectionFailed = Code("connectionFailed")
+        /// The TLS handshake failed, for example because the certificate is not trusted.
+        public static let tlsFailed = Code("tlsFailed")
+        /// The server answered the handshake with a status other than 101; see ``status``.
+        public static let upgradeRejected = Code("upgradeRejected")
+        /// The server chose a subprotocol the client did not offer.
+        public static let unexpectedSubprotocol = Code("unexpectedSubprotocol")
+        /// The peer broke RFC 6455; ``closeCode`` says how.
+        public static let protocolViolation = Code("protocolViolation")
+        /// A message exceeded ``WebSocketConfiguration/maxMessageBytes``.
+        public static let messageTooBig = Code("messageTooBig")
+        /// The send queue used while reconnecting is full.
+        public static let sendQueueFull = Code("sendQueueFull")
+        /// `maxPingFailures` pings in a row went unanswered.
+        public static let pingFailed = Code("pingFailed")
+        /// The connection failed while sending or receiving.
+        public static let connectionLost = Code("connectionLost")
+        /// A frame could not be decoded as the typed channel's message type.
+        public static let decodingFailed = Code("decodingFailed")
+
+        public var description: String { value }
+    }
+
+    /// The kind of error.
+    public var code: Code
+    /// What happened, for people.
+    public var message: String
+    /// For ``Code/upgradeRejected``: the HTTP status the server answered with.
+    public var status: Int?
+    /// For ``Code/protocolViolation`` and ``Code/messageTooBig``: the close code sent to the peer.
+    public var closeCode: WebSocketCloseCode?
+
+    public init(_ code: Code, _ message: String, status: Int? = nil, closeCode: WebSocketCloseCode? = nil) {
+        self.code = code
+        self.message = message
+        self.status = status
+        self.closeCode = closeCode
+    }
+
+    public var description: String { "\(code): \(message)" }
+}

@@ -1,0 +1,185 @@
+import DuplexSchema
+import NIOCore
+import NIOWebSocket
+import Foundation
+
+/// The client side of RFC 6455 for one connection, at the frame level: message reassembly,
+/// UTF-8 validation, size limits, control frames and the close handshake.
+///
+/// A pure value: it is fed frames and requests, and returns what to do. The NIO channel handler
+/// performs the actions; the unit tests check them with no I/O.
+struct WebSocketFrameStateMachine {
+    enum State: Equatable {
+        /// Open: messages flow both ways.
+        case open
+        /// We sent a close frame and wait for the peer's.
+        case closeSent
+        /// The close handshake is done, or the connection failed; nothing more is sent.
+        case closed
+    }
+
+    enum Action: Equatable {
+        case none
+        /// Hand a complete message to the application.
+        case deliver(WebSocketMessage)
+        /// Answer a ping.
+        case sendPong(ByteBuffer)
+        /// A pong arrived.
+        case pongReceived([UInt8])
+        /// The peer started the close handshake: send our close frame (echoing its code), then
+        /// wait for the server to end the TCP connection. Report the peer's code and reason.
+        case replyToClose(reply: WebSocketCloseCode?, peerCode: WebSocketCloseCode, reason: String)
+        /// The peer answered our close frame: the handshake is done; close the TCP connection.
+        case closeHandshakeDone(peerCode: WebSocketCloseCode, reason: String)
+        /// The peer broke the protocol, and `error` says how: send a close frame with this code
+        /// and reason (unless ours was already sent) and close the connection.
+        case failConnection(WebSocketCloseCode, reason: String, error: WebSocketError, sendCloseFrame: Bool)
+        /// Send our close frame (a close the application asked for).
+        case sendClose(WebSocketCloseCode, reason: String)
+    }
+
+    private(set) var state: State = .open
+    let maxMessageBytes: Int
+    private var fragments: (opcode: WebSocketOpcode, buffer: ByteBuffer)?
+
+    init(maxMessageBytes: Int) {
+        self.maxMessageBytes = maxMessageBytes
+    }
+
+    /// The application asks to close with `code` and `reason`.
+    mutating func close(code: WebSocketCloseCode, reason: String) -> Action {
+        guard state == .open else { return .none }
+        state = .closeSent
+        return .sendClose(code, reason: reason)
+    }
+
+    /// Whether data frames may be sent.
+    var canSend: Bool { state == .open }
+
+    /// A frame decoding error from the NIO decoder.
+    mutating func decodingFailed(_ error: any Error) -> Action {
+        switch error {
+        case NIOWebSocketError.invalidFrameLength:
+            return fail(.messageTooBig, "a frame is larger than \(maxMessageBytes) bytes", .messageTooBig)
+        default:
+            return fail(.protocolError, "a frame could not be decoded: \(error)", .protocolViolation)
+        }
+    }
+
+    /// A frame arrived.
+    mutating func received(_ frame: WebSocketFrame) -> Action {
+        guard state != .closed else { return .none }
+        guard frame.maskKey == nil else {
+            return fail(.protocolError, "the server sent a masked frame", .protocolViolation)
+        }
+        guard frame.rsv1 == false, frame.rsv2 == false, frame.rsv3 == false else {
+            return fail(.protocolError, "the server set reserved bits with no extension negotiated", .protocolViolation)
+        }
+        switch frame.opcode {
+        case .ping, .pong, .connectionClose:
+            guard frame.fin, frame.data.readableBytes <= 125 else {
+                return fail(.protocolError, "a control frame was fragmented or longer than 125 bytes", .protocolViolation)
+            }
+            return receivedControl(frame)
+        case .text, .binary:
+            guard fragments == nil else {
+                return fail(.protocolError, "a new message began inside a fragmented one", .protocolViolation)
+            }
+            if frame.fin {
+                guard frame.data.readableBytes <= maxMessageBytes else { return tooBig() }
+                return state == .open ? message(opcode: frame.opcode, buffer: frame.data) : .none
+            }
+            fragments = (frame.opcode, frame.data)
+            return fragments!.buffer.readableBytes <= maxMessageBytes ? .none : tooBig()
+        case .continuation:
+            guard let (opcode, partial) = fragments else {
+                return fail(.protocolError, "a continuation frame came with no message to continue", .protocolViolation)
+            }
+            guard partial.readableBytes + frame.data.readableBytes <= maxMessageBytes else { return tooBig() }
+            var buffer = partial
+            var data = frame.data
+            buffer.writeBuffer(&data)
+            if frame.fin {
+                fragments = nil
+                return state == .open ? message(opcode: opcode, buffer: buffer) : .none
+            }
+            fragments = (opcode, buffer)
+            return .none
+        default:
+            return fail(.protocolError, "the server used reserved opcode \(frame.opcode)", .protocolViolation)
+        }
+    }
+
+    /// The connection ended (TCP closed): nothing more is sent or received.
+    mutating func channelClosed() {
+        state = .closed
+        fragments = nil
+    }
+
+    private mutating func receivedControl(_ frame: WebSocketFrame) -> Action {
+        switch frame.opcode {
+        case .ping:
+            return state == .open ? .sendPong(frame.data) : .none
+        case .pong:
+            return .pongReceived(Array(frame.data.readableBytesView))
+        default:
+            return receivedClose(frame.data)
+        }
+    }
+
+    private mutating func receivedClose(_ payload: ByteBuffer) -> Action {
+        var payload = payload
+        var peerCode = WebSocketCloseCode.noStatusReceived
+        var reason = ""
+        switch payload.readableBytes {
+        case 0:
+            break
+        case 1:
+            return fail(.protocolError, "a close frame had a 1-byte payload", .protocolViolation)
+        default:
+            let number = payload.readInteger(as: UInt16.self)!
+            peerCode = WebSocketCloseCode(number)
+            guard peerCode.isValidOnWire else {
+                return fail(.protocolError, "the server sent close code \(number), which may not be sent", .protocolViolation)
+            }
+            guard let text = String(validating: payload.readableBytesView, as: UTF8.self) else {
+                return fail(.invalidFramePayloadData, "the close reason is not valid UTF-8", .protocolViolation)
+            }
+            reason = text
+        }
+        switch state {
+        case .open:
+            state = .closed
+            fragments = nil
+            let reply: WebSocketCloseCode? = peerCode == .noStatusReceived ? nil : peerCode
+            return .replyToClose(reply: reply, peerCode: peerCode, reason: reason)
+        case .closeSent:
+            state = .closed
+            return .closeHandshakeDone(peerCode: peerCode, reason: reason)
+        case .closed:
+            return .none
+        }
+    }
+
+    private mutating func message(opcode: WebSocketOpcode, buffer: ByteBuffer) -> Action {
+        if opcode == .text {
+            guard let text = String(validating: buffer.readableBytesView, as: UTF8.self) else {
+                return fail(.invalidFramePayloadData, "a text message is not valid UTF-8", .protocolViolation)
+            }
+            return .deliver(.string(text))
+        }
+        return .deliver(.data(Data(buffer.readableBytesView)))
+    }
+
+    private mutating func tooBig() -> Action {
+        fail(.messageTooBig, "a message is larger than \(maxMessageBytes) bytes", .messageTooBig)
+    }
+
+    private mutating func fail(_ code: WebSocketCloseCode, _ reason: String, _ errorCode: WebSocketError.Code) -> Action {
+        let previous = state
+        state = .closed
+        fragments = nil
+        guard previous != .closed else { return .none }
+        return .failConnection(code, reason: reason, error: WebSocketError(errorCode, reason, closeCode: code), sendCloseFrame: previous == .open)
+    }
+}

@@ -1,0 +1,46 @@
+public import DuplexSchema
+public import Foundation
+
+/// What code using a WebSocket is written against: ``WebSocket`` conforms, and so does
+/// `MockWebSocket` from `DuplexTesting`, so an app can be tested without sockets.
+public protocol WebSocketProtocol: AnyObject, Sendable {
+    /// The current state.
+    var state: WebSocketState { get }
+    /// A new stream of every event from now on; each consumer gets its own.
+    var events: AsyncStream<WebSocketEvent> { get }
+    /// A new stream of every message from now on; each consumer gets its own.
+    var messages: AsyncStream<WebSocketMessage> { get }
+    /// A new stream of the current state, then every change; each consumer gets its own.
+    var stateEvents: AsyncStream<WebSocketState> { get }
+    /// Connects; does nothing when already connected.
+    func connect() async throws
+    /// Closes the connection with a close frame; the streams stay open and `connect()` works
+    /// again. Does nothing when not connected.
+    func disconnect(code: WebSocketCloseCode, reason: String) async
+    /// Closes the connection, finishes every stream, and prevents any reconnection.
+    func terminate() async
+    /// Sends a message.
+    func send(_ message: WebSocketMessage) async throws
+}
+
+extension WebSocketProtocol {
+    /// Closes with 1000 (normal closure) and no reason.
+    public func disconnect() async {
+        await disconnect(code: .normalClosure, reason: "")
+    }
+
+    /// Sends a text message.
+    public func send(_ text: String) async throws {
+        try await send(.string(text))
+    }
+
+    /// Sends a binary message.
+    public func send(_ data: Data) async throws {
+        try await send(.data(data))
+    }
+
+    /// Sends `value` encoded as JSON, in a text message.
+    public func sendJSON(_ value: some Encodable, encoder: JSONEncoder = JSONEncoder()) async throws {
+        try await send(try .json(value, encoder: encoder))
+    }
+}

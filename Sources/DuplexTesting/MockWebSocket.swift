@@ -1,0 +1,134 @@
+public import Duplex
+public import DuplexSchema
+import Logging
+import NIOConcurrencyHelpers
+
+/// An in-memory WebSocket for testing code written against `WebSocketProtocol`, with no sockets.
+///
+/// `pair()` makes two connected ends: what one sends, the other receives, in order; closing
+/// one disconnects both, and `connect()` on either joins them again.
+///
+/// ```swift
+/// let (client, server) = MockWebSocket.pair()
+/// let received = server.messages
+/// try await client.send("hello")
+/// for await message in received { #expect(message.text == "hello"); break }
+/// await client.disconnect(code: .normalClosure, reason: "done")
+/// #expect(server.state == .disconnected(.closed(code: .normalClosure, reason: "done")))
+/// ```
+public final class MockWebSocket: WebSocketProtocol {
+    private struct Link {
+        var connected = true
+        var terminated = false
+    }
+
+    private let events_: Broadcaster<WebSocketEvent>
+    private let messages_: Broadcaster<WebSocketMessage>
+    private let states: Broadcaster<WebSocketState>
+    private let current: NIOLockedValueBox<WebSocketState>
+    private let link: NIOLockedValueBox<Link>
+    private let sent = NIOLockedValueBox<[WebSocketMessage]>([])
+    private struct WeakPeer {
+        weak var value: MockWebSocket?
+    }
+
+    private let peerBox = NIOLockedValueBox(WeakPeer())
+    private var peer: MockWebSocket? { peerBox.withLockedValue { $0.value } }
+
+    private init(link: NIOLockedValueBox<Link>) {
+        let logger = Logger(label: "duplex.mock")
+        self.events_ = Broadcaster(limit: 65_536, label: "events", logger: logger)
+        self.messages_ = Broadcaster(limit: 65_536, label: "messages", logger: logger)
+        self.states = Broadcaster(limit: 65_536, label: "stateEvents", logger: logger)
+        self.current = NIOLockedValueBox(.connected(protocol: nil))
+        self.link = link
+    }
+
+    /// Two connected ends of one in-memory connection.
+    public static func pair() -> (MockWebSocket, MockWebSocket) {
+        let link = NIOLockedValueBox(Link())
+        let first = MockWebSocket(link: link)
+        let second = MockWebSocket(link: link)
+        first.peerBox.withLockedValue { $0.value = second }
+        second.peerBox.withLockedValue { $0.value = first }
+        return (first, second)
+    }
+
+    public var state: WebSocketState { current.withLockedValue { $0 } }
+    public var events: AsyncStream<WebSocketEvent> { events_.makeStream() }
+    public var messages: AsyncStream<WebSocketMessage> { messages_.makeStream() }
+    public var stateEvents: AsyncStream<WebSocketState> {
+        current.withLockedValue { states.makeStream(startingWith: $0) }
+    }
+
+    /// Every message this end has sent, in order.
+    public var sentMessages: [WebSocketMessage] { sent.withLockedValue { $0 } }
+
+    /// Joins both ends again after a disconnect; does nothing when connected.
+    /// - Throws: ``WebSocketError`` with code ``WebSocketError/Code/terminated`` after `terminate()`.
+    public func connect() async throws {
+        let rejoined = try link.withLockedValue { link -> Bool in
+            guard !link.terminated else { throw WebSocketError(.terminated, "the mock was terminated") }
+            guard !link.connected else { return false }
+            link.connected = true
+            return true
+        }
+        guard rejoined else { return }
+        for end in [self, peer].compactMap({ $0 }) {
+            end.set(.connecting)
+            end.set(.connected(protocol: nil))
+            end.events_.yield(.connected(protocol: nil))
+        }
+    }
+
+    /// Disconnects both ends: this one as manually disconnected, the other as closed by its peer
+    /// with `code` and `reason`. Does nothing when already disconnected.
+    public func disconnect(code: WebSocketCloseCode, reason: String) async {
+        close(code: code, reason: reason)
+    }
+
+    /// The same as ``disconnect(code:reason:)``, without waiting.
+    public func close(code: WebSocketCloseCode = .normalClosure, reason: String = "") {
+        let wasConnected = link.withLockedValue { link in
+            defer { link.connected = false }
+            return link.connected
+        }
+        guard wasConnected else { return }
+        set(.disconnecting)
+        events_.yield(.disconnected(code: code, reason: reason))
+        set(.disconnected(.manuallyDisconnected))
+        if let peer {
+            peer.events_.yield(.disconnected(code: code, reason: reason))
+            peer.set(.disconnected(.closed(code: code, reason: reason)))
+        }
+    }
+
+    /// Disconnects both ends and finishes this end's streams.
+    public func terminate() async {
+        close(code: .normalClosure, reason: "terminated")
+        link.withLockedValue { $0.terminated = true }
+        set(.disconnected(.terminated))
+        events_.finish()
+        messages_.finish()
+        states.finish()
+    }
+
+    /// Delivers `message` to the other end.
+    /// - Throws: ``WebSocketError`` with code ``WebSocketError/Code/notConnected`` when disconnected.
+    public func send(_ message: WebSocketMessage) async throws {
+        let connected = link.withLockedValue { $0.connected }
+        guard connected, let peer else {
+            throw WebSocketError(.notConnected, "the mock is disconnected")
+        }
+        sent.withLockedValue { $0.append(message) }
+        peer.messages_.yield(message)
+        peer.events_.yield(.message(message))
+    }
+
+    private func set(_ state: WebSocketState) {
+        current.withLockedValue { current in
+            current = state
+            states.yield(state)
+        }
+    }
+}

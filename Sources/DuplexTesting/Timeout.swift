@@ -1,0 +1,51 @@
+/// A test step took longer than its limit.
+public struct TimeoutError: Error, CustomStringConvertible {
+    /// The limit that passed.
+    public var limit: Duration
+    public var description: String { "timed out after \(limit)" }
+}
+
+/// Runs `body`, cancelling it and throwing ``TimeoutError`` if it takes longer than `limit`:
+/// wait on the event itself, with a limit, so a broken build fails fast instead of hanging.
+///
+/// ```swift
+/// let first = try await withTimeout(.seconds(5)) {
+///     for await message in socket.messages { return message }
+///     return nil
+/// }
+/// ```
+public func withTimeout<T: Sendable>(
+    _ limit: Duration = .seconds(15),
+    _ body: @escaping @Sendable () async throws -> T
+) async throws -> T {
+    try await withThrowingTaskGroup(of: T.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: limit)
+            throw TimeoutError(limit: limit)
+        }
+        defer { group.cancelAll() }
+        return try await group.next()!
+    }
+}
+
+extension AsyncSequence where Self: Sendable, Element: Sendable {
+    /// The first element that matches, waiting at most `limit`.
+    /// - Throws: ``TimeoutError`` when none arrives in time, or ``StreamEndedError`` when the
+    ///   sequence ends first.
+    public func first(
+        within limit: Duration,
+        where match: @escaping @Sendable (Element) -> Bool = { _ in true }
+    ) async throws -> Element {
+        try await withTimeout(limit) {
+            for try await element in self where match(element) { return element }
+            throw StreamEndedError()
+        }
+    }
+}
+
+/// A sequence ended before the element a test waited for.
+public struct StreamEndedError: Error, CustomStringConvertible {
+    public init() {}
+    public var description: String { "the stream ended first" }
+}
