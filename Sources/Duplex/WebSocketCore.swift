@@ -22,6 +22,9 @@ final class WebSocketCore: Sendable {
         var connection: (generation: UInt64, connection: any WebSocketTransportConnection)?
         /// Messages that arrived before the connection's success was processed.
         var early: [WebSocketMessage] = []
+        /// A close reported before the connection's success was processed (the server can send
+        /// a close frame in the same read as its 101 response).
+        var earlyClose: (generation: UInt64, code: WebSocketCloseCode?, reason: String, error: WebSocketError?)?
         var connectWaiters: [CheckedContinuation<Void, any Error>] = []
         var disconnectWaiters: [CheckedContinuation<Void, Never>] = []
         var reconnectTask: Task<Void, Never>?
@@ -142,11 +145,18 @@ final class WebSocketCore: Sendable {
                 events.yield(.message(message))
             }
             state.early = []
+            if let close = state.earlyClose, close.generation == generation {
+                state.earlyClose = nil
+                state.connection = nil
+                perform(state.lifecycle.connectionClosed(generation: generation, code: close.code, reason: close.reason, error: close.error), in: &state)
+            }
         }
     }
 
     func connectionFailed(generation: UInt64, error: WebSocketError) {
         state.withLockedValue { state in
+            state.early = []
+            state.earlyClose = nil
             perform(state.lifecycle.connectFailed(generation: generation, error: error), in: &state)
         }
     }
@@ -178,6 +188,10 @@ final class WebSocketCore: Sendable {
 
     func closed(generation: UInt64, code: WebSocketCloseCode?, reason: String, error: WebSocketError?) {
         state.withLockedValue { state in
+            if case .connecting(let pending, _, _) = state.lifecycle.phase, pending == generation {
+                state.earlyClose = (generation, code, reason, error)
+                return
+            }
             if state.connection?.generation == generation { state.connection = nil }
             perform(state.lifecycle.connectionClosed(generation: generation, code: code, reason: reason, error: error), in: &state)
         }

@@ -1,0 +1,158 @@
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import NIOWebSocket
+
+/// A WebSocket server for tests, on 127.0.0.1 and a free port, whose behaviour is scripted per
+/// connection: it can stop answering pings, drop connections, close with a given code, or pick
+/// a subprotocol. It counts what it saw, so tests can assert on it.
+final class ScriptedPeer: Sendable {
+    struct Behaviour: Sendable {
+        var answerPings = true
+        var echo = true
+        var subprotocol: String?
+        /// Send this close frame right after the handshake.
+        var closeOnConnect: (code: UInt16, reason: String)?
+        /// Drop the TCP connection right after the handshake, with no close frame.
+        var dropOnConnect = false
+    }
+
+    private let channel: any Channel
+    let port: Int
+    private let counters = NIOLockedValueBox(Counters())
+    private let children = NIOLockedValueBox<[ObjectIdentifier: any Channel]>([:])
+
+    struct Counters {
+        var connections = 0
+        var pings = 0
+        var messages: [String] = []
+    }
+
+    var connectionCount: Int { counters.withLockedValue { $0.connections } }
+    var pingCount: Int { counters.withLockedValue { $0.pings } }
+    var receivedTexts: [String] { counters.withLockedValue { $0.messages } }
+
+    private init(channel: any Channel) {
+        self.channel = channel
+        self.port = channel.localAddress?.port ?? 0
+    }
+
+    /// Starts a peer; `behaviour` gets the connection's number, from 1.
+    static func start(_ behaviour: @escaping @Sendable (Int) -> Behaviour = { _ in Behaviour() }) async throws -> ScriptedPeer {
+        let box = NIOLockedValueBox<ScriptedPeer?>(nil)
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { child in
+                guard let peer = box.withLockedValue({ $0 }) else { return child.close() }
+                let number = peer.counters.withLockedValue { counters in
+                    counters.connections += 1
+                    return counters.connections
+                }
+                let script = behaviour(number)
+                let upgrader = NIOWebSocketServerUpgrader(
+                    shouldUpgrade: { channel, _ in
+                        var headers = HTTPHeaders()
+                        if let chosen = script.subprotocol { headers.add(name: "Sec-WebSocket-Protocol", value: chosen) }
+                        return channel.eventLoop.makeSucceededFuture(headers)
+                    },
+                    upgradePipelineHandler: { channel, _ in
+                        channel.eventLoop.makeCompletedFuture {
+                            try channel.pipeline.syncOperations.addHandler(PeerHandler(peer: peer, script: script))
+                        }
+                    }
+                )
+                return child.pipeline.configureHTTPServerPipeline(withServerUpgrade: (upgraders: [upgrader], completionHandler: { _ in }))
+            }
+            .bind(host: "127.0.0.1", port: 0)
+            .get()
+        let peer = ScriptedPeer(channel: channel)
+        box.withLockedValue { $0 = peer }
+        return peer
+    }
+
+    /// Drops every open connection, with no close frame.
+    func dropAll() {
+        for child in children.withLockedValue({ Array($0.values) }) { child.close(promise: nil) }
+    }
+
+    /// Stops listening and drops every connection.
+    func stop() async {
+        dropAll()
+        try? await channel.close()
+    }
+
+    fileprivate func opened(_ channel: any Channel) {
+        children.withLockedValue { $0[ObjectIdentifier(channel)] = channel }
+    }
+
+    fileprivate func closed(_ channel: any Channel) {
+        children.withLockedValue { _ = $0.removeValue(forKey: ObjectIdentifier(channel)) }
+    }
+
+    fileprivate func count(ping: Bool = false, text: String? = nil) {
+        counters.withLockedValue { counters in
+            if ping { counters.pings += 1 }
+            if let text { counters.messages.append(text) }
+        }
+    }
+}
+
+private final class PeerHandler: ChannelInboundHandler {
+    typealias InboundIn = WebSocketFrame
+    typealias OutboundOut = WebSocketFrame
+
+    let peer: ScriptedPeer
+    let script: ScriptedPeer.Behaviour
+
+    init(peer: ScriptedPeer, script: ScriptedPeer.Behaviour) {
+        self.peer = peer
+        self.script = script
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        peer.opened(context.channel)
+        if script.dropOnConnect {
+            context.close(promise: nil)
+        } else if let (code, reason) = script.closeOnConnect {
+            var payload = context.channel.allocator.buffer(capacity: 2 + reason.utf8.count)
+            payload.writeInteger(code)
+            payload.writeString(reason)
+            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: payload)), promise: nil)
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        peer.closed(context.channel)
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        let payload = frame.unmaskedData
+        switch frame.opcode {
+        case .ping:
+            peer.count(ping: true)
+            if script.answerPings {
+                context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: payload)), promise: nil)
+            }
+        case .text:
+            let text = String(buffer: payload)
+            peer.count(text: text)
+            if script.echo {
+                context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .text, data: payload)), promise: nil)
+            }
+        case .binary:
+            if script.echo {
+                context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .binary, data: payload)), promise: nil)
+            }
+        case .connectionClose:
+            let channel = context.channel
+            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: payload))).whenComplete { _ in
+                channel.close(promise: nil)
+            }
+        default:
+            break
+        }
+    }
+}
