@@ -2,6 +2,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import NIOSSL
 import NIOWebSocket
 
 /// A WebSocket server for tests, on 127.0.0.1 and a free port, whose behaviour is scripted per
@@ -38,8 +39,12 @@ final class ScriptedPeer: Sendable {
         self.port = channel.localAddress?.port ?? 0
     }
 
-    /// Starts a peer; `behaviour` gets the connection's number, from 1.
-    static func start(_ behaviour: @escaping @Sendable (Int) -> Behaviour = { _ in Behaviour() }) async throws -> ScriptedPeer {
+    /// Starts a peer; `behaviour` gets the connection's number, from 1. With `tls`, it speaks
+    /// wss with that context.
+    static func start(
+        tls: NIOSSLContext? = nil,
+        _ behaviour: @escaping @Sendable (Int) -> Behaviour = { _ in Behaviour() }
+    ) async throws -> ScriptedPeer {
         let box = NIOLockedValueBox<ScriptedPeer?>(nil)
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
@@ -62,6 +67,13 @@ final class ScriptedPeer: Sendable {
                         }
                     }
                 )
+                if let tls {
+                    do {
+                        try child.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tls))
+                    } catch {
+                        return child.eventLoop.makeFailedFuture(error)
+                    }
+                }
                 return child.pipeline.configureHTTPServerPipeline(withServerUpgrade: (upgraders: [upgrader], completionHandler: { _ in }))
             }
             .bind(host: "127.0.0.1", port: 0)
