@@ -13,6 +13,7 @@ let package = Package(
     products: [
         .library(name: "DuplexSchema", targets: ["DuplexSchema"]),
         .library(name: "Duplex", targets: ["Duplex"]),
+        .library(name: "DuplexCallbacks", targets: ["DuplexCallbacks"]),
         .library(name: "DuplexServer", targets: ["DuplexServer"]),
         .library(name: "DuplexTesting", targets: ["DuplexTesting"]),
         .executable(name: "duplex-server", targets: ["duplex-server"]),
@@ -47,6 +48,12 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
+            swiftSettings: swiftSettings
+        ),
+        // Closure-based adapters over the client library.
+        .target(
+            name: "DuplexCallbacks",
+            dependencies: ["Duplex", "DuplexSchema"],
             swiftSettings: swiftSettings
         ),
         // The loopback server (echo, chat rooms, SSE) as a library.
@@ -96,6 +103,7 @@ let package = Package(
             name: "DuplexTests",
             dependencies: [
                 "Duplex",
+                "DuplexCallbacks",
                 "DuplexSchema",
                 "DuplexServer",
                 "DuplexTesting",
