@@ -1,0 +1,34 @@
+import Duplex
+import DuplexTesting
+import Foundation
+import Testing
+
+/// The client against a third-party RFC 6455 server: Python's `websockets`, which `.ci/run`
+/// starts and names in DUPLEX_INTEROP_WS_URL. Skipped when that is not set.
+@Suite("interop with Python websockets", .enabled(if: ProcessInfo.processInfo.environment["DUPLEX_INTEROP_WS_URL"] != nil))
+struct PythonInteropTests {
+    static var url: URL { URL(string: ProcessInfo.processInfo.environment["DUPLEX_INTEROP_WS_URL"] ?? "ws://127.0.0.1:1")! }
+
+    @Test("text, binary, a 1 MiB message and pings against a Python websockets echo server")
+    func echo() async throws {
+        try await withTimeout {
+            let socket = WebSocket(url: Self.url, configuration: .init(ping: PingConfig(pingInterval: .milliseconds(50), maxPingFailures: 3)))
+            let messages = socket.messages
+            let roundTrips = socket.pingRoundTrips
+            try await socket.connect()
+            let big = Data((0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0) })
+            try await socket.send("héllo from Swift")
+            try await socket.send(Data([0, 255]))
+            try await socket.send(big)
+            var received: [WebSocketMessage] = []
+            for await message in messages {
+                received.append(message)
+                if received.count == 3 { break }
+            }
+            #expect(received == [.string("héllo from Swift"), .data(Data([0, 255])), .data(big)])
+            #expect(try await roundTrips.first(within: .seconds(5)) > .zero)
+            await socket.disconnect()
+            #expect(socket.state == .disconnected(.manuallyDisconnected))
+        }
+    }
+}

@@ -1,0 +1,115 @@
+import Duplex
+import DuplexCallbacks
+import DuplexSchema
+import DuplexServer
+import DuplexTesting
+import Foundation
+import Testing
+
+/// The README's client examples, compiled and run against an in-process server. When README
+/// changes, change these with it.
+@Suite("README examples")
+struct ReadmeExamplesTests {
+    struct ChatLine: Codable, Equatable {
+        var user: String
+        var text: String
+    }
+
+    @Test("connect, send, receive, decode, disconnect, terminate")
+    func basics() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                let url = server.webSocketURL("/echo")
+                // README: Connect, send and receive
+                let socket = WebSocket(url: url)
+                let messages = socket.messages
+                try await socket.connect()
+                try await socket.send("hello")                              // text
+                try await socket.send(Data([1, 2, 3]))                      // binary
+                try await socket.sendJSON(ChatLine(user: "alice", text: "hi"))
+                var received: [WebSocketMessage] = []
+                for await message in messages {
+                    received.append(message)
+                    if received.count == 3 { break }
+                }
+                // README: messages have .text and .data, and decode JSON
+                #expect(received[0].text == "hello")
+                #expect(received[1].data == Data([1, 2, 3]))
+                let line = try received[2].decode(ChatLine.self)
+                #expect(line == ChatLine(user: "alice", text: "hi"))
+                await socket.disconnect(code: .normalClosure, reason: "done")  // streams stay open
+                try await socket.connect()                                      // and connect works again
+                await socket.terminate()                                        // ends every stream
+            }
+        }
+    }
+
+    @Test("requests with subprotocols and headers, events and states")
+    func requestsEventsStates() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                let request = WebSocketRequest(
+                    url: server.webSocketURL("/echo"),
+                    protocols: ["chat.v2"],
+                    additionalHeaders: ["Authorization": "Bearer my-token"]
+                )
+                let socket = WebSocket(request: request)
+                let events = socket.events
+                let states = socket.stateEvents
+                try await socket.connect()
+                try await socket.send("ping me")
+                var log: [String] = []
+                for await event in events {
+                    switch event {
+                    case .connected(let chosen): log.append("connected \(chosen ?? "-")")
+                    case .message(let message): log.append("message \(message.text ?? "")")
+                    case .disconnected(let code, let reason): log.append("closed \(code.rawValue) \(reason)")
+                    case .error(let error): log.append("error \(error)")
+                    }
+                    if log.count == 2 { break }
+                }
+                #expect(log == ["connected -", "message ping me"])
+                await socket.terminate()
+                var seen: [WebSocketState] = []
+                for await state in states { seen.append(state) }
+                #expect(seen.first == .notConnected && seen.last == .disconnected(.terminated))
+            }
+        }
+    }
+
+    @Test("pings, reconnection and queued sends configure as README shows")
+    func configuration() async throws {
+        // README: Keep-alive and reconnection
+        let socket = WebSocket(
+            url: URL(string: "wss://example.invalid/live")!,
+            configuration: .init(
+                ping: PingConfig(pingInterval: .seconds(15), maxPingFailures: 2),
+                reconnection: .exponentialBackoff(baseDelay: .seconds(1), maxDelay: .seconds(30), maxAttempts: 10),
+                maxQueuedSends: 500
+            )
+        )
+        socket.onPingFailed = { error in print("connection looks dead: \(error)") }
+        #expect(socket.configuration.ping?.maxPingFailures == 2)
+        #expect(socket.configuration.reconnection.delay(forAttempt: 10) == nil)
+        let custom = ReconnectionStrategy(maxAttempts: 5) { attempt in
+            attempt == 0 ? .milliseconds(100) : .seconds(2)
+        }
+        #expect(custom.delay(forAttempt: 1) == .seconds(2))
+        // README: TLS trust for local servers
+        let local = WebSocketConfiguration(tlsTrust: .certificateAuthority(pem: "-----BEGIN CERTIFICATE-----\n…"))
+        #expect(local.tlsTrust == .certificateAuthority(pem: "-----BEGIN CERTIFICATE-----\n…"))
+        await socket.terminate()
+    }
+
+    @Test("testing app code with MockWebSocket")
+    func mock() async throws {
+        // README: Test without sockets
+        let (client, server) = MockWebSocket.pair()
+        let atServer = server.messages
+        try await client.send(.string("hello"))
+        let first = try await atServer.first(within: .seconds(5))
+        #expect(first.text == "hello")
+        await client.disconnect(code: .normalClosure, reason: "done")
+        #expect(server.state == .disconnected(.closed(code: .normalClosure, reason: "done")))
+    }
+}
