@@ -14,6 +14,7 @@ let package = Package(
         .library(name: "DuplexSchema", targets: ["DuplexSchema"]),
         .library(name: "Duplex", targets: ["Duplex"]),
         .library(name: "DuplexCallbacks", targets: ["DuplexCallbacks"]),
+        .library(name: "DuplexCombine", targets: ["DuplexCombine"]),
         .library(name: "DuplexServer", targets: ["DuplexServer"]),
         .library(name: "DuplexTesting", targets: ["DuplexTesting"]),
         .executable(name: "duplex-server", targets: ["duplex-server"]),
@@ -28,6 +29,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/OpenCombine/OpenCombine.git", from: "0.14.0"),
     ],
     targets: [
         // The wire schema shared by server and clients: Foundation only.
@@ -54,6 +56,17 @@ let package = Package(
         .target(
             name: "DuplexCallbacks",
             dependencies: ["Duplex", "DuplexSchema"],
+            swiftSettings: swiftSettings
+        ),
+        // Combine publishers over the client library (OpenCombine where Combine is missing).
+        .target(
+            name: "DuplexCombine",
+            dependencies: [
+                "Duplex",
+                "DuplexSchema",
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "OpenCombine", package: "OpenCombine", condition: .when(platforms: [.linux, .windows, .android, .wasi])),
+            ],
             swiftSettings: swiftSettings
         ),
         // The loopback server (echo, chat rooms, SSE) as a library.
@@ -104,6 +117,7 @@ let package = Package(
             dependencies: [
                 "Duplex",
                 "DuplexCallbacks",
+                "DuplexCombine",
                 "DuplexSchema",
                 "DuplexServer",
                 "DuplexTesting",

@@ -27,11 +27,28 @@ final class ScriptedPeer: Sendable {
     struct Counters {
         var connections = 0
         var pings = 0
+        var pingsByConnection: [Int: Int] = [:]
         var messages: [String] = []
+        var pingWaiters: [(connection: Int, count: Int, continuation: CheckedContinuation<Void, Never>)] = []
     }
 
     var connectionCount: Int { counters.withLockedValue { $0.connections } }
     var pingCount: Int { counters.withLockedValue { $0.pings } }
+
+    /// How many pings arrived on connection `number` (from 1).
+    func pingCount(onConnection number: Int) -> Int { counters.withLockedValue { $0.pingsByConnection[number] ?? 0 } }
+
+    /// Returns once `count` pings have arrived on connection `number`. Wrap it in a timeout.
+    func waitForPings(_ count: Int, onConnection number: Int) async {
+        await withCheckedContinuation { continuation in
+            let ready = counters.withLockedValue { counters -> Bool in
+                if (counters.pingsByConnection[number] ?? 0) >= count { return true }
+                counters.pingWaiters.append((number, count, continuation))
+                return false
+            }
+            if ready { continuation.resume() }
+        }
+    }
     var receivedTexts: [String] { counters.withLockedValue { $0.messages } }
 
     private init(channel: any Channel) {
@@ -63,7 +80,7 @@ final class ScriptedPeer: Sendable {
                     },
                     upgradePipelineHandler: { channel, _ in
                         channel.eventLoop.makeCompletedFuture {
-                            try channel.pipeline.syncOperations.addHandler(PeerHandler(peer: peer, script: script))
+                            try channel.pipeline.syncOperations.addHandler(PeerHandler(peer: peer, script: script, number: number))
                         }
                     }
                 )
@@ -102,11 +119,18 @@ final class ScriptedPeer: Sendable {
         children.withLockedValue { _ = $0.removeValue(forKey: ObjectIdentifier(channel)) }
     }
 
-    fileprivate func count(ping: Bool = false, text: String? = nil) {
-        counters.withLockedValue { counters in
-            if ping { counters.pings += 1 }
+    fileprivate func count(ping connection: Int? = nil, text: String? = nil) {
+        let ready = counters.withLockedValue { counters -> [CheckedContinuation<Void, Never>] in
             if let text { counters.messages.append(text) }
+            guard let connection else { return [] }
+            counters.pings += 1
+            counters.pingsByConnection[connection, default: 0] += 1
+            let reached = counters.pingsByConnection[connection]!
+            let done = counters.pingWaiters.filter { $0.connection == connection && $0.count <= reached }
+            counters.pingWaiters.removeAll { $0.connection == connection && $0.count <= reached }
+            return done.map(\.continuation)
         }
+        for continuation in ready { continuation.resume() }
     }
 }
 
@@ -116,10 +140,12 @@ private final class PeerHandler: ChannelInboundHandler {
 
     let peer: ScriptedPeer
     let script: ScriptedPeer.Behaviour
+    let number: Int
 
-    init(peer: ScriptedPeer, script: ScriptedPeer.Behaviour) {
+    init(peer: ScriptedPeer, script: ScriptedPeer.Behaviour, number: Int) {
         self.peer = peer
         self.script = script
+        self.number = number
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -144,7 +170,7 @@ private final class PeerHandler: ChannelInboundHandler {
         let payload = frame.unmaskedData
         switch frame.opcode {
         case .ping:
-            peer.count(ping: true)
+            peer.count(ping: number)
             if script.answerPings {
                 context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: payload)), promise: nil)
             }
