@@ -117,11 +117,16 @@ struct WebSocketClientTests {
             try await withDuplexServer { server in
                 var socket: WebSocket? = WebSocket(url: server.webSocketURL("/echo"))
                 let events = socket!.events
+                let states = socket!.stateEvents
                 try await socket!.connect()
                 socket = nil
-                var last: WebSocketEvent?
-                for await event in events { last = event }
-                #expect(last == .connected(protocol: nil) || last == .disconnected(code: .normalClosure, reason: "terminated") || last != nil)
+                // both loops end only if releasing the socket finished its streams
+                var seen: [WebSocketEvent] = []
+                for await event in events { seen.append(event) }
+                var lastState: WebSocketState?
+                for await state in states { lastState = state }
+                #expect(seen.first == .connected(protocol: nil))
+                #expect(lastState == .disconnected(.terminated))
             }
         }
     }
