@@ -30,6 +30,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         .package(url: "https://github.com/OpenCombine/OpenCombine.git", from: "0.14.0"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
     ],
     targets: [
         // The wire schema shared by server and clients: Foundation only.
@@ -49,6 +50,7 @@ let package = Package(
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -110,6 +112,13 @@ let package = Package(
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ],
             path: "Server",
+            swiftSettings: swiftSettings
+        ),
+        // Benchmarks: run in release mode, see docs/benchmarks.md.
+        .executableTarget(
+            name: "client-echo-benchmark",
+            dependencies: ["Duplex", "DuplexServer", "DuplexTesting"],
+            path: "Benchmarks/ClientEchoBenchmark",
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -129,26 +129,10 @@ struct NIOWebSocketTransport: WebSocketTransport {
         return promise.futureResult
     }
 
-    static func makeSSLContext(_ trust: WebSocketTLSTrust) throws -> NIOSSLContext {
-        var tls = TLSConfiguration.makeClientConfiguration()
-        switch trust.value {
-        case .systemRoots:
-            break
-        case .certificateAuthority(let pem):
-            do {
-                let certificates = try NIOSSLCertificate.fromPEMBytes(Array(pem.utf8))
-                guard !certificates.isEmpty else { throw WebSocketError(.tlsFailed, "the CA PEM holds no certificate") }
-                tls.trustRoots = .certificates(certificates)
-            } catch let error as WebSocketError {
-                throw error
-            } catch {
-                throw WebSocketError(.tlsFailed, "the CA PEM could not be read: \(error)")
-            }
-        case .insecureAcceptAnyCertificate:
-            tls.certificateVerification = .none
-        }
+    static func makeSSLContext(_ trust: TLSTrust) throws -> NIOSSLContext {
+        let configuration = try trust.clientConfiguration()
         do {
-            return try NIOSSLContext(configuration: tls)
+            return try NIOSSLContext(configuration: configuration)
         } catch {
             throw WebSocketError(.tlsFailed, "TLS could not be set up: \(error)")
         }

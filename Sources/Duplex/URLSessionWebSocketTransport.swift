@@ -4,7 +4,7 @@ import Foundation
 
 extension WebSocketTransportKind {
     /// Foundation's `URLSessionWebSocketTask`: Apple platforms only. It supports the system's
-    /// roots and ``WebSocketTLSTrust/insecureAcceptAnyCertificate``; for a custom CA use ``nio``.
+    /// roots and ``TLSTrust/insecureAcceptAnyCertificate``; for a custom CA use ``nio``.
     public static var urlSession: WebSocketTransportKind { WebSocketTransportKind { URLSessionWebSocketTransport() } }
 }
 

@@ -25,7 +25,7 @@ public struct WebSocketConfiguration: Sendable {
     /// How long to wait for the peer's close frame after sending ours. Default 5 s.
     public var closeTimeout: Duration
     /// Which certificates `wss://` trusts. Default: the system's roots.
-    public var tlsTrust: WebSocketTLSTrust
+    public var tlsTrust: TLSTrust
     /// How many events each consumer stream buffers before it drops new ones (and logs a
     /// warning). Default 65,536.
     public var streamBufferLimit: Int
@@ -42,7 +42,7 @@ public struct WebSocketConfiguration: Sendable {
         maxMessageBytes: Int = 16 * 1024 * 1024,
         connectTimeout: Duration = .seconds(10),
         closeTimeout: Duration = .seconds(5),
-        tlsTrust: WebSocketTLSTrust = .systemRoots,
+        tlsTrust: TLSTrust = .systemRoots,
         streamBufferLimit: Int = 65_536,
         transport: WebSocketTransportKind = .nio,
         logger: Logger = Logger(label: "duplex.websocket")

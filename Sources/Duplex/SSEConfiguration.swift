@@ -1,0 +1,36 @@
+public import Logging
+
+/// How a ``ServerSentEventManager`` behaves, beyond its ``RetryPolicy``. Every field has a default.
+public struct SSEConfiguration: Sendable {
+    /// How long opening the stream may take, up to the response head. Default 10 s.
+    public var connectTimeout: Duration
+    /// How long the stream may stay silent (no bytes at all, not even a heartbeat comment) before
+    /// it counts as dead and is reopened. Default 45 s.
+    public var readTimeout: Duration
+    /// The largest line or event accepted, in bytes. Default 16 MiB.
+    public var maxEventBytes: Int
+    /// Which certificates `https://` trusts. Default: the system's roots.
+    public var tlsTrust: TLSTrust
+    /// How many events each consumer stream buffers before it drops new ones (and logs a
+    /// warning). Default 65,536.
+    public var streamBufferLimit: Int
+    /// Where the manager logs. Default: a logger labelled `duplex.sse`.
+    public var logger: Logger
+
+    /// Creates a configuration; every argument has a default.
+    public init(
+        connectTimeout: Duration = .seconds(10),
+        readTimeout: Duration = .seconds(45),
+        maxEventBytes: Int = 16 * 1024 * 1024,
+        tlsTrust: TLSTrust = .systemRoots,
+        streamBufferLimit: Int = 65_536,
+        logger: Logger = Logger(label: "duplex.sse")
+    ) {
+        self.connectTimeout = connectTimeout
+        self.readTimeout = readTimeout
+        self.maxEventBytes = maxEventBytes
+        self.tlsTrust = tlsTrust
+        self.streamBufferLimit = streamBufferLimit
+        self.logger = logger
+    }
+}

@@ -1,0 +1,102 @@
+public import DuplexSchema
+public import Foundation
+
+/// A Server-Sent Events client: spec-exact parsing, reconnection with `Last-Event-ID`, and a
+/// clean stop. Runs on AsyncHTTPClient, on Linux and Apple platforms.
+///
+/// ```swift
+/// let sse = ServerSentEventManager(url: URL(string: "http://127.0.0.1:8080/events")!)
+/// let events = sse.events
+/// try await sse.connect()
+/// for await event in events {
+///     print(event.id ?? "-", event.event ?? "message", event.data)
+/// }
+/// ```
+///
+/// Lifecycle:
+/// - ``connect()`` opens the stream and returns once it is open (retrying network errors as
+///   the policy allows). It throws when the stream cannot be opened for good. On a connected
+///   manager it returns at once.
+/// - ``disconnect()`` closes the stream; the streams of events and states stay open, and
+///   ``connect()`` again resumes with `Last-Event-ID`.
+/// - ``terminate()`` closes, finishes every stream, and prevents reconnection. So does releasing
+///   the last reference.
+///
+/// Reconnection, per the WHATWG HTML Standard and the ``RetryPolicy``: after the stream ends or
+/// fails, the manager waits (the server's `retry:` value, else `initialDelay`, growing with each
+/// failure in a row) and reopens the stream, sending the last event id committed at dispatch as
+/// `Last-Event-ID` (none after an empty `id:`). A partial line or event from the dropped stream
+/// is discarded. A 204 answer stops for good; so does any other non-2xx answer or a content type
+/// other than `text/event-stream`, unless ``RetryPolicy/retryOnServerErrors`` covers a 5xx or
+/// 429. No bytes for ``SSEConfiguration/readTimeout`` counts as a dead connection and reconnects.
+public final class ServerSentEventManager: Sendable {
+    let core: ServerSentEventCore
+
+    /// Creates a manager for `url`. Nothing connects until ``connect()``.
+    public convenience init(url: URL, retryPolicy: RetryPolicy = .init(), configuration: SSEConfiguration = .init()) {
+        self.init(request: SSERequest(url: url), retryPolicy: retryPolicy, configuration: configuration)
+    }
+
+    /// Creates a manager for a URL string, as seed code writes it.
+    /// - Throws: ``SSEError`` with code ``SSEError/Code/invalidURL``.
+    public convenience init(url: String, retryPolicy: RetryPolicy = .init(), configuration: SSEConfiguration = .init()) throws {
+        self.init(request: try SSERequest(url: url), retryPolicy: retryPolicy, configuration: configuration)
+    }
+
+    /// Creates a manager for a request with extra headers.
+    public convenience init(request: SSERequest, retryPolicy: RetryPolicy = .init(), configuration: SSEConfiguration = .init()) {
+        self.init(request: request, retryPolicy: retryPolicy, configuration: configuration, clock: ContinuousClock())
+    }
+
+    /// Creates a manager whose retry delays run on `clock`.
+    public init(request: SSERequest, retryPolicy: RetryPolicy, configuration: SSEConfiguration, clock: some Clock<Duration>) {
+        self.core = ServerSentEventCore(request: request, retryPolicy: retryPolicy, configuration: configuration, clock: clock)
+    }
+
+    deinit {
+        core.terminate()
+    }
+
+    /// A new stream of every event from now on; each consumer gets its own.
+    public var events: AsyncStream<ServerSentEvent> { core.events.makeStream() }
+
+    /// A new stream of the current state, then every change; each consumer gets its own.
+    public var stateEvents: AsyncStream<SSEState> { core.makeStateStream() }
+
+    /// The current state.
+    public var state: SSEState { core.state }
+
+    /// The last event id committed at dispatch: sent as `Last-Event-ID` on the next connection
+    /// (nil when empty).
+    public var lastEventID: String? { core.lastEventID }
+
+    /// The reconnection time the server set with `retry:`, if it did.
+    public var serverRetry: Duration? { core.serverRetry }
+
+    /// Called before each connection attempt, the first and every reconnection, to rebuild the
+    /// request: for example to refresh an `Authorization` header.
+    public var prepareRequest: (@Sendable (SSERequest) async -> SSERequest)? {
+        get { core.prepareRequest }
+        set { core.prepareRequest = newValue }
+    }
+
+    /// Opens the stream; returns once it is open, at once when it already is.
+    /// - Throws: ``SSEError``: the stream cannot be opened for good (a 204, a non-2xx answer, a
+    ///   wrong content type, a bad URL or TLS failure), retries ran out, or ``disconnect()`` or
+    ///   ``terminate()`` was called first.
+    public func connect() async throws {
+        try await core.connect()
+    }
+
+    /// Closes the stream. Event and state streams stay open; ``connect()`` resumes with
+    /// `Last-Event-ID`. Does nothing when not connected.
+    public func disconnect() async {
+        await core.disconnect()
+    }
+
+    /// Closes the stream, finishes every event and state stream, and prevents reconnection.
+    public func terminate() async {
+        core.terminate()
+        await core.waitForRunToEnd()
+    }
+}

@@ -1,0 +1,222 @@
+import Duplex
+import DuplexSchema
+import DuplexServer
+import DuplexTesting
+import Foundation
+import NIOConcurrencyHelpers
+import NIOHTTP1
+import Testing
+
+@Suite("ServerSentEventManager")
+struct ServerSentEventManagerTests {
+    static let wait: Duration = .seconds(10)
+    /// Fast retries for tests: the server's `retry:` is what sets the first delay.
+    static let fast = RetryPolicy(initialDelay: 0.02, maxDelay: 0.2, jitter: 0)
+
+    func ids(_ events: [ServerSentEvent]) -> [Int64] { events.compactMap { $0.id.flatMap { Int64($0) } } }
+
+    func take(_ count: Int, from stream: AsyncStream<ServerSentEvent>) async -> [ServerSentEvent] {
+        var taken: [ServerSentEvent] = []
+        for await event in stream {
+            taken.append(event)
+            if taken.count == count { break }
+        }
+        return taken
+    }
+
+    @Test("receives the server's ticks; disconnect then connect resumes with Last-Event-ID, exactly")
+    func ticksAndResume() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                let sse = ServerSentEventManager(url: server.httpURL("/events?interval=20"), retryPolicy: Self.fast)
+                let events = sse.events
+                try await sse.connect()
+                #expect(sse.state == .connected)
+                let first = await take(3, from: events)
+                #expect(first.allSatisfy { $0.event == "tick" })
+                await sse.disconnect()
+                await sse.disconnect()  // does nothing
+                #expect(sse.state == .disconnected(.manuallyDisconnected))
+                let last = try #require(ids(first).last)
+                #expect(sse.lastEventID == String(last))
+                try await sse.connect()
+                let resumed = await take(3, from: events)
+                let all = ids(first + resumed)
+                #expect(all == Array(all[0]..<(all[0] + 6)), "no gap and no duplicate across the disconnect")
+                #expect(sse.serverRetry == .milliseconds(2000))
+                await sse.terminate()
+            }
+        }
+    }
+
+    @Test("across a server restart on the same port: reconnects with Last-Event-ID, no gap, no duplicate")
+    func serverRestart() async throws {
+        try await withTimeout(.seconds(30)) {
+            var configuration = DuplexServerConfiguration(sseRetryMilliseconds: 20)
+            let (sse, events, firstRun): (ServerSentEventManager, AsyncStream<ServerSentEvent>, [ServerSentEvent]) = try await withDuplexServer(configuration: configuration) { server in
+                configuration.port = server.port
+                let sse = ServerSentEventManager(url: server.httpURL("/events?interval=20"), retryPolicy: Self.fast)
+                let events = sse.events
+                try await sse.connect()
+                return (sse, events, await take(4, from: events))
+            }
+            // the server shut down: the stream ended, and reconnections are refused until it is back
+            try await withDuplexServer(configuration: configuration, keepPort: true) { _ in
+                let secondRun = await take(6, from: events)
+                let all = ids(firstRun + secondRun)
+                #expect(Set(all).count == all.count, "no duplicate")
+                #expect(all == Array(all[0]..<(all[0] + Int64(all.count))), "no gap")
+                await sse.terminate()
+            }
+        }
+    }
+
+    @Test("204 stops for good; connect throws noContent")
+    func noContent() async throws {
+        try await withTimeout {
+            let peer = try await ScriptedHTTPPeer.start { _ in .init(status: .noContent, headers: []) }
+            defer { Task { await peer.stop() } }
+            let sse = ServerSentEventManager(url: URL(string: "http://127.0.0.1:\(peer.port)/")!, retryPolicy: Self.fast)
+            await #expect { try await sse.connect() } throws: { ($0 as? SSEError)?.code == .noContent }
+            #expect(sse.state == .disconnected(.streamError(SSEError(.noContent, "the server answered 204 No Content: it asks the client to stop", status: 204))))
+            #expect(peer.requestHeaders.count == 1)
+        }
+    }
+
+    @Test("500 and a wrong content type fail without retrying")
+    func permanentFailures() async throws {
+        try await withTimeout {
+            let peer = try await ScriptedHTTPPeer.start { n in
+                n == 1 ? .init(status: .internalServerError, headers: [], chunks: ["oops"]) : .init(headers: [("Content-Type", "text/plain")], chunks: ["data: x\n\n"])
+            }
+            defer { Task { await peer.stop() } }
+            let url = URL(string: "http://127.0.0.1:\(peer.port)/")!
+            let first = ServerSentEventManager(url: url, retryPolicy: Self.fast)
+            await #expect { try await first.connect() } throws: { ($0 as? SSEError)?.code == .badStatus && ($0 as? SSEError)?.status == 500 }
+            let second = ServerSentEventManager(url: url, retryPolicy: Self.fast)
+            await #expect { try await second.connect() } throws: { ($0 as? SSEError)?.code == .badContentType }
+            #expect(peer.requestHeaders.count == 2, "one request each: no retry")
+        }
+    }
+
+    @Test("with retryOnServerErrors, a 503 is retried after Retry-After; the content type's parameters are ignored")
+    func retryOnServerErrors() async throws {
+        try await withTimeout {
+            let peer = try await ScriptedHTTPPeer.start { n in
+                n == 1
+                    ? .init(status: .serviceUnavailable, headers: [("Retry-After", "0")])
+                    : .init(headers: [("Content-Type", "Text/Event-Stream; charset=utf-8")], chunks: ["data: up\n\n"], stall: true)
+            }
+            defer { Task { await peer.stop() } }
+            var policy = Self.fast
+            policy.retryOnServerErrors = true
+            let sse = ServerSentEventManager(url: URL(string: "http://127.0.0.1:\(peer.port)/")!, retryPolicy: policy)
+            let events = sse.events
+            try await sse.connect()
+            #expect(try await events.first(within: Self.wait).data == "up")
+            #expect(peer.requestHeaders.count == 2)
+            await sse.terminate()
+        }
+    }
+
+    @Test("the server's retry: sets the reconnection delay; Last-Event-ID and the default headers are sent")
+    func retryFieldAndHeaders() async throws {
+        try await withTimeout {
+            let peer = try await ScriptedHTTPPeer.start { n in
+                n == 1 ? .init(chunks: ["retry: 30\nid: 1\ndata: a\n\n"]) : .init(chunks: ["data: b\n\n"], stall: true)
+            }
+            defer { Task { await peer.stop() } }
+            // with no retry: from the server, the first delay would be 60 s
+            let sse = ServerSentEventManager(
+                request: SSERequest(url: URL(string: "http://127.0.0.1:\(peer.port)/")!, additionalHeaders: ["Authorization": "Bearer t"]),
+                retryPolicy: RetryPolicy(initialDelay: 60, jitter: 0)
+            )
+            try await sse.connect()
+            await peer.waitForRequests(2)
+            let (first, second) = (peer.requestHeaders[0], peer.requestHeaders[1])
+            #expect(first["Accept"] == ["text/event-stream"] && first["Cache-Control"] == ["no-cache"])
+            #expect(first["Authorization"] == ["Bearer t"])
+            #expect(first["Last-Event-ID"].isEmpty)
+            #expect(second["Last-Event-ID"] == ["1"])
+            #expect(sse.serverRetry == .milliseconds(30))
+            await sse.terminate()
+        }
+    }
+
+    @Test("an id containing NUL is ignored; an empty id clears Last-Event-ID; a partial event is dropped")
+    func idsAndPartialEvents() async throws {
+        try await withTimeout {
+            let peer = try await ScriptedHTTPPeer.start { n in
+                switch n {
+                case 1: .init(chunks: ["retry: 10\nid: 7\ndata: a\n\nid: 8\u{0}x\ndata: b\n\ndata: part", "ial"])
+                case 2: .init(chunks: ["id\ndata: c\n\n"])
+                default: .init(chunks: ["data: d\n\n"], stall: true)
+                }
+            }
+            defer { Task { await peer.stop() } }
+            let sse = ServerSentEventManager(url: URL(string: "http://127.0.0.1:\(peer.port)/")!, retryPolicy: Self.fast)
+            let events = sse.events
+            try await sse.connect()
+            let received = await take(4, from: events)
+            #expect(received.map(\.data) == ["a", "b", "c", "d"], "the partial event of the dropped stream never appears")
+            #expect(received.map(\.id) == ["7", "7", nil, nil])
+            await peer.waitForRequests(3)
+            #expect(peer.requestHeaders[1]["Last-Event-ID"] == ["7"], "the NUL id was ignored")
+            #expect(peer.requestHeaders[2]["Last-Event-ID"].isEmpty, "an empty id clears it")
+            await sse.terminate()
+        }
+    }
+
+    @Test("a stream silent for the read timeout counts as dead and reconnects; prepareRequest runs before each attempt")
+    func stallAndPrepare() async throws {
+        try await withTimeout {
+            let peer = try await ScriptedHTTPPeer.start { n in .init(chunks: ["retry: 10\ndata: \(n)\n\n"], stall: true) }
+            defer { Task { await peer.stop() } }
+            let sse = ServerSentEventManager(
+                url: URL(string: "http://127.0.0.1:\(peer.port)/")!,
+                retryPolicy: Self.fast,
+                configuration: .init(readTimeout: .milliseconds(300))
+            )
+            let attempts = NIOLockedValueBox(0)
+            sse.prepareRequest = { request in
+                var request = request
+                let n = attempts.withLockedValue { $0 += 1; return $0 }
+                request.additionalHeaders["Authorization"] = "Bearer token-\(n)"
+                return request
+            }
+            let states = sse.stateEvents
+            try await sse.connect()
+            let dropped = try await states.first(within: Self.wait) { if case .disconnected = $0 { true } else { false } }
+            guard case .disconnected(.streamError(let error)) = dropped else {
+                Issue.record("expected a stream error, got \(dropped)")
+                return
+            }
+            #expect(error.code == .readTimeout)
+            await peer.waitForRequests(2)
+            #expect(peer.requestHeaders.prefix(2).map { $0["Authorization"] } == [["Bearer token-1"], ["Bearer token-2"]])
+            await sse.terminate()
+        }
+    }
+
+    @Test("terminate finishes every stream; connect then throws terminated; retries can be disabled")
+    func terminate() async throws {
+        try await withTimeout {
+            let peer = try await ScriptedHTTPPeer.start { _ in .init(chunks: ["data: once\n\n"]) }
+            defer { Task { await peer.stop() } }
+            let url = URL(string: "http://127.0.0.1:\(peer.port)/")!
+            let sse = ServerSentEventManager(url: url, retryPolicy: .disabled)
+            let events = sse.events
+            let states = sse.stateEvents
+            try await sse.connect()
+            // with retries disabled, the end of the stream is final
+            let ended = try await states.first(within: Self.wait) { if case .disconnected = $0 { true } else { false } }
+            #expect(ended == .disconnected(.streamEnded))
+            await sse.terminate()
+            var received: [String] = []
+            for await event in events { received.append(event.data) }
+            #expect(received == ["once"])
+            await #expect { try await sse.connect() } throws: { ($0 as? SSEError)?.code == .terminated }
+            #expect(throws: SSEError.self) { try ServerSentEventManager(url: "ftp://example.com/") }
+        }
+    }
+}

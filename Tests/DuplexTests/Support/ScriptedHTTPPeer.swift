@@ -1,0 +1,110 @@
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+/// An HTTP server for SSE tests, on 127.0.0.1 and a free port, that answers each request as
+/// scripted for its number (from 1), and records the request headers.
+final class ScriptedHTTPPeer: Sendable {
+    /// One scripted answer.
+    struct Answer: Sendable {
+        var status: HTTPResponseStatus = .ok
+        var headers: [(String, String)] = [("Content-Type", "text/event-stream")]
+        /// Body chunks, written one by one.
+        var chunks: [String] = []
+        /// After the chunks: end the response, or stall (keep the connection open, send nothing).
+        var stall = false
+    }
+
+    private let channel: any Channel
+    let port: Int
+    private let requests = NIOLockedValueBox<[HTTPHeaders]>([])
+    private let waiters = NIOLockedValueBox<[(count: Int, continuation: CheckedContinuation<Void, Never>)]>([])
+
+    private init(channel: any Channel) {
+        self.channel = channel
+        self.port = channel.localAddress?.port ?? 0
+    }
+
+    /// The headers of every request so far, in order.
+    var requestHeaders: [HTTPHeaders] { requests.withLockedValue { $0 } }
+
+    /// Returns once `count` requests have arrived. Wrap it in a timeout.
+    func waitForRequests(_ count: Int) async {
+        await withCheckedContinuation { continuation in
+            let ready = requests.withLockedValue { requests in
+                if requests.count >= count { return true }
+                waiters.withLockedValue { $0.append((count, continuation)) }
+                return false
+            }
+            if ready { continuation.resume() }
+        }
+    }
+
+    static func start(_ script: @escaping @Sendable (Int) -> Answer) async throws -> ScriptedHTTPPeer {
+        let box = NIOLockedValueBox<ScriptedHTTPPeer?>(nil)
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { child in
+                child.eventLoop.makeCompletedFuture {
+                    try child.pipeline.syncOperations.configureHTTPServerPipeline()
+                    try child.pipeline.syncOperations.addHandler(AnswerHandler(record: { headers in
+                        box.withLockedValue { $0 }?.record(headers) ?? 0
+                    }, script: script))
+                }
+            }
+            .bind(host: "127.0.0.1", port: 0)
+            .get()
+        let peer = ScriptedHTTPPeer(channel: channel)
+        box.withLockedValue { $0 = peer }
+        return peer
+    }
+
+    func stop() async {
+        try? await channel.close()
+    }
+
+    fileprivate func record(_ headers: HTTPHeaders) -> Int {
+        let (count, ready) = requests.withLockedValue { requests -> (Int, [CheckedContinuation<Void, Never>]) in
+            requests.append(headers)
+            let count = requests.count
+            let ready = waiters.withLockedValue { waiters in
+                let done = waiters.filter { $0.count <= count }.map(\.continuation)
+                waiters.removeAll { $0.count <= count }
+                return done
+            }
+            return (count, ready)
+        }
+        for continuation in ready { continuation.resume() }
+        return count
+    }
+}
+
+private final class AnswerHandler: ChannelInboundHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    let record: @Sendable (HTTPHeaders) -> Int
+    let script: @Sendable (Int) -> ScriptedHTTPPeer.Answer
+
+    init(record: @escaping @Sendable (HTTPHeaders) -> Int, script: @escaping @Sendable (Int) -> ScriptedHTTPPeer.Answer) {
+        self.record = record
+        self.script = script
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard case .head(let head) = unwrapInboundIn(data) else { return }
+        let answer = script(record(head.headers))
+        var headers = HTTPHeaders(answer.headers)
+        headers.add(name: "Connection", value: "close")
+        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: answer.status, headers: headers))), promise: nil)
+        for chunk in answer.chunks {
+            context.writeAndFlush(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: chunk)))), promise: nil)
+        }
+        context.flush()
+        if !answer.stall {
+            let channel = context.channel
+            context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
+        }
+    }
+}
