@@ -62,19 +62,19 @@ public final class WebSocketPublisherAdapter: Sendable {
     /// Connects when subscribed to; emits once and finishes, or fails with the error.
     public func connect() -> AnyPublisher<Void, any Error> {
         let socket = self.socket
-        return Self.operation { try await socket.connect() }
+        return operationPublisher { try await socket.connect() }
     }
 
     /// Sends when subscribed to; emits once and finishes, or fails with the error.
     public func send(_ message: WebSocketMessage) -> AnyPublisher<Void, any Error> {
         let socket = self.socket
-        return Self.operation { try await socket.send(message) }
+        return operationPublisher { try await socket.send(message) }
     }
 
     /// Disconnects when subscribed to (the socket can connect again).
     public func disconnect(code: WebSocketCloseCode = .normalClosure, reason: String = "") -> AnyPublisher<Void, any Error> {
         let socket = self.socket
-        return Self.operation { await socket.disconnect(code: code, reason: reason) }
+        return operationPublisher { await socket.disconnect(code: code, reason: reason) }
     }
 
     /// Terminates the socket: every publisher finishes.
@@ -82,26 +82,28 @@ public final class WebSocketPublisherAdapter: Sendable {
         let socket = self.socket
         Task { await socket.terminate() }
     }
+}
 
-    private static func operation(_ body: @escaping @Sendable () async throws -> Void) -> AnyPublisher<Void, any Error> {
-        AsyncStreamPublisher<Result<Void, WebSocketOperationFailure>> {
-            AsyncStream { continuation in
-                let task = Task {
-                    do {
-                        try await body()
-                        continuation.yield(.success(()))
-                    } catch {
-                        continuation.yield(.failure(WebSocketOperationFailure(error: error)))
-                    }
-                    continuation.finish()
+/// A publisher that runs `body` when subscribed to, then emits once and finishes, or fails with
+/// its error.
+func operationPublisher(_ body: @escaping @Sendable () async throws -> Void) -> AnyPublisher<Void, any Error> {
+    AsyncStreamPublisher<Result<Void, WebSocketOperationFailure>> {
+        AsyncStream { continuation in
+            let task = Task {
+                do {
+                    try await body()
+                    continuation.yield(.success(()))
+                } catch {
+                    continuation.yield(.failure(WebSocketOperationFailure(error: error)))
                 }
-                continuation.onTermination = { _ in task.cancel() }
+                continuation.finish()
             }
+            continuation.onTermination = { _ in task.cancel() }
         }
-        .setFailureType(to: (any Error).self)
-        .flatMap { result in result.publisher.mapError { $0.error } }
-        .eraseToAnyPublisher()
     }
+    .setFailureType(to: (any Error).self)
+    .flatMap { result in result.publisher.mapError { $0.error } }
+    .eraseToAnyPublisher()
 }
 
 /// Carries an operation's error through a never-failing stream.

@@ -113,3 +113,34 @@ struct ReadmeExamplesTests {
         #expect(server.state == .disconnected(.closed(code: .normalClosure, reason: "done")))
     }
 }
+
+@Suite("README examples: SSE")
+struct ReadmeSSEExamplesTests {
+    @Test("connect, receive, disconnect and resume, terminate")
+    func basics() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                let sse = ServerSentEventManager(
+                    url: server.httpURL("/events?interval=20"),
+                    retryPolicy: RetryPolicy(enabled: true, maxAttempts: nil, initialDelay: 1, maxDelay: 60, backoffMultiplier: 2)
+                )
+                let token: @Sendable () -> String = { "t" }
+                sse.prepareRequest = { request in var r = request; r.additionalHeaders["Authorization"] = "Bearer \(token())"; return r }
+                let events = sse.events
+                try await sse.connect()
+                var seen: [String] = []
+                for await event in events {
+                    seen.append("\(event.id ?? "-") \(event.event ?? "message") \(event.retry ?? 0)")
+                    if seen.count == 2 { break }
+                }
+                #expect(seen.allSatisfy { $0.hasSuffix(" tick 0") })
+                await sse.disconnect()
+                let last = try #require(sse.lastEventID.flatMap { Int64($0) })
+                try await sse.connect()
+                let resumed = try await events.first(within: .seconds(5))
+                #expect(resumed.id == String(last + 1), "resumed right after the last event id")
+                await sse.terminate()
+            }
+        }
+    }
+}
