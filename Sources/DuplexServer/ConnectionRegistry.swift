@@ -5,6 +5,8 @@ import NIOConcurrencyHelpers
 enum ConnectionCommand: Sendable, Equatable {
     /// WebSocket: send a close frame with this code and reason. SSE: end the stream.
     case close(WebSocketCloseCode, String)
+    /// Close the TCP connection at once, with no close frame and no end of stream.
+    case drop
 }
 
 /// What kind of connection, and where.
@@ -59,6 +61,16 @@ final class ConnectionRegistry: Sendable {
         }
         defer { remove(id) }
         return try await body(commands)
+    }
+
+    /// Sends `command` to every connection `matching` selects; returns how many it reached.
+    @discardableResult
+    func send(_ command: ConnectionCommand, matching: (ConnectionInfo) -> Bool) -> Int {
+        let targets = state.withLockedValue { state in
+            state.entries.values.filter { matching($0.info) }.map(\.commands)
+        }
+        for target in targets { target.yield(command) }
+        return targets.count
     }
 
     /// Tells every connection, present and future, to close, then waits until none is left or

@@ -32,6 +32,9 @@ extension DuplexServer {
             case .close(let code, let reason):
                 try await close(outbound: outbound, channel: channel, code: code, reason: reason)
                 return
+            case .drop:
+                try await channel.close()
+                return
             }
         }
     }

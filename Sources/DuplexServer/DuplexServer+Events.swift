@@ -5,7 +5,7 @@ import Hummingbird
 extension DuplexServer {
     /// `GET /events[?interval=MS]`: `id: n`, `event: tick`, `data: {"n":n,"at":"…"}` every
     /// interval, resuming after `Last-Event-ID` (see ``TickClock``).
-    func tickStream(_ request: Request) -> Response {
+    func tickStream(_ request: Request, _ context: DuplexRequestContext) -> Response {
         let minimum = TickClock.milliseconds(configuration.minimumTickInterval)
         var interval = TickClock.milliseconds(configuration.tickInterval)
         if let text = request.uri.queryParameters.get("interval") {
@@ -21,7 +21,7 @@ extension DuplexServer {
         let first = ticks.firstTick(after: lastEventID, intervalMilliseconds: interval, window: Int64(configuration.historyLimit))
         let ticks = self.ticks
         let period = interval
-        return EventStreamResponse(server: self).response(info: .init(kind: .eventStream, route: "events")) { sink in
+        return EventStreamResponse(server: self).response(info: .init(kind: .eventStream, route: "events"), channel: context.channel) { sink in
             var n = first
             while true {
                 try await Task.sleep(until: ticks.instant(ofTick: n, intervalMilliseconds: period), clock: .continuous)
@@ -45,7 +45,7 @@ extension DuplexServer {
             return Refusal(status: .serviceUnavailable, error: ChatProtocolError(.invalidRoom, "the server holds its maximum of \(configuration.maxRooms) rooms")).response
         }
         let since = request.headers[HTTPField.Name("Last-Event-ID")!].flatMap { Int($0) }.flatMap { $0 >= 0 ? $0 : nil }
-        return EventStreamResponse(server: self).response(info: .init(kind: .eventStream, route: "chat-events", room: roomName)) { sink in
+        return EventStreamResponse(server: self).response(info: .init(kind: .eventStream, route: "chat-events", room: roomName), channel: context.channel) { sink in
             let subscriber = RoomSubscriber(
                 member: nil,
                 deliver: { event in EventStreamResponse.yield(Self.sse(event), to: sink) },

@@ -23,8 +23,8 @@ extension DuplexServer {
             case .success: Self.upgradeRequired()
             }
         }
-        router.get("events") { request, _ -> Response in
-            self.tickStream(request)
+        router.get("events") { request, context -> Response in
+            self.tickStream(request, context)
         }
         router.get("chat/:room/events") { request, context -> Response in
             self.roomEventStream(request, context)

@@ -20,6 +20,7 @@ struct EventStreamResponse {
     /// ends, and is cancelled then.
     func response(
         info: ConnectionInfo,
+        channel: any Channel,
         source: @escaping @Sendable (Sink) async throws -> Void
     ) -> Response {
         var headers = HTTPFields()
@@ -33,7 +34,10 @@ struct EventStreamResponse {
                 let lastWrite = NIOLockedValueBox(ContinuousClock.now)
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask {
-                        for await _ in commands { break }
+                        for await command in commands {
+                            if command == .drop { try? await channel.close() }
+                            break
+                        }
                         sink.finish()
                     }
                     group.addTask {

@@ -12,7 +12,7 @@ struct PythonInteropTests {
     @Test("text, binary, a 1 MiB message and pings against a Python websockets echo server")
     func echo() async throws {
         try await withTimeout {
-            let socket = WebSocket(url: Self.url, configuration: .init(ping: PingConfig(pingInterval: .milliseconds(50), maxPingFailures: 3)))
+            let socket = WebSocket(url: Self.url, configuration: .init(ping: PingConfig(pingInterval: .milliseconds(250), maxPingFailures: 4)))
             let messages = socket.messages
             let roundTrips = socket.pingRoundTrips
             try await socket.connect()

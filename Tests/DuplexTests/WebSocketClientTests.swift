@@ -314,3 +314,30 @@ final class SilentListener: Sendable {
         try? await channel.close()
     }
 }
+
+@Suite("WebSocket client against server faults")
+struct WebSocketServerFaultTests {
+    @Test("after the real server drops the connection, the client reconnects and echoes again; the close code the server sends surfaces")
+    func reconnectAfterServerDrop() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                let socket = WebSocket(url: server.webSocketURL("/echo"), configuration: .init(reconnection: .fixedDelay(.milliseconds(20))))
+                let states = socket.stateEvents
+                let events = socket.events
+                try await socket.connect()
+                // one round trip: the server is now serving the connection, so the fault reaches it
+                try await socket.send("warm")
+                _ = try await events.first(within: .seconds(5)) { $0 == .message(.string("warm")) }
+                #expect(server.server.dropConnections(.route("echo")) == 1)
+                _ = try await states.first(within: .seconds(5)) { if case .disconnected = $0 { true } else { false } }
+                _ = try await states.first(within: .seconds(5)) { if case .connected = $0 { true } else { false } }
+                try await socket.send("back")
+                _ = try await events.first(within: .seconds(5)) { $0 == .message(.string("back")) }
+                #expect(server.server.closeConnections(.route("echo"), code: WebSocketCloseCode(4000), reason: "chaos") == 1)
+                let closed = try await events.first(within: .seconds(5)) { if case .disconnected = $0 { true } else { false } }
+                #expect(closed == .disconnected(code: WebSocketCloseCode(4000), reason: "chaos"))
+                await socket.terminate()
+            }
+        }
+    }
+}

@@ -1,0 +1,51 @@
+public import DuplexSchema
+
+/// Which live connections a fault applies to.
+///
+/// Routes are named `echo`, `chat` (WebSocket chat members), `events` (the tick stream) and
+/// `chat-events` (room SSE streams).
+public struct FaultScope: Sendable, Hashable {
+    enum Value: Hashable, Sendable {
+        case all
+        case route(String)
+        case room(String)
+    }
+
+    let value: Value
+
+    /// Every WebSocket connection and SSE stream.
+    public static let all = FaultScope(value: .all)
+    /// The connections of one route: `echo`, `chat`, `events` or `chat-events`.
+    public static func route(_ name: String) -> FaultScope { FaultScope(value: .route(name)) }
+    /// The members and watchers of one chat room.
+    public static func room(_ name: String) -> FaultScope { FaultScope(value: .room(name)) }
+
+    func matches(_ info: ConnectionInfo) -> Bool {
+        switch value {
+        case .all: true
+        case .route(let name): info.route == name
+        case .room(let name): info.room == name
+        }
+    }
+}
+
+/// Faults act on the connections the server is serving at the moment of the call. A client's
+/// handshake completes a moment before the server starts serving it, so a test should see one
+/// message go through before it injects a fault.
+extension DuplexServer {
+    /// Drops the connections in `scope` abruptly: the TCP connection closes with no WebSocket
+    /// close frame and no end of SSE stream, as when a network path dies.
+    /// - Returns: how many connections it reached.
+    @discardableResult
+    public func dropConnections(_ scope: FaultScope = .all) -> Int {
+        connections.send(.drop, matching: scope.matches)
+    }
+
+    /// Closes the WebSocket connections in `scope` with a close frame of `code` and `reason`,
+    /// and ends the SSE streams in `scope` cleanly.
+    /// - Returns: how many connections it reached.
+    @discardableResult
+    public func closeConnections(_ scope: FaultScope = .all, code: WebSocketCloseCode, reason: String = "") -> Int {
+        connections.send(.close(code, reason), matching: scope.matches)
+    }
+}
