@@ -121,6 +121,12 @@ let package = Package(
             path: "Benchmarks/ClientEchoBenchmark",
             swiftSettings: swiftSettings
         ),
+        .executableTarget(
+            name: "sse-benchmark",
+            dependencies: ["Duplex", "DuplexSchema", "DuplexServer", "DuplexTesting"],
+            path: "Benchmarks/SSEBenchmark",
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "DuplexTests",
             dependencies: [

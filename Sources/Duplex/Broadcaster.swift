@@ -6,7 +6,8 @@ import NIOConcurrencyHelpers
 ///
 /// Buffering is bounded: each consumer's stream holds at most `limit` elements it has not read
 /// yet. When it is full, new elements are dropped for that consumer only (others are not held
-/// back), counted in ``droppedCount``, and logged as a warning.
+/// back), counted in ``droppedCount``, and logged as a warning: the first drop, then one line per
+/// 10,000, so a stalled consumer cannot flood the log.
 package final class Broadcaster<Element: Sendable>: Sendable {
     private struct State {
         var nextID: UInt64 = 0
@@ -50,16 +51,22 @@ package final class Broadcaster<Element: Sendable>: Sendable {
     /// Sends `element` to every consumer. Elements are queued under the lock, so every consumer
     /// sees them in the same order.
     package func yield(_ element: Element) {
-        let dropped = state.withLockedValue { state -> Int in
+        let total = state.withLockedValue { state -> Int? in
             var dropped = 0
             for continuation in state.continuations.values {
                 if case .dropped = continuation.yield(element) { dropped += 1 }
             }
+            guard dropped > 0 else { return nil }
+            let before = state.dropped
             state.dropped += dropped
-            return dropped
+            // log the first drop, then once per 10,000
+            return before == 0 || before / 10_000 != state.dropped / 10_000 ? state.dropped : nil
         }
-        if dropped > 0 {
-            logger.warning("a consumer is not reading: element dropped", metadata: ["stream": "\(label)", "consumers": "\(dropped)"])
+        if let total {
+            logger.warning(
+                "a consumer is not reading its stream: elements dropped",
+                metadata: ["stream": "\(label)", "dropped so far": "\(total)", "buffer limit": "\(limit)"]
+            )
         }
     }
 

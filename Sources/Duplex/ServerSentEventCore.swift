@@ -32,13 +32,14 @@ final class ServerSentEventCore: Sendable {
 
     private let box = NIOLockedValueBox(State())
 
-    init(request: SSERequest, retryPolicy: RetryPolicy, configuration: SSEConfiguration, clock: any Clock<Duration>) {
+    init(request: SSERequest, retryPolicy: RetryPolicy, configuration: SSEConfiguration, lastEventID: String, clock: any Clock<Duration>) {
         self.request = request
         self.retryPolicy = retryPolicy
         self.configuration = configuration
         self.clock = clock
         self.events = Broadcaster(limit: configuration.streamBufferLimit, label: "sse.events", logger: configuration.logger)
         self.states = Broadcaster(limit: configuration.streamBufferLimit, label: "sse.stateEvents", logger: configuration.logger)
+        box.withLockedValue { $0.lastEventID = lastEventID }
         do {
             var httpConfiguration = HTTPClient.Configuration(
                 tlsConfiguration: try configuration.tlsTrust.clientConfiguration(),

@@ -44,13 +44,25 @@ public final class ServerSentEventManager: Sendable {
     }
 
     /// Creates a manager for a request with extra headers.
-    public convenience init(request: SSERequest, retryPolicy: RetryPolicy = .init(), configuration: SSEConfiguration = .init()) {
-        self.init(request: request, retryPolicy: retryPolicy, configuration: configuration, clock: ContinuousClock())
+    /// - Parameter lastEventID: an id to resume after, sent as `Last-Event-ID` on the first connection.
+    public convenience init(
+        request: SSERequest,
+        retryPolicy: RetryPolicy = .init(),
+        configuration: SSEConfiguration = .init(),
+        lastEventID: String? = nil
+    ) {
+        self.init(request: request, retryPolicy: retryPolicy, configuration: configuration, lastEventID: lastEventID, clock: ContinuousClock())
     }
 
     /// Creates a manager whose retry delays run on `clock`.
-    public init(request: SSERequest, retryPolicy: RetryPolicy, configuration: SSEConfiguration, clock: some Clock<Duration>) {
-        self.core = ServerSentEventCore(request: request, retryPolicy: retryPolicy, configuration: configuration, clock: clock)
+    public init(
+        request: SSERequest,
+        retryPolicy: RetryPolicy,
+        configuration: SSEConfiguration,
+        lastEventID: String? = nil,
+        clock: some Clock<Duration>
+    ) {
+        self.core = ServerSentEventCore(request: request, retryPolicy: retryPolicy, configuration: configuration, lastEventID: lastEventID ?? "", clock: clock)
     }
 
     deinit {

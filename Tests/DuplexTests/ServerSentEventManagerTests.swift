@@ -203,6 +203,12 @@ struct ServerSentEventManagerTests {
             await peer.waitForRequests(2)
             #expect(peer.requestHeaders.prefix(2).map { $0["Authorization"] } == [["Bearer token-1"], ["Bearer token-2"]])
             await sse.terminate()
+            // a manager can start from a given id
+            let resuming = ServerSentEventManager(request: SSERequest(url: URL(string: "http://127.0.0.1:\(peer.port)/")!), lastEventID: "41")
+            #expect(resuming.lastEventID == "41")
+            try await resuming.connect()
+            #expect(peer.requestHeaders.last?["Last-Event-ID"] == ["41"])
+            await resuming.terminate()
         }
     }
 
