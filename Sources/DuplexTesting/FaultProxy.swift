@@ -1,0 +1,367 @@
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+
+/// A TCP proxy that injects network faults, after toxiproxy's model: it listens on a loopback
+/// port, forwards every connection to an upstream, and applies the toxics active at the moment
+/// each chunk passes, per direction. Toxics can be added and removed while connections are open.
+///
+/// ```swift
+/// let proxy = try await FaultProxy.start(upstreamPort: server.port)
+/// let socket = WebSocket(url: URL(string: "ws://127.0.0.1:\(proxy.port)/echo")!)
+/// let slow = proxy.add(.latency(.milliseconds(200), jitter: .milliseconds(20)), direction: .downstream)
+/// proxy.add(.blackhole, direction: .both)      // the path goes silent; TCP stays open
+/// proxy.removeAll()                            // the path heals
+/// await proxy.stop()
+/// ```
+///
+/// Bytes are never reordered: each chunk is released no earlier than the one before it. Data held
+/// back by latency, bandwidth or slicing is buffered without limit, so keep such tests small.
+public final class FaultProxy: Sendable {
+    /// Which way the data flows.
+    public enum Direction: Sendable, Hashable {
+        /// Client to upstream.
+        case upstream
+        /// Upstream to client.
+        case downstream
+        /// Both ways.
+        case both
+
+        func includes(_ other: Direction) -> Bool { self == .both || self == other }
+    }
+
+    /// A fault applied to the data in one direction.
+    public struct Toxic: Sendable, Hashable {
+        enum Kind: Sendable, Hashable {
+            case latency(Duration, jitter: Duration)
+            case bandwidth(bytesPerSecond: Int)
+            case blackhole
+            case resetPeer
+            case closeAfter(bytes: Int)
+            case slicer(averageSize: Int, sizeVariation: Int, delay: Duration)
+        }
+
+        let kind: Kind
+
+        /// Delays each chunk by `delay`, ± up to `jitter`.
+        public static func latency(_ delay: Duration, jitter: Duration = .zero) -> Toxic {
+            Toxic(kind: .latency(delay, jitter: jitter))
+        }
+
+        /// Lets through at most this many bytes per second.
+        public static func bandwidth(bytesPerSecond: Int) -> Toxic {
+            Toxic(kind: .bandwidth(bytesPerSecond: max(bytesPerSecond, 1)))
+        }
+
+        /// Forwards nothing, and keeps the connections open: a dead path that TCP does not notice.
+        public static let blackhole = Toxic(kind: .blackhole)
+
+        /// Resets the connections (TCP RST) as soon as data passes, and new ones at once.
+        public static let resetPeer = Toxic(kind: .resetPeer)
+
+        /// Forwards `bytes` bytes, then closes the connection.
+        public static func closeAfter(bytes: Int) -> Toxic {
+            Toxic(kind: .closeAfter(bytes: max(bytes, 0)))
+        }
+
+        /// Splits data into pieces of about `averageSize` ± `sizeVariation` bytes, sent `delay` apart.
+        public static func slicer(averageSize: Int, sizeVariation: Int = 0, delay: Duration = .zero) -> Toxic {
+            Toxic(kind: .slicer(averageSize: max(averageSize, 1), sizeVariation: max(sizeVariation, 0), delay: delay))
+        }
+    }
+
+    /// Names an added toxic, to remove it.
+    public struct ToxicID: Sendable, Hashable {
+        let value: UInt64
+    }
+
+    private struct State {
+        var nextID: UInt64 = 0
+        var toxics: [(id: ToxicID, toxic: Toxic, direction: Direction)] = []
+        var links: [ObjectIdentifier: ProxyLink] = [:]
+        var connections = 0
+    }
+
+    private let state = NIOLockedValueBox(State())
+    private let listener: NIOLockedValueBox<(any Channel)?> = NIOLockedValueBox(nil)
+    /// The host clients connect to.
+    public let host: String
+    /// The port clients connect to.
+    public let port: Int
+    /// Where connections are forwarded.
+    public let upstreamHost: String
+    /// Where connections are forwarded.
+    public let upstreamPort: Int
+
+    private init(host: String, port: Int, upstreamHost: String, upstreamPort: Int) {
+        self.host = host
+        self.port = port
+        self.upstreamHost = upstreamHost
+        self.upstreamPort = upstreamPort
+    }
+
+    /// Starts a proxy on `host`:`port` (0 picks a free one) forwarding to the upstream.
+    public static func start(
+        host: String = "127.0.0.1",
+        port: Int = 0,
+        upstreamHost: String = "127.0.0.1",
+        upstreamPort: Int
+    ) async throws -> FaultProxy {
+        let box = NIOLockedValueBox<FaultProxy?>(nil)
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(ChannelOptions.autoRead, value: false)
+            .childChannelInitializer { child in
+                guard let proxy = box.withLockedValue({ $0 }) else { return child.close() }
+                return proxy.accept(child)
+            }
+            .bind(host: host, port: port)
+            .get()
+        let proxy = FaultProxy(host: host, port: channel.localAddress?.port ?? port, upstreamHost: upstreamHost, upstreamPort: upstreamPort)
+        proxy.listener.withLockedValue { $0 = channel }
+        box.withLockedValue { $0 = proxy }
+        return proxy
+    }
+
+    /// Adds a toxic; it applies to data that passes from now on, on every connection.
+    @discardableResult
+    public func add(_ toxic: Toxic, direction: Direction) -> ToxicID {
+        let (id, links) = state.withLockedValue { state in
+            state.nextID += 1
+            let id = ToxicID(value: state.nextID)
+            state.toxics.append((id, toxic, direction))
+            return (id, Array(state.links.values))
+        }
+        if toxic.kind == .resetPeer {
+            for link in links { link.reset() }
+        }
+        return id
+    }
+
+    /// Removes one toxic.
+    public func remove(_ id: ToxicID) {
+        state.withLockedValue { $0.toxics.removeAll { $0.id == id } }
+    }
+
+    /// Removes every toxic: the path heals.
+    public func removeAll() {
+        state.withLockedValue { $0.toxics.removeAll() }
+    }
+
+    /// How many connections the proxy has accepted.
+    public var connectionCount: Int { state.withLockedValue { $0.connections } }
+
+    /// Closes every proxied connection (both sides), with no toxic involved.
+    public func dropAll() {
+        for link in state.withLockedValue({ Array($0.links.values) }) { link.close() }
+    }
+
+    /// Stops listening and closes every connection.
+    public func stop() async {
+        dropAll()
+        let channel = listener.withLockedValue { $0 }
+        try? await channel?.close()
+    }
+
+    func toxics(for direction: Direction) -> [Toxic] {
+        state.withLockedValue { state in state.toxics.filter { $0.direction.includes(direction) }.map(\.toxic) }
+    }
+
+    private func accept(_ client: any Channel) -> EventLoopFuture<Void> {
+        let connected = ClientBootstrap(group: client.eventLoop)
+            .channelOption(ChannelOptions.autoRead, value: false)
+            .connect(host: upstreamHost, port: upstreamPort)
+        return connected.flatMap { upstream in
+            let link = ProxyLink(proxy: self, client: client, upstream: upstream)
+            let key = ObjectIdentifier(link)
+            let reset = self.state.withLockedValue { state -> Bool in
+                state.links[key] = link
+                state.connections += 1
+                return state.toxics.contains { $0.toxic.kind == .resetPeer }
+            }
+            client.closeFuture.and(upstream.closeFuture).whenComplete { _ in
+                self.state.withLockedValue { _ = $0.links.removeValue(forKey: key) }
+            }
+            return client.eventLoop.makeCompletedFuture {
+                try client.pipeline.syncOperations.addHandler(ProxyHandler(link: link, direction: .upstream))
+                try upstream.pipeline.syncOperations.addHandler(ProxyHandler(link: link, direction: .downstream))
+                if reset { link.reset() }
+            }
+        }.flatMapErrorThrowing { error in
+            client.close(promise: nil)
+            throw error
+        }
+    }
+}
+
+/// One proxied connection: the client side and the upstream side, on one event loop.
+final class ProxyLink: Sendable {
+    let proxy: FaultProxy
+    let client: any Channel
+    let upstream: any Channel
+    private let loop: NIOLoopBoundBox<Timing>
+
+    struct Timing {
+        var nextRelease: [FaultProxy.Direction: NIODeadline] = [:]
+        var forwarded: [FaultProxy.Direction: Int] = [:]
+    }
+
+    init(proxy: FaultProxy, client: any Channel, upstream: any Channel) {
+        self.proxy = proxy
+        self.client = client
+        self.upstream = upstream
+        self.loop = NIOLoopBoundBox(Timing(), eventLoop: client.eventLoop)
+    }
+
+    func target(of direction: FaultProxy.Direction) -> any Channel {
+        direction == .upstream ? upstream : client
+    }
+
+    func close() {
+        client.close(promise: nil)
+        upstream.close(promise: nil)
+    }
+
+    /// Closes both sides with a TCP reset (SO_LINGER 0), where the socket allows it.
+    func reset() {
+        for channel in [client, upstream] {
+            let provider = channel.syncOptions.flatMap { _ in channel as? any SocketOptionProvider }
+            // `struct linger { int l_onoff; int l_linger; }`, laid out the same
+            let lingered = provider?.unsafeSetSocketOption(level: .socket, name: .so_linger, value: Linger(onoff: 1, seconds: 0))
+                ?? channel.eventLoop.makeSucceededVoidFuture()
+            lingered.whenComplete { _ in channel.close(promise: nil) }
+        }
+    }
+
+    /// Runs on the event loop: applies the toxics to `data` and forwards what is left.
+    func forward(_ data: ByteBuffer, direction: FaultProxy.Direction) {
+        let toxics = proxy.toxics(for: direction)
+        var data = data
+        var delay = Duration.zero
+        var rate: Int?
+        var slices: (average: Int, variation: Int, gap: Duration)?
+        for toxic in toxics {
+            switch toxic.kind {
+            case .blackhole:
+                return
+            case .resetPeer:
+                reset()
+                return
+            case .closeAfter(let limit):
+                let sent = loop.value.forwarded[direction, default: 0]
+                let allowed = max(limit - sent, 0)
+                if data.readableBytes >= allowed {
+                    let head = data.readSlice(length: allowed) ?? ByteBuffer()
+                    schedule([head], direction: direction, delay: delay, rate: rate, gap: .zero)
+                    let release = loop.value.nextRelease[direction] ?? .now()
+                    client.eventLoop.scheduleTask(deadline: release) { self.close() }
+                    return
+                }
+            case .latency(let base, let jitter):
+                var extra = Duration.zero
+                if jitter > .zero {
+                    let range = Double(jitter.components.seconds) + Double(jitter.components.attoseconds) / 1e18
+                    extra = .nanoseconds(Int64(Double.random(in: -range...range) * 1e9))
+                }
+                delay += max(base + extra, .zero)
+            case .bandwidth(let bytesPerSecond):
+                rate = min(rate ?? .max, bytesPerSecond)
+            case .slicer(let average, let variation, let gap):
+                slices = (average, variation, gap)
+            }
+        }
+        loop.value.forwarded[direction, default: 0] += data.readableBytes
+        var pieces: [ByteBuffer] = []
+        if let slices {
+            while data.readableBytes > 0 {
+                let size = max(1, average(slices.average, variation: slices.variation))
+                pieces.append(data.readSlice(length: min(size, data.readableBytes))!)
+            }
+        } else {
+            pieces = [data]
+        }
+        schedule(pieces, direction: direction, delay: delay, rate: rate, gap: slices?.gap ?? .zero)
+    }
+
+    /// The side sending in `direction` closed: close the other side once what is scheduled
+    /// for it has gone out.
+    func senderClosed(_ direction: FaultProxy.Direction) {
+        let target = self.target(of: direction)
+        let release = max(loop.value.nextRelease[direction] ?? .now(), .now())
+        target.eventLoop.scheduleTask(deadline: release + .milliseconds(1)) { target.close(promise: nil) }
+    }
+
+    private func average(_ average: Int, variation: Int) -> Int {
+        variation == 0 ? average : Int.random(in: (average - variation)...(average + variation))
+    }
+
+    private func schedule(_ pieces: [ByteBuffer], direction: FaultProxy.Direction, delay: Duration, rate: Int?, gap: Duration) {
+        let target = self.target(of: direction)
+        let now = NIODeadline.now()
+        var release = max(now + TimeAmount.nanoseconds(nanoseconds(delay)), loop.value.nextRelease[direction] ?? now)
+        for (index, piece) in pieces.enumerated() {
+            if index > 0 { release = release + .nanoseconds(nanoseconds(gap)) }
+            if let rate {
+                // a piece arrives once all its bytes have crossed the limited link
+                release = release + .nanoseconds(Int64(piece.readableBytes) * 1_000_000_000 / Int64(rate))
+            }
+            if release <= now {
+                target.writeAndFlush(piece, promise: nil)
+            } else {
+                target.eventLoop.scheduleTask(deadline: release) { target.writeAndFlush(piece, promise: nil) }
+            }
+        }
+        loop.value.nextRelease[direction] = release
+    }
+
+    private func nanoseconds(_ duration: Duration) -> Int64 {
+        let (seconds, attoseconds) = duration.components
+        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+    }
+}
+
+/// Reads one side of a link and forwards through the toxics to the other side.
+final class ProxyHandler: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+
+    let link: ProxyLink
+    let direction: FaultProxy.Direction
+
+    init(link: ProxyLink, direction: FaultProxy.Direction) {
+        self.link = link
+        self.direction = direction
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        // reads are manual (autoRead off), and start once the channel is active
+        if context.channel.isActive { context.read() }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        context.read()
+        context.fireChannelActive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        link.forward(unwrapInboundIn(data), direction: direction)
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        context.read()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        link.senderClosed(direction)
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        link.close()
+    }
+}
+
+/// The C `struct linger`, for SO_LINGER.
+private struct Linger {
+    var onoff: Int32
+    var seconds: Int32
+}

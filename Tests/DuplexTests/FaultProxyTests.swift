@@ -1,0 +1,131 @@
+import Duplex
+import DuplexSchema
+import DuplexServer
+import DuplexTesting
+import Foundation
+import NIOConcurrencyHelpers
+import Testing
+
+/// The fault proxy between the real client and the real server.
+@Suite("FaultProxy")
+struct FaultProxyTests {
+    static let wait: Duration = .seconds(10)
+
+    /// Runs `body` with a server, a proxy in front of it, and the proxy's ws:// URL for `path`.
+    func withProxy<T: Sendable>(
+        path: String = "/echo",
+        _ body: @escaping @Sendable (FaultProxy, URL, RunningDuplexServer) async throws -> T
+    ) async throws -> T {
+        try await withTimeout(.seconds(30)) {
+            try await withDuplexServer { server in
+                let proxy = try await FaultProxy.start(upstreamPort: server.port)
+                do {
+                    let result = try await body(proxy, URL(string: "ws://127.0.0.1:\(proxy.port)\(path)")!, server)
+                    await proxy.stop()
+                    return result
+                } catch {
+                    await proxy.stop()
+                    throw error
+                }
+            }
+        }
+    }
+
+    /// Sends `text` and waits for its echo; returns how long that took.
+    func roundTrip(_ socket: WebSocket, _ events: AsyncStream<WebSocketEvent>, _ text: String) async throws -> Duration {
+        let start = ContinuousClock.now
+        try await socket.send(text)
+        _ = try await events.first(within: Self.wait) { $0 == .message(.string(text)) }
+        return start.duration(to: .now)
+    }
+
+    @Test("with no toxic, traffic passes unchanged; latency delays it; a slicer splits it without changing it")
+    func latencyAndSlicer() async throws {
+        try await withProxy { proxy, url, _ in
+            let socket = WebSocket(url: url)
+            let events = socket.events
+            try await socket.connect()
+            _ = try await roundTrip(socket, events, "plain")
+            let slow = proxy.add(.latency(.milliseconds(150)), direction: .downstream)
+            let delayed = try await roundTrip(socket, events, "delayed")
+            #expect(delayed >= .milliseconds(150))
+            proxy.remove(slow)
+            proxy.add(.slicer(averageSize: 3, sizeVariation: 2, delay: .milliseconds(1)), direction: .both)
+            let long = String(repeating: "sliced é ✓ ", count: 40)
+            _ = try await roundTrip(socket, events, long)
+            proxy.removeAll()
+            await socket.terminate()
+            #expect(proxy.connectionCount == 1)
+        }
+    }
+
+    @Test("bandwidth limits throughput")
+    func bandwidth() async throws {
+        try await withProxy { proxy, url, _ in
+            let socket = WebSocket(url: url)
+            let events = socket.events
+            try await socket.connect()
+            proxy.add(.bandwidth(bytesPerSecond: 40_000), direction: .downstream)
+            let elapsed = try await roundTrip(socket, events, String(repeating: "b", count: 8_000))
+            #expect(elapsed >= .milliseconds(180), "8 KB at 40 KB/s takes at least 0.2 s")
+            await socket.terminate()
+        }
+    }
+
+    @Test("a blackhole is noticed by pings after exactly maxPingFailures misses; the client reconnects once the path heals")
+    func blackholeAndPingFailure() async throws {
+        try await withProxy { proxy, url, _ in
+            let socket = WebSocket(
+                url: url,
+                configuration: .init(
+                    ping: PingConfig(pingInterval: .milliseconds(100), maxPingFailures: 2, pongTimeout: .milliseconds(80)),
+                    reconnection: .fixedDelay(.milliseconds(50))
+                )
+            )
+            let states = socket.stateEvents
+            let events = socket.events
+            try await socket.connect()
+            _ = try await roundTrip(socket, events, "before")
+            let hole = proxy.add(.blackhole, direction: .both)
+            let failed = try await states.first(within: Self.wait) { if case .disconnected = $0 { true } else { false } }
+            #expect(failed == .disconnected(.pingFailed(missedPings: 2)))
+            proxy.remove(hole)
+            _ = try await states.first(within: Self.wait) { if case .connected = $0 { true } else { false } }
+            _ = try await roundTrip(socket, events, "after")
+            #expect(proxy.connectionCount >= 2)
+            await socket.terminate()
+        }
+    }
+
+    @Test("resetPeer drops the connection at once; closeAfter closes after N bytes")
+    func resetAndCloseAfter() async throws {
+        try await withProxy { proxy, url, _ in
+            let socket = WebSocket(url: url)
+            let states = socket.stateEvents
+            let events = socket.events
+            try await socket.connect()
+            _ = try await roundTrip(socket, events, "warm")
+            proxy.add(.resetPeer, direction: .both)
+            let dropped = try await states.first(within: Self.wait) { if case .disconnected = $0 { true } else { false } }
+            guard case .disconnected(let reason) = dropped, reason != .manuallyDisconnected else {
+                Issue.record("expected a lost connection, got \(dropped)")
+                return
+            }
+            proxy.removeAll()
+            // 10 bytes do not even carry the 101 response: the handshake fails
+            let tiny = proxy.add(.closeAfter(bytes: 10), direction: .downstream)
+            await #expect { try await WebSocket(url: url).connect() } throws: { ($0 as? WebSocketError)?.code == .connectionFailed }
+            proxy.remove(tiny)
+            // 400 bytes carry the handshake (about 130) but not a 300-byte echo
+            proxy.add(.closeAfter(bytes: 400), direction: .downstream)
+            let limited = WebSocket(url: url)
+            let limitedStates = limited.stateEvents
+            try await limited.connect()
+            try await limited.send(String(repeating: "z", count: 300))
+            let closed = try await limitedStates.first(within: Self.wait) { if case .disconnected = $0 { true } else { false } }
+            #expect(closed != .disconnected(.manuallyDisconnected))
+            await limited.terminate()
+            await socket.terminate()
+        }
+    }
+}
