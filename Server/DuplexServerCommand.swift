@@ -17,6 +17,9 @@ struct DuplexServerCommand: AsyncParsableCommand {
             Prints one line when it listens: "duplex-server listening on http://HOST:PORT".
             SIGINT and SIGTERM shut it down gracefully: WebSocket peers get close 1001 and SSE \
             streams end; the exit status is then 0.
+            With --chaos, POST /_chaos/drop, /_chaos/close?code=C, /_chaos/stall?ms=M, \
+            /_chaos/end-sse and /_chaos/refuse?ms=M break connections on purpose \
+            (scope them with ?route=echo|chat|events|chat-events or ?room=NAME).
             """
     )
 
@@ -34,6 +37,9 @@ struct DuplexServerCommand: AsyncParsableCommand {
 
     @Option(help: "The largest WebSocket message accepted, in bytes; larger ones get close 1009.")
     var maxMessageBytes: Int = 16 * 1024 * 1024
+
+    @Flag(help: "Serve the /_chaos/ fault endpoints (drop, close, stall, end-sse, refuse) to loopback peers.")
+    var chaos = false
 
     func validate() throws {
         guard Logger.Level(rawValue: logLevel) != nil else {
@@ -53,7 +59,7 @@ struct DuplexServerCommand: AsyncParsableCommand {
         }
         let logger = Logger(label: "duplex-server")
         let server = DuplexServer(
-            configuration: .init(host: host, port: port, historyLimit: history, maxMessageBytes: maxMessageBytes),
+            configuration: .init(host: host, port: port, historyLimit: history, maxMessageBytes: maxMessageBytes, chaos: chaos),
             logger: logger
         )
         let group = ServiceGroup(

@@ -1,9 +1,11 @@
 import Hummingbird
 import HummingbirdCore
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 
-/// Closes a WebSocket connection with 1002 when the client sends an unmasked frame.
+/// Closes a WebSocket connection with 1002 when the client sends an unmasked frame, and answers
+/// 503 while the server refuses new connections (a chaos fault).
 ///
 /// RFC 6455 section 5.1: "a server MUST close the connection upon receiving a frame that is not
 /// masked … with a status code of 1002". Neither swift-nio's frame decoder nor swift-websocket
@@ -28,6 +30,12 @@ final class ClientMaskGuard: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     private static let maxRequestHead = 64 * 1024
+    private static let chaosPrefix = Array(" /_chaos/".utf8)
+    private let refusal: RefusalGate
+
+    init(refusal: RefusalGate) {
+        self.refusal = refusal
+    }
     private static let upgradeField = Array("\nupgrade:".utf8)
     private static let webSocketToken = Array("websocket".utf8)
     private var mode: Mode = .requestHead(seen: [])
@@ -46,6 +54,10 @@ final class ClientMaskGuard: ChannelInboundHandler, RemovableChannelHandler {
                 seen.append(byte)
                 index += 1
                 if seen.count >= 4, seen.suffix(4).elementsEqual([13, 10, 13, 10]) {
+                    if refusal.isRefusing, !Array(seen.prefix(64)).contains(subsequence: Self.chaosPrefix) {
+                        refuse(context: context)
+                        return
+                    }
                     // Compare bytes, not Characters: "\r\n" is one Character, so a String search
                     // for "\nupgrade:" would never match.
                     let head = seen.map { (0x41...0x5A).contains($0) ? $0 | 0x20 : $0 }
@@ -102,6 +114,17 @@ final class ClientMaskGuard: ChannelInboundHandler, RemovableChannelHandler {
         }
     }
 
+    /// Answers 503 and closes: the server is refusing new connections for a while.
+    private func refuse(context: ChannelHandlerContext) {
+        mode = .closed
+        let body = #"{"error":"the server is refusing new connections (chaos)"}"#
+        let response = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\nRetry-After: 1\r\nConnection: close\r\n\r\n\(body)"
+        let channel = context.channel
+        context.writeAndFlush(NIOAny(context.channel.allocator.buffer(string: response))).whenComplete { _ in
+            channel.close(promise: nil)
+        }
+    }
+
     private func rejectUnmasked(context: ChannelHandlerContext) {
         mode = .closed
         let reason = Array("client frames must be masked".utf8)
@@ -126,13 +149,27 @@ extension Array where Element == UInt8 {
     }
 }
 
+/// Whether the server refuses new connections, and until when.
+final class RefusalGate: Sendable {
+    private let until = NIOLockedValueBox<ContinuousClock.Instant?>(nil)
+
+    func refuse(for duration: Duration) {
+        until.withLockedValue { $0 = .now + duration }
+    }
+
+    var isRefusing: Bool {
+        until.withLockedValue { $0.map { $0 > .now } ?? false }
+    }
+}
+
 /// A server child channel that puts a ``ClientMaskGuard`` in front of another one.
 struct MaskGuardedChildChannel<Base: ServerChildChannel>: ServerChildChannel {
     let base: Base
+    let refusal: RefusalGate
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Base.Value> {
         channel.eventLoop.makeCompletedFuture {
-            try channel.pipeline.syncOperations.addHandler(ClientMaskGuard(), position: .first)
+            try channel.pipeline.syncOperations.addHandler(ClientMaskGuard(refusal: self.refusal), position: .first)
         }.flatMap {
             base.setup(channel: channel, logger: logger)
         }

@@ -7,6 +7,8 @@ enum ConnectionCommand: Sendable, Equatable {
     case close(WebSocketCloseCode, String)
     /// Close the TCP connection at once, with no close frame and no end of stream.
     case drop
+    /// Stop reading and writing for this long: pings go unanswered.
+    case stall(Duration)
 }
 
 /// What kind of connection, and where.

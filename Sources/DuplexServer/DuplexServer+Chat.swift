@@ -78,9 +78,11 @@ extension DuplexServer {
             for event in subscription.backlog {
                 try await outbound.write(.text(event.json))
             }
+            let gate = StallGate()
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {
                     for await frame in frames {
+                        await gate.wait()
                         try await outbound.write(.text(frame))
                     }
                     if overflowed.withLockedValue({ $0 }) {
@@ -88,7 +90,7 @@ extension DuplexServer {
                     }
                 }
                 group.addTask {
-                    try await self.obey(commands, outbound: outbound, channel: channel)
+                    try await self.obey(commands, outbound: outbound, channel: channel, gate: gate)
                 }
                 for try await message in inbound.messages(maxSize: configuration.maxMessageBytes) {
                     let reply = self.reply(to: message, in: join)

@@ -25,10 +25,24 @@ extension DuplexServer {
         }
     }
 
-    /// Carries out the registry's commands for one WebSocket connection.
-    func obey(_ commands: AsyncStream<ConnectionCommand>, outbound: WebSocketOutboundWriter, channel: any Channel) async throws {
+    /// Carries out the registry's commands for one WebSocket connection. A stall turns reading
+    /// off for its duration, and closes `gate` so the connection's own writers wait.
+    func obey(
+        _ commands: AsyncStream<ConnectionCommand>,
+        outbound: WebSocketOutboundWriter,
+        channel: any Channel,
+        gate: StallGate = StallGate()
+    ) async throws {
         for await command in commands {
             switch command {
+            case .stall(let duration):
+                gate.stall(for: duration)
+                try await channel.setOption(ChannelOptions.autoRead, value: false).get()
+                Task {
+                    try? await Task.sleep(for: duration)
+                    _ = try? await channel.setOption(ChannelOptions.autoRead, value: true).get()
+                    channel.read()
+                }
             case .close(let code, let reason):
                 try await close(outbound: outbound, channel: channel, code: code, reason: reason)
                 return

@@ -41,6 +41,27 @@ extension DuplexServer {
         connections.send(.drop, matching: scope.matches)
     }
 
+    /// Stalls the connections in `scope` for `duration`: the server stops reading them (so pings
+    /// go unanswered) and stops writing to them, then carries on.
+    /// - Returns: how many connections it reached.
+    @discardableResult
+    public func stallConnections(_ scope: FaultScope = .all, for duration: Duration) -> Int {
+        connections.send(.stall(duration), matching: scope.matches)
+    }
+
+    /// Ends the SSE streams in `scope` cleanly, as a server that finished a response would.
+    /// - Returns: how many streams it reached.
+    @discardableResult
+    public func endEventStreams(_ scope: FaultScope = .all) -> Int {
+        connections.send(.close(.normalClosure, ""), matching: { $0.kind == .eventStream && scope.matches($0) })
+    }
+
+    /// Answers every new connection and WebSocket upgrade with 503 for `duration` (requests to
+    /// `/_chaos/` still pass). Open connections are not touched.
+    public func refuseConnections(for duration: Duration) {
+        refusal.refuse(for: duration)
+    }
+
     /// Closes the WebSocket connections in `scope` with a close frame of `code` and `reason`,
     /// and ends the SSE streams in `scope` cleanly.
     /// - Returns: how many connections it reached.

@@ -29,6 +29,7 @@ extension DuplexServer {
         router.get("chat/:room/events") { request, context -> Response in
             self.roomEventStream(request, context)
         }
+        addChaosRoutes(to: router)
         return router
     }
 

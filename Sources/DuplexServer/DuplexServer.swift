@@ -34,6 +34,7 @@ public final class DuplexServer: Service, Sendable {
     let connections = ConnectionRegistry()
     let rooms: ChatRooms
     let ticks = TickClock()
+    let refusal = RefusalGate()
     private let lifecycle = NIOLockedValueBox(Lifecycle())
 
     /// Creates a server; nothing listens until ``run()``.
@@ -67,7 +68,8 @@ public final class DuplexServer: Service, Sendable {
                         responder: responder,
                         webSocketResponder: webSocketResponder,
                         configuration: channelConfiguration
-                    )
+                    ),
+                    refusal: self.refusal
                 )
             },
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "duplex-server"),

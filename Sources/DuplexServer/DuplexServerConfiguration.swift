@@ -36,6 +36,8 @@ public struct DuplexServerConfiguration: Sendable {
     public var closeTimeout: Duration
     /// How long a graceful shutdown waits for connections to close after telling them to. Default 10 s.
     public var shutdownTimeout: Duration
+    /// Whether the `/_chaos/` HTTP endpoints exist (for loopback peers only). Default false.
+    public var chaos: Bool
 
     /// Creates a configuration; every argument has a default.
     public init(
@@ -51,7 +53,8 @@ public struct DuplexServerConfiguration: Sendable {
         sseRetryMilliseconds: Int = 2000,
         heartbeatInterval: Duration = .seconds(15),
         closeTimeout: Duration = .seconds(5),
-        shutdownTimeout: Duration = .seconds(10)
+        shutdownTimeout: Duration = .seconds(10),
+        chaos: Bool = false
     ) {
         self.host = host
         self.port = port
@@ -66,5 +69,6 @@ public struct DuplexServerConfiguration: Sendable {
         self.heartbeatInterval = heartbeatInterval
         self.closeTimeout = closeTimeout
         self.shutdownTimeout = shutdownTimeout
+        self.chaos = chaos
     }
 }

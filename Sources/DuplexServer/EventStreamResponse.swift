@@ -32,10 +32,19 @@ struct EventStreamResponse {
             try await server.connections.withConnection(info) { commands in
                 let (items, sink) = AsyncStream<String>.makeStream(bufferingPolicy: .bufferingOldest(configuration.outboundQueueLimit))
                 let lastWrite = NIOLockedValueBox(ContinuousClock.now)
+                let gate = StallGate()
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask {
                         for await command in commands {
-                            if command == .drop { try? await channel.close() }
+                            switch command {
+                            case .stall(let duration):
+                                gate.stall(for: duration)
+                                continue
+                            case .drop:
+                                try? await channel.close()
+                            case .close:
+                                break
+                            }
                             break
                         }
                         sink.finish()
@@ -48,6 +57,7 @@ struct EventStreamResponse {
                     }
                     try await writer.write(ByteBuffer(string: ServerSentEvent.retryDirective(milliseconds: configuration.sseRetryMilliseconds)))
                     for await text in items {
+                        await gate.wait()
                         try await writer.write(ByteBuffer(string: text))
                         lastWrite.withLockedValue { $0 = .now }
                     }
@@ -90,5 +100,22 @@ func waitUntilCancelled() async {
         for await _ in stream {}
     } onCancel: {
         continuation.finish()
+    }
+}
+
+/// Holds a connection's writers back while it is stalled.
+final class StallGate: Sendable {
+    private let until = NIOLockedValueBox<ContinuousClock.Instant?>(nil)
+
+    /// Stalls for `duration` from now.
+    func stall(for duration: Duration) {
+        until.withLockedValue { $0 = .now + duration }
+    }
+
+    /// Returns once the stall, if any, is over.
+    func wait() async {
+        while let end = until.withLockedValue({ $0 }), end > .now {
+            try? await Task.sleep(until: end, clock: .continuous)
+        }
     }
 }

@@ -129,3 +129,33 @@ struct FaultProxyTests {
         }
     }
 }
+
+@Suite("server stall")
+struct ServerStallTests {
+    @Test("a server stall is caught by pings after exactly maxPingFailures misses, then the client reconnects")
+    func stall() async throws {
+        try await withTimeout(.seconds(30)) {
+            try await withDuplexServer { server in
+                let socket = WebSocket(
+                    url: server.webSocketURL("/echo"),
+                    configuration: .init(
+                        ping: PingConfig(pingInterval: .milliseconds(100), maxPingFailures: 2, pongTimeout: .milliseconds(80)),
+                        reconnection: .fixedDelay(.milliseconds(50))
+                    )
+                )
+                let states = socket.stateEvents
+                let events = socket.events
+                try await socket.connect()
+                try await socket.send("warm")
+                _ = try await events.first(within: .seconds(5)) { $0 == .message(.string("warm")) }
+                #expect(server.server.stallConnections(.route("echo"), for: .seconds(20)) == 1)
+                let failed = try await states.first(within: .seconds(5)) { if case .disconnected = $0 { true } else { false } }
+                #expect(failed == .disconnected(.pingFailed(missedPings: 2)))
+                _ = try await states.first(within: .seconds(5)) { if case .connected = $0 { true } else { false } }
+                try await socket.send("fresh connection")
+                _ = try await events.first(within: .seconds(5)) { $0 == .message(.string("fresh connection")) }
+                await socket.terminate()
+            }
+        }
+    }
+}

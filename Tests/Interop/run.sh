@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Interop checks of the built duplex-server against third-party peers: Python's `websockets`
-# (echo, chat, resume, 1009, 1001 on SIGTERM) and `curl -N` (SSE ticks and Last-Event-ID).
+# (echo, chat, resume, 1009, 1001 on SIGTERM, a close injected by curl through /_chaos/) and
+# `curl -N` (SSE ticks and Last-Event-ID).
 # Usage: Tests/Interop/run.sh PATH/TO/duplex-server
 set -euo pipefail
 server_bin=${1:?usage: run.sh PATH/TO/duplex-server}
@@ -70,4 +71,18 @@ grep -q READY "$work/waiter" || fail "shutdown waiter did not connect: $(cat "$w
 stop_server
 wait "$waiter" || fail "shutdown waiter: $(cat "$work/waiter")"
 grep "shutdown: ok" "$work/waiter"
+
+# Chaos from a script: a client's connection broken with curl.
+start_server --chaos
+status=$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$port/_chaos/drop?room=nobody")
+[ "$status" = 200 ] || fail "/_chaos/drop answered $status"
+python3 "$here/websockets_client.py" "$port" wait_for_chaos_close >"$work/chaos" 2>&1 &
+victim=$!
+for _ in $(seq 1 100); do grep -q READY "$work/chaos" && break; sleep 0.1; done
+grep -q READY "$work/chaos" || fail "chaos client did not connect: $(cat "$work/chaos")"
+affected=$(curl -s -X POST "http://127.0.0.1:$port/_chaos/close?code=4000&reason=scripted&route=echo")
+[ "$affected" = '{"affected":1}' ] || fail "/_chaos/close answered $affected"
+wait "$victim" || fail "chaos client: $(cat "$work/chaos")"
+grep "chaos: ok" "$work/chaos"
+stop_server
 echo "interop: all checks passed"

@@ -98,5 +98,19 @@ async def wait_for_shutdown(port):
             print(f"shutdown: ok (close {closed.rcvd.code} {closed.rcvd.reason!r})")
 
 
+async def wait_for_chaos_close(port):
+    """Connects, prints READY, and expects the close that `POST /_chaos/close?code=4000` sends."""
+    async with websockets.connect(f"ws://127.0.0.1:{port}/echo") as ws:
+        await ws.send("warm")
+        await asyncio.wait_for(ws.recv(), TIMEOUT)
+        print("READY", flush=True)
+        try:
+            await asyncio.wait_for(ws.recv(), 30)
+            raise SystemExit("FAIL: got a message instead of the chaos close")
+        except websockets.ConnectionClosed as closed:
+            check(closed.rcvd is not None and closed.rcvd.code == 4000 and closed.rcvd.reason == "scripted", f"chaos close: {closed.rcvd}")
+            print(f"chaos: ok (close {closed.rcvd.code} {closed.rcvd.reason!r} from a script)")
+
+
 if __name__ == "__main__":
     asyncio.run(globals()[sys.argv[2]](int(sys.argv[1])))

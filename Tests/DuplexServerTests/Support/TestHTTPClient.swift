@@ -26,6 +26,7 @@ final class TestHTTPResponse {
         host: String = "127.0.0.1",
         port: Int,
         _ path: String,
+        method: HTTPMethod = .GET,
         headers: [(String, String)] = [],
         _ body: (TestHTTPResponse) async throws -> T
     ) async throws -> T {
@@ -37,8 +38,9 @@ final class TestHTTPResponse {
                 }
             }
         return try await channel.executeThenClose { inbound, outbound in
-            var head = HTTPRequestHead(version: .http1_1, method: .GET, uri: path)
+            var head = HTTPRequestHead(version: .http1_1, method: method, uri: path)
             head.headers.add(name: "Host", value: host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)")
+            if method == .POST { head.headers.add(name: "Content-Length", value: "0") }
             for (name, value) in headers { head.headers.add(name: name, value: value) }
             try await outbound.write(.head(head))
             try await outbound.write(.end(nil))

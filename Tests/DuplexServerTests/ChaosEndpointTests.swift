@@ -1,0 +1,81 @@
+import DuplexSchema
+import DuplexTesting
+import NIOCore
+import NIOHTTP1
+import Testing
+
+@testable import DuplexServer
+
+@Suite("/_chaos/ endpoints")
+struct ChaosEndpointTests {
+    func post(_ port: Int, _ path: String) async throws -> (status: Int, body: String) {
+        try await TestHTTPResponse.get(port: port, path, method: .POST) { response in
+            (response.status, try await response.readBody())
+        }
+    }
+
+    @Test("without --chaos the endpoints do not exist")
+    func off() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                let (status, _) = try await post(server.port, "/_chaos/drop")
+                #expect(status == 404)
+            }
+        }
+    }
+
+    @Test("drop over HTTP reaches the scoped connections; bad parameters get 400")
+    func dropAndBadInput() async throws {
+        try await withTimeout {
+            try await withDuplexServer(configuration: .init(chaos: true)) { server in
+                try await TestWebSocket.with(port: server.port, path: "/echo") { echo in
+                    try await echo.sendText("warm")
+                    _ = try await echo.receiveText()
+                    let (status, body) = try await post(server.port, "/_chaos/drop?route=echo")
+                    #expect(status == 200 && body == #"{"affected":1}"#)
+                    try await echo.waitForEndOfStream()
+                }
+                for bad in ["/_chaos/close", "/_chaos/close?code=1005", "/_chaos/stall?ms=0", "/_chaos/refuse?ms=abc", "/_chaos/drop?route=nope"] {
+                    let (status, body) = try await post(server.port, bad)
+                    #expect(status == 400, "\(bad)")
+                    #expect(body.contains("error"), "\(bad)")
+                }
+                let (status, body) = try await post(server.port, "/_chaos/close?code=4000&reason=bye&room=none")
+                #expect(status == 200 && body == #"{"affected":0}"#)
+            }
+        }
+    }
+
+    @Test("refuse answers new connections and upgrades with 503, leaves open ones alone, and lets /_chaos/ through")
+    func refuse() async throws {
+        try await withTimeout {
+            try await withDuplexServer(configuration: .init(chaos: true)) { server in
+                try await TestWebSocket.with(port: server.port, path: "/echo") { open in
+                    try await open.sendText("before")
+                    _ = try await open.receiveText()
+                    let (status, _) = try await post(server.port, "/_chaos/refuse?ms=60000")
+                    #expect(status == 200)
+                    let health = try await TestHTTPResponse.get(port: server.port, "/health") { $0.status }
+                    #expect(health == 503)
+                    try await TestWebSocket.with(port: server.port, path: "/echo") { refused in
+                        #expect(refused.status == 503)
+                    }
+                    let (stillThere, _) = try await post(server.port, "/_chaos/drop?room=none")
+                    #expect(stillThere == 200)
+                    try await open.sendText("after")
+                    #expect(try await open.receiveText() == "after")
+                }
+            }
+        }
+    }
+
+    @Test("only loopback peers may use the endpoints")
+    func loopbackOnly() throws {
+        #expect(DuplexServer.isLoopback(try SocketAddress(ipAddress: "127.0.0.1", port: 1)))
+        #expect(DuplexServer.isLoopback(try SocketAddress(ipAddress: "127.8.9.10", port: 1)))
+        #expect(DuplexServer.isLoopback(try SocketAddress(ipAddress: "::1", port: 1)))
+        #expect(!DuplexServer.isLoopback(try SocketAddress(ipAddress: "10.0.0.1", port: 1)))
+        #expect(!DuplexServer.isLoopback(try SocketAddress(ipAddress: "192.168.1.2", port: 1)))
+        #expect(!DuplexServer.isLoopback(nil))
+    }
+}
