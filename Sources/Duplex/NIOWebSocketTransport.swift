@@ -27,6 +27,7 @@ struct NIOWebSocketTransport: WebSocketTransport {
         let endpoint = try request.endpoint()
         let sslContext = try endpoint.secure ? Self.makeSSLContext(configuration.tlsTrust) : nil
         let deadline = NIODeadline.now() + TimeAmount(configuration.connectTimeout)
+        let timedOut = NIOLockedValueBox(false)
         let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connectTimeout(TimeAmount(configuration.connectTimeout))
             .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
@@ -41,12 +42,16 @@ struct NIOWebSocketTransport: WebSocketTransport {
                         configuration: configuration,
                         sslContext: sslContext,
                         deadline: deadline,
+                        timedOut: timedOut,
                         delegate: delegate
                     )
                 }
             }
             result = try await upgrade.get()
         } catch {
+            if timedOut.withLockedValue({ $0 }) {
+                throw WebSocketError(.connectTimeout, "the handshake with \(endpoint.host):\(endpoint.port) did not finish within \(configuration.connectTimeout)")
+            }
             throw Self.describe(error, endpoint: endpoint, timeout: configuration.connectTimeout)
         }
         switch result {
@@ -65,6 +70,7 @@ struct NIOWebSocketTransport: WebSocketTransport {
         configuration: WebSocketConfiguration,
         sslContext: NIOSSLContext?,
         deadline: NIODeadline,
+        timedOut: NIOLockedValueBox<Bool>,
         delegate: any WebSocketTransportDelegate
     ) throws -> EventLoopFuture<UpgradeResult> {
         if let sslContext {
@@ -115,18 +121,11 @@ struct NIOWebSocketTransport: WebSocketTransport {
 
         // The handshake (and TLS) must finish by the deadline.
         let timeout = channel.eventLoop.scheduleTask(deadline: deadline) {
+            timedOut.withLockedValue { $0 = true }
             channel.close(promise: nil)
         }
         upgraded.whenComplete { _ in timeout.cancel() }
-        let promise = channel.eventLoop.makePromise(of: UpgradeResult.self)
-        upgraded.whenComplete { result in
-            if case .failure = result, NIODeadline.now() >= deadline {
-                promise.fail(WebSocketError(.connectTimeout, "the handshake did not finish in time"))
-            } else {
-                promise.completeWith(result)
-            }
-        }
-        return promise.futureResult
+        return upgraded
     }
 
     static func makeSSLContext(_ trust: TLSTrust) throws -> NIOSSLContext {

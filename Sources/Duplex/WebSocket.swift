@@ -113,6 +113,21 @@ public final class WebSocket: WebSocketProtocol {
         set { core.onPingFailed = newValue }
     }
 
+    /// Called before each connection attempt, the first and every reconnection, to rebuild the
+    /// request: to refresh a token, or to resume a chat with `since=` the last seq seen.
+    ///
+    /// ```swift
+    /// socket.prepareRequest = { request in
+    ///     var request = request
+    ///     request.url = chatURL(since: lastSeq.withLock { $0 })
+    ///     return request
+    /// }
+    /// ```
+    public var prepareRequest: (@Sendable (WebSocketRequest) async -> WebSocketRequest)? {
+        get { core.prepareRequest }
+        set { core.prepareRequest = newValue }
+    }
+
     public func connect() async throws {
         try await core.connect()
     }

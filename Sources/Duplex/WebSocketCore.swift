@@ -32,6 +32,7 @@ final class WebSocketCore: Sendable {
         var pingTracker: PingTracker?
         var roundTripTime: Duration?
         var onPingFailed: (@Sendable (WebSocketError) -> Void)?
+        var prepareRequest: (@Sendable (WebSocketRequest) async -> WebSocketRequest)?
     }
 
     private let state: NIOLockedValueBox<State>
@@ -59,6 +60,11 @@ final class WebSocketCore: Sendable {
     var onPingFailed: (@Sendable (WebSocketError) -> Void)? {
         get { state.withLockedValue { $0.onPingFailed } }
         set { state.withLockedValue { $0.onPingFailed = newValue } }
+    }
+
+    var prepareRequest: (@Sendable (WebSocketRequest) async -> WebSocketRequest)? {
+        get { state.withLockedValue { $0.prepareRequest } }
+        set { state.withLockedValue { $0.prepareRequest = newValue } }
     }
 
     func makeStateStream() -> AsyncStream<WebSocketState> {
@@ -203,7 +209,7 @@ final class WebSocketCore: Sendable {
         for action in actions {
             switch action {
             case .startConnecting(let generation):
-                startConnecting(generation: generation)
+                startConnecting(generation: generation, prepare: state.prepareRequest)
             case .closeConnection(let code, let reason):
                 state.connection?.connection.close(code: code, reason: reason)
             case .abortConnection:
@@ -265,13 +271,15 @@ final class WebSocketCore: Sendable {
         }
     }
 
-    private func startConnecting(generation: UInt64) {
+    /// Starts an attempt. Runs under the lock: `prepare` comes from the locked state.
+    private func startConnecting(generation: UInt64, prepare: (@Sendable (WebSocketRequest) async -> WebSocketRequest)?) {
         let delegate = ConnectionDelegate(core: self, generation: generation)
         let transport = self.transport
-        let request = self.request
         let configuration = self.configuration
+        let original = self.request
         Task {
             do {
+                let request = await prepare?(original) ?? original
                 let connection = try await transport.connect(request: request, configuration: configuration, delegate: delegate)
                 delegate.core?.connectionOpened(generation: generation, connection: connection)
                     ?? connection.close(code: .goingAway, reason: "released")

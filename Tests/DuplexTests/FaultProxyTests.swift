@@ -78,7 +78,7 @@ struct FaultProxyTests {
             let socket = WebSocket(
                 url: url,
                 configuration: .init(
-                    ping: PingConfig(pingInterval: .milliseconds(100), maxPingFailures: 2, pongTimeout: .milliseconds(80)),
+                    ping: PingConfig(pingInterval: .milliseconds(400), maxPingFailures: 2, pongTimeout: .milliseconds(300)),
                     reconnection: .fixedDelay(.milliseconds(50))
                 )
             )
@@ -139,7 +139,7 @@ struct ServerStallTests {
                 let socket = WebSocket(
                     url: server.webSocketURL("/echo"),
                     configuration: .init(
-                        ping: PingConfig(pingInterval: .milliseconds(100), maxPingFailures: 2, pongTimeout: .milliseconds(80)),
+                        ping: PingConfig(pingInterval: .milliseconds(400), maxPingFailures: 2, pongTimeout: .milliseconds(300)),
                         reconnection: .fixedDelay(.milliseconds(50))
                     )
                 )
@@ -149,11 +149,11 @@ struct ServerStallTests {
                 try await socket.send("warm")
                 _ = try await events.first(within: .seconds(5)) { $0 == .message(.string("warm")) }
                 #expect(server.server.stallConnections(.route("echo"), for: .seconds(20)) == 1)
-                let failed = try await states.first(within: .seconds(5)) { if case .disconnected = $0 { true } else { false } }
+                let failed = try await states.first(within: .seconds(10)) { if case .disconnected = $0 { true } else { false } }
                 #expect(failed == .disconnected(.pingFailed(missedPings: 2)))
-                _ = try await states.first(within: .seconds(5)) { if case .connected = $0 { true } else { false } }
+                _ = try await states.first(within: .seconds(10)) { if case .connected = $0 { true } else { false } }
                 try await socket.send("fresh connection")
-                _ = try await events.first(within: .seconds(5)) { $0 == .message(.string("fresh connection")) }
+                _ = try await events.first(within: .seconds(10)) { $0 == .message(.string("fresh connection")) }
                 await socket.terminate()
             }
         }

@@ -1,0 +1,150 @@
+import Duplex
+import DuplexSchema
+import DuplexServer
+import DuplexTesting
+import Foundation
+import NIOConcurrencyHelpers
+import Testing
+
+/// The real client against the real server over loopback, through faults, with no mocks.
+@Suite("integration: reconnect, resume, terminate")
+struct IntegrationTests {
+    static let wait: Duration = .seconds(10)
+
+    @Test("chat across repeated drops with since= resumes: every message exactly once, in order")
+    func chatAcrossDrops() async throws {
+        try await withTimeout(.seconds(40)) {
+            try await withDuplexServer { server in
+                let lastSeq = NIOLockedValueBox(0)
+                let base = server.webSocketURL("/chat/resilient").absoluteString
+                let reader = WebSocket(
+                    url: URL(string: base + "?name=reader")!,
+                    configuration: .init(reconnection: .fixedDelay(.milliseconds(20)))
+                )
+                reader.prepareRequest = { request in
+                    var request = request
+                    request.url = URL(string: base + "?name=reader&since=\(lastSeq.withLockedValue { $0 })")!
+                    return request
+                }
+                let frames = WebSocketCodableChannel<ChatClientFrame, ChatServerFrame>(
+                    socket: reader, decoder: { ChatProtocol.makeDecoder() }
+                ).receiveResults()
+                try await reader.connect()
+                // The writer reconnects too, and resends each message until it is acked: the
+                // same clientMessageId makes a resend safe (the server answers a duplicate ack).
+                let writer = WebSocket(url: URL(string: base + "?name=writer")!, configuration: .init(reconnection: .fixedDelay(.milliseconds(20))))
+                let acks = WebSocketCodableChannel<ChatClientFrame, ChatServerFrame>(
+                    socket: writer, decoder: { ChatProtocol.makeDecoder() }
+                ).receiveResults()
+                let book = AckBook()
+                let collecting = Task {
+                    for await result in acks {
+                        if case .success(.ack(let ack)) = result { await book.record(ack.clientMessageID) }
+                    }
+                }
+                try await writer.connect()
+                let total = 60
+                let writing = Task {
+                    for i in 1...total {
+                        let frame = try ChatClientFrame.say(ChatSay(clientMessageID: "m\(i)", text: "\(i)")).jsonString()
+                        repeat {
+                            try? await writer.send(frame)
+                        } while await !book.wait(for: "m\(i)", limit: .milliseconds(500))
+                        if i % 15 == 0 { server.server.dropConnections(.room("resilient")) }
+                    }
+                }
+                var texts: [String] = []
+                var seqs: [Int] = []
+                for await result in frames {
+                    guard case .success(let frame) = result, case .message(let message) = frame else { continue }
+                    lastSeq.withLockedValue { $0 = max($0, message.seq) }
+                    if message.from == "writer" {
+                        texts.append(message.text)
+                        seqs.append(message.seq)
+                    }
+                    if texts.count == total { break }
+                }
+                try await writing.value
+                collecting.cancel()
+                #expect(texts == (1...total).map(String.init), "every message once, in order")
+                #expect(seqs == seqs.sorted() && Set(seqs).count == seqs.count)
+                await reader.terminate()
+                await writer.terminate()
+            }
+        }
+    }
+
+    /// The acks a chat writer has received, and a way to wait for one with a time limit.
+    actor AckBook {
+        private var acked: Set<String> = []
+        private var waiters: [String: CheckedContinuation<Bool, Never>] = [:]
+
+        func record(_ id: String) {
+            acked.insert(id)
+            waiters.removeValue(forKey: id)?.resume(returning: true)
+        }
+
+        /// True once `id` is acked; false if `limit` passes first.
+        func wait(for id: String, limit: Duration) async -> Bool {
+            if acked.contains(id) { return true }
+            return await withCheckedContinuation { continuation in
+                waiters[id] = continuation
+                Task {
+                    try? await Task.sleep(for: limit)
+                    self.expire(id)
+                }
+            }
+        }
+
+        private func expire(_ id: String) {
+            waiters.removeValue(forKey: id)?.resume(returning: false)
+        }
+    }
+
+    @Test("reconnection waits the strategy's delays, within tolerance")
+    func reconnectDelays() async throws {
+        try await withTimeout(.seconds(30)) {
+            try await withDuplexServer { server in
+                let socket = WebSocket(url: server.webSocketURL("/echo"), configuration: .init(reconnection: .fixedDelay(.milliseconds(300))))
+                let states = socket.stateEvents
+                let events = socket.events
+                try await socket.connect()
+                try await socket.send("warm")
+                _ = try await events.first(within: Self.wait) { $0 == .message(.string("warm")) }
+                // the client starts its timer after it notices the drop, so from the drop on it waits at least the delay
+                let lost = ContinuousClock.now
+                server.server.dropConnections(.route("echo"))
+                _ = try await states.first(within: Self.wait) { if case .disconnected = $0 { true } else { false } }
+                _ = try await states.first(within: Self.wait) { if case .connected = $0 { true } else { false } }
+                let waited = lost.duration(to: .now)
+                #expect(waited >= .milliseconds(300), "the strategy's delay was honoured")
+                #expect(waited < .seconds(3), "and not much more (generous tolerance for a loaded machine)")
+                await socket.terminate()
+            }
+        }
+    }
+
+    @Test("terminate during a reconnect backoff stops all retries and finishes every stream")
+    func terminateDuringBackoff() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                let socket = WebSocket(url: server.webSocketURL("/echo"), configuration: .init(reconnection: .fixedDelay(.seconds(60))))
+                let states = socket.stateEvents
+                let events = socket.events
+                let messages = socket.messages
+                try await socket.connect()
+                try await socket.send("warm")
+                _ = try await events.first(within: Self.wait) { $0 == .message(.string("warm")) }
+                server.server.dropConnections(.route("echo"))
+                _ = try await states.first(within: Self.wait) { if case .disconnected = $0 { true } else { false } }
+                #expect(socket.state == .connecting, "waiting to reconnect")
+                await socket.terminate()
+                for await _ in messages {}
+                var last: WebSocketState?
+                for await state in states { last = state }
+                #expect(last == .disconnected(.terminated))
+                #expect(server.server.connectionCount == 0, "no reconnection was made")
+            }
+        }
+    }
+}
