@@ -18,7 +18,7 @@ struct DuplexServerCommand: AsyncParsableCommand {
             SIGINT and SIGTERM shut it down gracefully: WebSocket peers get close 1001 and SSE \
             streams end; the exit status is then 0.
             With --chaos, POST /_chaos/drop, /_chaos/close?code=C, /_chaos/stall?ms=M, \
-            /_chaos/end-sse and /_chaos/refuse?ms=M break connections on purpose \
+            /_chaos/end-sse, /_chaos/refuse?ms=M and /_chaos/restart?ms=M break connections on purpose \
             (scope them with ?route=echo|chat|events|chat-events or ?room=NAME).
             """
     )

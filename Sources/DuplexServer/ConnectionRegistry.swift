@@ -91,6 +91,11 @@ final class ConnectionRegistry: Sendable {
         }
     }
 
+    /// Accepts connections again after a shutdown: used when the server restarts.
+    func reopen() {
+        state.withLockedValue { $0.shutdownReason = nil }
+    }
+
     /// Returns once no connection is left, or when the task is cancelled.
     private func waitUntilEmpty() async {
         let waiterID = state.withLockedValue { state in

@@ -14,6 +14,8 @@ extension DuplexServer {
     /// - `POST /_chaos/stall?ms=M[&route=R|room=N]`: stop reading and writing for M ms.
     /// - `POST /_chaos/end-sse[?route=R|room=N]`: end SSE streams cleanly.
     /// - `POST /_chaos/refuse?ms=M`: answer new connections and upgrades with 503 for M ms.
+    /// - `POST /_chaos/restart?ms=M`: close every connection with 1001, stop listening, and listen
+    ///   again on the same port M ms later (the answer is written first).
     ///
     /// Each answers `{"affected":N}` (how many connections it reached), or 400 with the reason.
     func addChaosRoutes(to router: Router<DuplexRequestContext>) {
@@ -35,6 +37,15 @@ extension DuplexServer {
         }
         router.post("_chaos/end-sse") { request, context in
             try self.chaos(request, context) { scope, _ in self.endEventStreams(scope) }
+        }
+        router.post("_chaos/restart") { request, context in
+            // The restart is queued; a graceful shutdown lets this answer finish first.
+            try self.chaos(request, context) { _, query in
+                let downtime = Duration.milliseconds(try Self.milliseconds(query))
+                let affected = self.connections.count
+                self.restart(downFor: downtime)
+                return affected
+            }
         }
         router.post("_chaos/refuse") { request, context in
             try self.chaos(request, context) { _, query in

@@ -36,6 +36,7 @@ public final class DuplexServer: Service, Sendable {
     let ticks = TickClock()
     let refusal = RefusalGate()
     private let lifecycle = NIOLockedValueBox(Lifecycle())
+    private let restartRequest = NIOLockedValueBox<AsyncStream<Duration>.Continuation?>(nil)
 
     /// Creates a server; nothing listens until ``run()``.
     /// - Parameters:
@@ -50,6 +51,58 @@ public final class DuplexServer: Service, Sendable {
     /// Listens and serves until cancelled or gracefully shut down.
     /// - Throws: when the server cannot start, for example because the port is in use.
     public func run() async throws {
+        var port = configuration.port
+        do {
+            while let downtime = try await serveUntilRestart(port: port) {
+                // a restart: every connection was closed with 1001; come back on the same port
+                port = lifecycle.withLockedValue { $0.port } ?? port
+                connections.reopen()
+                logger.notice("restarting", metadata: ["down for": "\(downtime)", "port": "\(port)"])
+                try await Task.sleep(for: downtime)
+            }
+            didStop(error: nil)
+        } catch {
+            didStop(error: error)
+            throw error
+        }
+    }
+
+    /// Stops listening, closing every connection with 1001 as a graceful shutdown does, and
+    /// listens again on the same port after `downtime`.
+    public func restart(downFor downtime: Duration) {
+        let request = restartRequest.withLockedValue { $0 }
+        request?.yield(downtime)
+    }
+
+    /// Serves on `port` until a graceful shutdown (returns nil) or a restart (returns the downtime).
+    private func serveUntilRestart(port: Int) async throws -> Duration? {
+        let group = makeServiceGroup(port: port)
+        let (restarts, request) = AsyncStream<Duration>.makeStream()
+        restartRequest.withLockedValue { $0 = request }
+        defer { restartRequest.withLockedValue { $0 = nil } }
+        return try await withThrowingTaskGroup(of: Duration?.self) { tasks in
+            tasks.addTask {
+                try await group.run()
+                return nil
+            }
+            tasks.addTask {
+                for await downtime in restarts {
+                    await group.triggerGracefulShutdown()
+                    return downtime
+                }
+                return nil
+            }
+            let first = try await tasks.next() ?? nil
+            if first != nil {
+                _ = try await tasks.next()  // the group finishing its shutdown
+            }
+            request.finish()
+            tasks.cancelAll()
+            return first
+        }
+    }
+
+    private func makeServiceGroup(port: Int) -> ServiceGroup {
         let webSocketResponder = makeWebSocketRouter().buildResponder()
         let channelConfiguration = HTTP1WebSocketUpgradeChannel.Configuration(
             http1: .init(idleTimeout: nil),
@@ -72,28 +125,21 @@ public final class DuplexServer: Service, Sendable {
                     refusal: self.refusal
                 )
             },
-            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "duplex-server"),
+            configuration: .init(address: .hostname(configuration.host, port: port), serverName: "duplex-server"),
             onServerRunning: { [self] channel in
-                self.didStart(port: channel.localAddress?.port ?? configuration.port)
+                self.didStart(port: channel.localAddress?.port ?? port)
             },
             logger: logger
         )
         // Services stop in reverse order: the coordinator closes every connection with 1001
         // before the application is told to stop.
-        let group = ServiceGroup(
+        return ServiceGroup(
             configuration: .init(
                 services: [application, ShutdownCoordinator(server: self)],
                 gracefulShutdownSignals: [],
                 logger: logger
             )
         )
-        do {
-            try await group.run()
-            didStop(error: nil)
-        } catch {
-            didStop(error: error)
-            throw error
-        }
     }
 
     /// The port the server listens on, once it does.
@@ -134,6 +180,7 @@ public final class DuplexServer: Service, Sendable {
 
     private func didStart(port: Int) {
         let waiters = lifecycle.withLockedValue { state in
+            if state.port != nil { return [CheckedContinuation<Int, any Error>]() }  // back after a restart
             state.port = port
             defer { state.waiters = [:] }
             return Array(state.waiters.values)

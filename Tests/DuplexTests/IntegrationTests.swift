@@ -148,3 +148,43 @@ struct IntegrationTests {
         }
     }
 }
+
+@Suite("integration: server restart")
+struct RestartIntegrationTests {
+    @Test("a server restart gives the client 1001; it reconnects once the server is back on the same port, and SSE resumes exactly")
+    func restart() async throws {
+        try await withTimeout(.seconds(30)) {
+            try await withDuplexServer(configuration: .init(sseRetryMilliseconds: 20)) { server in
+                let socket = WebSocket(url: server.webSocketURL("/echo"), configuration: .init(reconnection: .fixedDelay(.milliseconds(50))))
+                let events = socket.events
+                let states = socket.stateEvents
+                let sse = ServerSentEventManager(url: server.httpURL("/events?interval=20"), retryPolicy: RetryPolicy(initialDelay: 0.02, maxDelay: 0.2, jitter: 0))
+                let ticks = sse.events
+                try await socket.connect()
+                try await sse.connect()
+                try await socket.send("before")
+                _ = try await events.first(within: .seconds(10)) { $0 == .message(.string("before")) }
+                var received: [ServerSentEvent] = []
+                for await tick in ticks {
+                    received.append(tick)
+                    if received.count == 3 { break }
+                }
+                server.server.restart(downFor: .milliseconds(300))
+                let closed = try await events.first(within: .seconds(10)) { if case .disconnected = $0 { true } else { false } }
+                #expect(closed == .disconnected(code: .goingAway, reason: "server shutting down"))
+                _ = try await states.first(within: .seconds(10)) { if case .connected = $0 { true } else { false } }
+                try await socket.send("after")
+                _ = try await events.first(within: .seconds(10)) { $0 == .message(.string("after")) }
+                for await tick in ticks {
+                    received.append(tick)
+                    if received.count == 30 { break }
+                }
+                let ids = received.compactMap { $0.id.flatMap { Int64($0) } }
+                #expect(ids == Array(ids[0]..<(ids[0] + Int64(ids.count))), "no gap and no duplicate across the restart")
+                #expect(try await server.server.port() == server.port)
+                await socket.terminate()
+                await sse.terminate()
+            }
+        }
+    }
+}
