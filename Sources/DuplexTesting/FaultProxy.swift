@@ -204,6 +204,8 @@ final class ProxyLink: Sendable {
     struct Timing {
         var nextRelease: [FaultProxy.Direction: NIODeadline] = [:]
         var forwarded: [FaultProxy.Direction: Int] = [:]
+        /// Pieces scheduled and not yet written, per direction.
+        var pending: [FaultProxy.Direction: Int] = [:]
     }
 
     init(proxy: FaultProxy, client: any Channel, upstream: any Channel) {
@@ -295,23 +297,37 @@ final class ProxyLink: Sendable {
         variation == 0 ? average : Int.random(in: (average - variation)...(average + variation))
     }
 
+    /// Writes the pieces at their release times, never out of order: a piece goes out at once
+    /// only when nothing is waiting, and scheduled deadlines strictly increase, because the event
+    /// loop runs tasks with equal deadlines in no guaranteed order.
     private func schedule(_ pieces: [ByteBuffer], direction: FaultProxy.Direction, delay: Duration, rate: Int?, gap: Duration) {
         let target = self.target(of: direction)
         let now = NIODeadline.now()
-        var release = max(now + TimeAmount.nanoseconds(nanoseconds(delay)), loop.value.nextRelease[direction] ?? now)
+        let last = loop.value.nextRelease[direction] ?? now
+        var release = max(now + TimeAmount.nanoseconds(nanoseconds(delay)), last)
         for (index, piece) in pieces.enumerated() {
             if index > 0 { release = release + .nanoseconds(nanoseconds(gap)) }
             if let rate {
                 // a piece arrives once all its bytes have crossed the limited link
                 release = release + .nanoseconds(Int64(piece.readableBytes) * 1_000_000_000 / Int64(rate))
             }
-            if release <= now {
+            let pending = loop.value.pending[direction, default: 0]
+            if pending == 0, release <= now {
                 target.writeAndFlush(piece, promise: nil)
             } else {
-                target.eventLoop.scheduleTask(deadline: release) { target.writeAndFlush(piece, promise: nil) }
+                if let previous = loop.value.nextRelease[direction], release <= previous {
+                    release = previous + .nanoseconds(1)
+                }
+                loop.value.pending[direction, default: 0] += 1
+                loop.value.nextRelease[direction] = release
+                let box = loop
+                target.eventLoop.scheduleTask(deadline: release) {
+                    box.value.pending[direction, default: 1] -= 1
+                    target.writeAndFlush(piece, promise: nil)
+                }
             }
         }
-        loop.value.nextRelease[direction] = release
+        loop.value.nextRelease[direction] = max(release, loop.value.nextRelease[direction] ?? release)
     }
 
     private func nanoseconds(_ duration: Duration) -> Int64 {
