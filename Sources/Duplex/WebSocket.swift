@@ -155,6 +155,16 @@ public final class WebSocket: WebSocketProtocol {
         Task { await core.disconnect(code: .normalClosure, reason: "") }
     }
 
+    /// Sends one ping now, with a payload of its own, and returns the time until its pong.
+    ///
+    /// This is independent of the keep-alive pings of ``WebSocketConfiguration/ping``: a missing
+    /// answer throws here and does not count as a ping failure.
+    /// - Throws: ``WebSocketError``: ``WebSocketError/Code/notConnected`` when the socket is not
+    ///   connected, ``WebSocketError/Code/pingFailed`` when no pong came within `timeout`.
+    public func ping(timeout: Duration = .seconds(10)) async throws -> Duration {
+        try await core.ping(timeout: timeout)
+    }
+
     /// Sends a message. While reconnecting, it is queued and this returns at once.
     /// - Throws: ``WebSocketError``: ``WebSocketError/Code/notConnected`` when the socket is not
     ///   connected or reconnecting, ``WebSocketError/Code/sendQueueFull`` when the queue is full,

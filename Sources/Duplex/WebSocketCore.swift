@@ -14,6 +14,9 @@ final class WebSocketCore: Sendable {
     private let clock: any Clock<Duration>
     let events: Broadcaster<WebSocketEvent>
     let messages: Broadcaster<WebSocketMessage>
+    /// Each message with the generation of the connection that carried it, for clients built on
+    /// the socket (``ChatClient``) that must answer on the same connection.
+    let connectionMessages: Broadcaster<(generation: UInt64, message: WebSocketMessage)>
     let states: Broadcaster<WebSocketState>
     let roundTrips: Broadcaster<Duration>
 
@@ -33,6 +36,9 @@ final class WebSocketCore: Sendable {
         var roundTripTime: Duration?
         var onPingFailed: (@Sendable (WebSocketError) -> Void)?
         var prepareRequest: (@Sendable (WebSocketRequest) async -> WebSocketRequest)?
+        /// Pings sent by ``WebSocket/ping(timeout:)``, by payload, waiting for their pong.
+        var manualPings: [[UInt8]: (sentAt: ContinuousClock.Instant, continuation: CheckedContinuation<Duration, any Error>)] = [:]
+        var manualPingCount: UInt64 = 0
     }
 
     private let state: NIOLockedValueBox<State>
@@ -46,6 +52,7 @@ final class WebSocketCore: Sendable {
         let limit = configuration.streamBufferLimit
         self.events = Broadcaster(limit: limit, label: "events", logger: logger)
         self.messages = Broadcaster(limit: limit, label: "messages", logger: logger)
+        self.connectionMessages = Broadcaster(limit: limit, label: "connectionMessages", logger: logger)
         self.states = Broadcaster(limit: limit, label: "stateEvents", logger: logger)
         self.roundTrips = Broadcaster(limit: limit, label: "pingRoundTrips", logger: logger)
         self.state = NIOLockedValueBox(
@@ -135,6 +142,62 @@ final class WebSocketCore: Sendable {
         }
     }
 
+    /// Writes a message on the connection of `generation` only: never queued, never written on a
+    /// later connection.
+    /// - Throws: ``WebSocketError/Code/notConnected`` when that connection is not the open one.
+    func send(_ message: WebSocketMessage, onConnection generation: UInt64) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            state.withLockedValue { state in
+                guard case .connected(let live) = state.lifecycle.phase, live == generation,
+                    let current = state.connection, current.generation == generation
+                else {
+                    continuation.resume(throwing: WebSocketError(.notConnected, "the connection is gone"))
+                    return
+                }
+                current.connection.write(message) { result in
+                    continuation.resume(with: result.mapError { error in
+                        error as? WebSocketError ?? WebSocketError(.connectionLost, "the message could not be written: \(error)")
+                    })
+                }
+            }
+        }
+    }
+
+    /// Sends one ping now and waits for its pong.
+    func ping(timeout: Duration) async throws -> Duration {
+        let payload: [UInt8] = state.withLockedValue { state in
+            state.manualPingCount += 1
+            return Array("duplex-ping-\(state.manualPingCount)-\(UInt32.random(in: .min ... .max))".utf8)
+        }
+        let clock = self.clock
+        return try await withThrowingTaskGroup(of: Duration.self) { group in
+            group.addTask {
+                try await withTaskCancellationHandler {
+                    try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Duration, any Error>) in
+                        self.state.withLockedValue { state in
+                            guard case .connected = state.lifecycle.phase, let connection = state.connection?.connection else {
+                                continuation.resume(throwing: WebSocketError(.notConnected, "ping needs an open connection"))
+                                return
+                            }
+                            state.manualPings[payload] = (.now, continuation)
+                            connection.ping(payload)
+                        }
+                    }
+                } onCancel: {
+                    self.state.withLockedValue { $0.manualPings.removeValue(forKey: payload) }?
+                        .continuation.resume(throwing: CancellationError())
+                }
+            }
+            group.addTask {
+                try await clock.sleep(for: timeout)
+                throw WebSocketError(.pingFailed, "no pong within \(timeout)")
+            }
+            defer { group.cancelAll() }
+            guard let first = try await group.next() else { throw CancellationError() }
+            return first
+        }
+    }
+
     // MARK: Reports
 
     func connectionOpened(generation: UInt64, connection: any WebSocketTransportConnection) {
@@ -148,6 +211,7 @@ final class WebSocketCore: Sendable {
             perform(actions, in: &state)
             for message in state.early {
                 messages.yield(message)
+                connectionMessages.yield((generation, message))
                 events.yield(.message(message))
             }
             state.early = []
@@ -172,6 +236,7 @@ final class WebSocketCore: Sendable {
             switch state.lifecycle.phase {
             case .connected(let live) where live == generation, .disconnecting(let live) where live == generation:
                 messages.yield(message)
+                connectionMessages.yield((generation, message))
                 events.yield(.message(message))
             case .connecting(let pending, _, _) where pending == generation:
                 state.early.append(message)
@@ -184,6 +249,10 @@ final class WebSocketCore: Sendable {
     func receivedPong(_ payload: [UInt8], generation: UInt64) {
         let now = ContinuousClock.now
         state.withLockedValue { state in
+            if let manual = state.manualPings.removeValue(forKey: payload) {
+                manual.continuation.resume(returning: manual.sentAt.duration(to: now))
+                return
+            }
             guard state.lifecycle.liveGeneration == generation,
                 let roundTrip = state.pingTracker?.pongReceived(payload, at: now)
             else { return }
@@ -258,6 +327,7 @@ final class WebSocketCore: Sendable {
             case .finishStreams:
                 events.finish()
                 messages.finish()
+                connectionMessages.finish()
                 states.finish()
                 roundTrips.finish()
             }

@@ -1,0 +1,363 @@
+public import DuplexSchema
+public import Foundation
+import Logging
+import NIOConcurrencyHelpers
+
+/// What happens in a ``ChatClient``'s room, in order: its `events` stream.
+public enum ChatEvent: Sendable, Equatable {
+    /// Joined the room: the first time, or again after a reconnection (`resumed`), in which case
+    /// the events missed meanwhile follow.
+    case welcome(ChatWelcome, resumed: Bool)
+    /// A message posted to the room, the client's own included. Each seq is reported once.
+    case message(ChatMessage)
+    /// Someone joined the room.
+    case joined(ChatPresence)
+    /// Someone left the room.
+    case left(ChatPresence)
+    /// The server accepted a message this client said.
+    case delivered(ChatAck)
+    /// The server rejected a frame (a message too long, say). The connection stays open.
+    case rejected(ChatErrorFrame)
+    /// Events the server no longer keeps were missed while disconnected: these seqs are lost.
+    case missed(ClosedRange<Int>)
+    /// The connection closed. With `reconnecting`, the client reconnects and resumes where it
+    /// left off; without, it stays closed.
+    case disconnected(WebSocketDisconnectReason, reconnecting: Bool)
+}
+
+/// A client for Duplex chat rooms (`ws://HOST:PORT/chat/ROOM`, see `docs/protocol.md`) that
+/// loses nothing across reconnections: it rejoins with `since=` the last seq it saw, reports each
+/// room event exactly once, and resends what it said until the server acknowledges it (the server
+/// drops the duplicates).
+///
+/// ```swift
+/// let chat = ChatClient(url: URL(string: "ws://127.0.0.1:8080/chat/lobby")!, name: "alice")
+/// let events = chat.events
+/// try await chat.join()
+/// try await chat.say("hello")
+/// for await event in events {
+///     if case .message(let message) = event { print("\(message.from): \(message.text)") }
+/// }
+/// ```
+///
+/// It runs over a ``WebSocket`` (``socket``) with automatic reconnection and keep-alive pings by
+/// default. A join the server refuses (a bad name or room) ends the connection for good.
+public final class ChatClient: Sendable {
+    /// The socket the client runs over: for its state, pings and round-trip times.
+    public let socket: WebSocket
+    /// The room URL, without `name` and `since`.
+    public let url: URL
+    /// The name this client joins with.
+    public let name: String
+
+    private let core: ChatClientCore
+
+    /// The socket configuration a chat client uses by default: reconnection with exponential
+    /// backoff (0.5 s, doubling up to 10 s, without limit) and a ping every 10 s.
+    public static var defaultConfiguration: WebSocketConfiguration {
+        WebSocketConfiguration(
+            ping: PingConfig(pingInterval: .seconds(10), maxPingFailures: 2),
+            reconnection: .exponentialBackoff(baseDelay: .milliseconds(500), maxDelay: .seconds(10))
+        )
+    }
+
+    /// Creates a client for the room at `url` (`ws://` or `wss://`, path `/chat/ROOM`).
+    /// Nothing connects until ``join(timeout:)``.
+    public init(url: URL, name: String, configuration: WebSocketConfiguration = ChatClient.defaultConfiguration) {
+        self.url = url
+        self.name = name
+        self.socket = WebSocket(url: url, configuration: configuration)
+        self.core = ChatClientCore(name: name, socket: socket.core, configuration: configuration)
+        socket.prepareRequest = { [weak core] request in
+            var request = request
+            if let core { request.url = core.joinURL(url) }
+            return request
+        }
+    }
+
+    deinit {
+        socket.core.terminate()
+    }
+
+    /// A new stream of every event from now on; each consumer gets its own.
+    public var events: AsyncStream<ChatEvent> { core.events.makeStream() }
+
+    /// The names present in the room, sorted (a name twice when connected twice).
+    public var members: [String] { core.box.withLockedValue { $0.session.members } }
+
+    /// The seq of the newest room event seen, if any: where a reconnection resumes.
+    public var lastSeq: Int? { core.box.withLockedValue { $0.session.lastSeq } }
+
+    /// How many messages said wait for the server's acknowledgement.
+    public var pendingCount: Int { core.box.withLockedValue { $0.session.pending.count } }
+
+    /// Connects and joins the room; returns the server's welcome. On a joined client, returns the
+    /// current connection's welcome at once.
+    /// - Throws: ``WebSocketError`` when the connection fails or no welcome came within
+    ///   `timeout` (``WebSocketError/Code/connectTimeout``), ``ChatProtocolError`` when the server
+    ///   refused the join (a bad room or name, or its room limit).
+    @discardableResult
+    public func join(timeout: Duration = .seconds(10)) async throws -> ChatWelcome {
+        try await core.join(timeout: timeout)
+    }
+
+    /// Says `text` in the room and returns the frame sent, with its client message id. The
+    /// message is resent after each reconnection until the server acknowledges it
+    /// (``ChatEvent/delivered(_:)``).
+    /// - Throws: ``ChatProtocolError`` when the text breaks the protocol's rules (empty, or
+    ///   over 4096 bytes), ``WebSocketError`` (``WebSocketError/Code/notConnected``) before
+    ///   ``join(timeout:)`` or after ``leave()``.
+    @discardableResult
+    public func say(_ text: String) async throws -> ChatSay {
+        try ChatLimits().validate(text: text)
+        return try core.say(text)
+    }
+
+    /// Waits until every message said is acknowledged; false when `timeout` passed first.
+    public func waitForDelivery(timeout: Duration) async -> Bool {
+        await core.waitForDelivery(timeout: timeout)
+    }
+
+    /// Leaves the room: closes the connection with 1000, for good.
+    public func leave() async {
+        core.box.withLockedValue { $0.left = true }
+        await socket.disconnect()
+    }
+}
+
+/// The engine behind a ``ChatClient``: feeds frames to ``ChatSession`` and acts on its reactions.
+final class ChatClientCore: Sendable {
+    struct State {
+        var session: ChatSession
+        var welcome: ChatWelcome?
+        var everJoined = false
+        var refused: ChatErrorFrame?
+        var left = false
+        var joinWaiters: [UInt64: CheckedContinuation<ChatWelcome, any Error>] = [:]
+        var deliveryWaiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
+        var nextWaiter: UInt64 = 0
+    }
+
+    let box: NIOLockedValueBox<State>
+    let events: Broadcaster<ChatEvent>
+    private let socket: WebSocketCore
+    private let strategy: ReconnectionStrategy
+    /// Frames to send, in order: fed under the lock, so a resend and a new message keep the order
+    /// in which they were decided.
+    private let outbound: AsyncStream<(say: ChatSay, connection: UInt64)>.Continuation
+
+    init(name: String, socket: WebSocketCore, configuration: WebSocketConfiguration) {
+        self.box = NIOLockedValueBox(State(session: ChatSession(name: name)))
+        self.events = Broadcaster(limit: configuration.streamBufferLimit, label: "chatEvents", logger: configuration.logger)
+        self.socket = socket
+        self.strategy = configuration.reconnection
+        let (outboundStream, outbound) = AsyncStream.makeStream(of: (say: ChatSay, connection: UInt64).self)
+        self.outbound = outbound
+        let socketMessages = socket.connectionMessages.makeStream()
+        let socketStates = socket.makeStateStream()
+        let events = self.events
+        Task {
+            // Each message goes out on the connection that was welcomed when it was decided, or
+            // not at all: it stays pending, and the next welcome resends every pending message in
+            // order. So the server gets them in the order they were said, whatever the drops.
+            for await (say, connection) in outboundStream {
+                guard let json = try? ChatClientFrame.say(say).jsonString() else { continue }
+                try? await socket.send(.string(json), onConnection: connection)
+            }
+        }
+        // The pumps hold the core, not the ChatClient: releasing the client terminates the
+        // socket, which ends both streams and so both pumps.
+        Task { [self] in
+            for await (connection, message) in socketMessages { self.handle(message, on: connection) }
+            events.finish()
+            outbound.finish()
+        }
+        Task { [self] in
+            for await state in socketStates { self.handle(state) }
+        }
+    }
+
+    func joinURL(_ url: URL) -> URL {
+        box.withLockedValue { $0.session.joinURL(url) }
+    }
+
+    func join(timeout: Duration) async throws -> ChatWelcome {
+        enum Start { case joined(ChatWelcome), wait(UInt64) }
+        let connected = if case .connected = socket.currentState { true } else { false }
+        let start: Start = box.withLockedValue { state in
+            if connected, state.session.welcomedConnection != nil, let welcome = state.welcome { return .joined(welcome) }
+            state.nextWaiter += 1
+            state.refused = nil
+            state.left = false
+            return .wait(state.nextWaiter)
+        }
+        guard case .wait(let id) = start else {
+            if case .joined(let welcome) = start { return welcome }
+            throw CancellationError()
+        }
+        let socket = self.socket
+        do {
+            return try await waitForWelcome(id: id, timeout: timeout)
+        } catch {
+            // A failed join leaves nothing running: no reconnection in the background.
+            await socket.disconnect(code: .normalClosure, reason: "")
+            throw error
+        }
+    }
+
+    private func waitForWelcome(id: UInt64, timeout: Duration) async throws -> ChatWelcome {
+        let socket = self.socket
+        return try await withThrowingTaskGroup(of: ChatWelcome.self) { group in
+            group.addTask {
+                try await withTaskCancellationHandler {
+                    try await withCheckedThrowingContinuation { continuation in
+                        self.box.withLockedValue { $0.joinWaiters[id] = continuation }
+                        Task {
+                            do {
+                                try await socket.connect()
+                            } catch {
+                                self.failJoin(id: id, error)
+                            }
+                        }
+                    }
+                } onCancel: {
+                    self.failJoin(id: id, CancellationError())
+                }
+            }
+            group.addTask {
+                try await Task.sleep(for: timeout)
+                throw WebSocketError(.connectTimeout, "no welcome from the chat server within \(timeout)")
+            }
+            defer { group.cancelAll() }
+            guard let welcome = try await group.next() else { throw CancellationError() }
+            return welcome
+        }
+    }
+
+    private func failJoin(id: UInt64, _ error: any Error) {
+        box.withLockedValue { $0.joinWaiters.removeValue(forKey: id) }?.resume(throwing: error)
+    }
+
+    func say(_ text: String) throws -> ChatSay {
+        try box.withLockedValue { state in
+            guard state.everJoined, !state.left, state.refused == nil else {
+                throw WebSocketError(.notConnected, "join the room before saying anything")
+            }
+            let say = state.session.say(text)
+            // Not welcomed: the next welcome resends every pending message, this one included.
+            if let connection = state.session.welcomedConnection { outbound.yield((say, connection)) }
+            return say
+        }
+    }
+
+    func waitForDelivery(timeout: Duration) async -> Bool {
+        let id: UInt64? = box.withLockedValue { state in
+            guard !state.session.pending.isEmpty else { return nil }
+            state.nextWaiter += 1
+            return state.nextWaiter
+        }
+        guard let id else { return true }
+        return await withTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                await withTaskCancellationHandler {
+                    await withCheckedContinuation { continuation in
+                        let done = self.box.withLockedValue { state in
+                            if state.session.pending.isEmpty { return true }
+                            state.deliveryWaiters[id] = continuation
+                            return false
+                        }
+                        if done { continuation.resume(returning: true) }
+                    }
+                } onCancel: {
+                    self.box.withLockedValue { $0.deliveryWaiters.removeValue(forKey: id) }?.resume(returning: false)
+                }
+            }
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                return false
+            }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
+        }
+    }
+
+    private func handle(_ message: WebSocketMessage, on connection: UInt64) {
+        guard let text = message.text, let frame = try? ChatServerFrame.decode(Data(text.utf8)) else {
+            socket.configuration.logger.warning("not a chat frame; ignored", metadata: ["bytes": "\(message.data.count)"])
+            return
+        }
+        let (reaction, joined, delivered) = box.withLockedValue { state in
+            let reaction = state.session.received(frame, on: connection)
+            for say in reaction.send { outbound.yield((say, connection)) }
+            var joined: [CheckedContinuation<ChatWelcome, any Error>] = []
+            var delivered: [CheckedContinuation<Bool, Never>] = []
+            if case .welcome(let welcome) = frame {
+                state.welcome = welcome
+                state.everJoined = true
+                joined = Array(state.joinWaiters.values)
+                state.joinWaiters = [:]
+            }
+            if let refused = reaction.refused {
+                state.refused = refused
+            }
+            if state.session.pending.isEmpty {
+                delivered = Array(state.deliveryWaiters.values)
+                state.deliveryWaiters = [:]
+            }
+            return (reaction, joined, delivered)
+        }
+        for event in reaction.events { events.yield(event) }
+        if case .welcome(let welcome) = frame {
+            for waiter in joined { waiter.resume(returning: welcome) }
+        }
+        for waiter in delivered { waiter.resume(returning: true) }
+        if let refused = reaction.refused {
+            let error = ChatProtocolError(refused.code, refused.reason)
+            let waiters = box.withLockedValue { state in
+                defer { state.joinWaiters = [:] }
+                return Array(state.joinWaiters.values)
+            }
+            for waiter in waiters { waiter.resume(throwing: error) }
+            let socket = self.socket
+            Task { await socket.disconnect(code: .normalClosure, reason: "") }
+        }
+    }
+
+    private func handle(_ state: WebSocketState) {
+        guard case .disconnected(let reason) = state else { return }
+        let (report, reconnecting, waiters): (Bool, Bool, [CheckedContinuation<ChatWelcome, any Error>]) = box.withLockedValue { state in
+            let reconnecting = state.everJoined && !state.left && state.refused == nil && strategy.maxAttempts != 0 && {
+                switch reason {
+                case .manuallyDisconnected, .terminated, .reconnectionGaveUp: return false
+                case .closed(let code, _): return code != .normalClosure
+                case .pingFailed, .error: return true
+                }
+            }()
+            // Before the first welcome, a failed attempt is reported to join's caller instead.
+            var waiters: [CheckedContinuation<ChatWelcome, any Error>] = []
+            if !state.everJoined, state.refused == nil, !state.joinWaiters.isEmpty {
+                waiters = Array(state.joinWaiters.values)
+                state.joinWaiters = [:]
+            }
+            return (state.everJoined || state.refused != nil, reconnecting, waiters)
+        }
+        let error: any Error = {
+            switch reason {
+            case .error(let error):
+                return error
+            case .closed(let code, let why):
+                // A refused join closes with 1008 (1013 at the room limit) and the error code as
+                // the reason; the error frame before it may not be processed yet.
+                if code == .policyViolation || code == .tryAgainLater, !why.isEmpty {
+                    return ChatProtocolError(ChatErrorCode(why), "the server refused the join (close \(code.rawValue))")
+                }
+                return WebSocketError(.connectionLost, "closed with \(code.rawValue)\(why.isEmpty ? "" : ": \(why)") before the welcome", closeCode: code)
+            default:
+                return WebSocketError(.connectionLost, "disconnected before the welcome: \(reason)")
+            }
+        }()
+        for waiter in waiters { waiter.resume(throwing: error) }
+        if report { events.yield(.disconnected(reason, reconnecting: reconnecting)) }
+    }
+}

@@ -1,0 +1,119 @@
+import DuplexSchema
+import Foundation
+
+/// The bookkeeping of a ``ChatClient``, across connections: the last seq seen (to resume with
+/// `since=`), the messages sent but not acknowledged (to resend), and who is in the room. A pure
+/// value: it takes frames and returns what to report and what to send, and is unit-tested alone.
+struct ChatSession: Sendable {
+    /// What the client does after a frame.
+    struct Reaction: Sendable, Equatable {
+        /// What to report, in order.
+        var events: [ChatEvent] = []
+        /// Frames to send, in order.
+        var send: [ChatSay] = []
+        /// The server refused the join: stop, do not reconnect.
+        var refused: ChatErrorFrame?
+    }
+
+    let name: String
+    /// The newest room event seen; nil before the first.
+    private(set) var lastSeq: Int?
+    /// Messages said and not yet acknowledged, oldest first.
+    private(set) var pending: [ChatSay] = []
+    /// The names present, sorted; as the last `welcome` said, kept up to date by live presence.
+    private(set) var members: [String] = []
+    /// The connection (its socket generation) that got the latest `welcome`: new messages are
+    /// written on it, and only on it.
+    private(set) var welcomedConnection: UInt64?
+    /// How many `welcome`s arrived: 1 after the first join, more after reconnections.
+    private(set) var joins = 0
+    private var session: String?
+    private var latestSeqAtWelcome = 0
+    private var counter = 0
+    private let idPrefix: String
+
+    init(name: String, idPrefix: String = String(UInt32.random(in: .min ... .max), radix: 36)) {
+        self.name = name
+        self.idPrefix = idPrefix
+    }
+
+    /// The URL to join with: `url` with `name=` and, once an event was seen, `since=`.
+    func joinURL(_ url: URL) -> URL {
+        guard var components = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return url }
+        var items = (components.queryItems ?? []).filter { $0.name != "name" && $0.name != "since" }
+        items.append(URLQueryItem(name: "name", value: name))
+        if let lastSeq { items.append(URLQueryItem(name: "since", value: String(lastSeq))) }
+        components.queryItems = items
+        // Query values may hold `+`, which servers read as a space.
+        components.percentEncodedQuery = components.percentEncodedQuery?.replacingOccurrences(of: "+", with: "%2B")
+        return components.url ?? url
+    }
+
+    /// Records a message to say, with a fresh client message id.
+    mutating func say(_ text: String) -> ChatSay {
+        counter += 1
+        let say = ChatSay(clientMessageID: "\(idPrefix)-\(counter)", text: text)
+        pending.append(say)
+        return say
+    }
+
+    /// A frame arrived on `connection` (the socket generation that carried it).
+    mutating func received(_ frame: ChatServerFrame, on connection: UInt64) -> Reaction {
+        var reaction = Reaction()
+        switch frame {
+        case .welcome(let welcome):
+            welcomedConnection = connection
+            joins += 1
+            session = welcome.session
+            members = welcome.members.sorted()
+            latestSeqAtWelcome = welcome.latestSeq
+            if let lastSeq, lastSeq < welcome.latestSeq {
+                // The server replays events after `since` that it still keeps; older ones are gone.
+                let firstKept = welcome.oldestSeq ?? (welcome.latestSeq + 1)
+                if firstKept > lastSeq + 1 {
+                    reaction.events.append(.missed((lastSeq + 1)...(firstKept - 1)))
+                }
+            }
+            reaction.events.append(.welcome(welcome, resumed: joins > 1))
+            // Resent messages the server already has get a duplicate ack and no second broadcast.
+            reaction.send = pending
+        case .message(let message):
+            guard isNew(message.seq) else { break }
+            reaction.events.append(.message(message))
+        case .joined(let presence):
+            guard isNew(presence.seq) else { break }
+            if presence.seq > latestSeqAtWelcome, presence.session != session {
+                members.append(presence.name)
+                members.sort()
+            }
+            reaction.events.append(.joined(presence))
+        case .left(let presence):
+            guard isNew(presence.seq) else { break }
+            if presence.seq > latestSeqAtWelcome, presence.session != session, let index = members.firstIndex(of: presence.name) {
+                members.remove(at: index)
+            }
+            reaction.events.append(.left(presence))
+        case .ack(let ack):
+            guard let index = pending.firstIndex(where: { $0.clientMessageID == ack.clientMessageID }) else { break }
+            pending.remove(at: index)
+            reaction.events.append(.delivered(ack))
+        case .error(let error):
+            if welcomedConnection != connection {
+                reaction.refused = error
+            } else {
+                if let id = error.clientMessageID, let index = pending.firstIndex(where: { $0.clientMessageID == id }) {
+                    pending.remove(at: index)
+                }
+                reaction.events.append(.rejected(error))
+            }
+        }
+        return reaction
+    }
+
+    /// Whether a room event is new (not a replay of one already seen), recording its seq if so.
+    private mutating func isNew(_ seq: Int) -> Bool {
+        if let lastSeq, seq <= lastSeq { return false }
+        lastSeq = seq
+        return true
+    }
+}
