@@ -18,6 +18,7 @@ let package = Package(
         .library(name: "DuplexServer", targets: ["DuplexServer"]),
         .library(name: "DuplexTesting", targets: ["DuplexTesting"]),
         .executable(name: "duplex-server", targets: ["duplex-server"]),
+        .executable(name: "duplex", targets: ["duplex"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
@@ -112,6 +113,24 @@ let package = Package(
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ],
             path: "Server",
+            swiftSettings: swiftSettings
+        ),
+        // The `duplex` command-line client: chat, echo, ws, listen and proxy.
+        .executableTarget(
+            name: "duplex",
+            dependencies: [
+                "Duplex",
+                "DuplexSchema",
+                "DuplexTesting",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Client",
             swiftSettings: swiftSettings
         ),
         // Benchmarks: run in release mode, see docs/benchmarks.md.

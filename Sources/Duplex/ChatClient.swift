@@ -350,7 +350,7 @@ final class ChatClientCore: Sendable {
                 // A refused join closes with 1008 (1013 at the room limit) and the error code as
                 // the reason; the error frame before it may not be processed yet.
                 if code == .policyViolation || code == .tryAgainLater, !why.isEmpty {
-                    return ChatProtocolError(ChatErrorCode(why), "the server refused the join (close \(code.rawValue))")
+                    return ChatProtocolError(ChatErrorCode(why), "closed with \(code.rawValue) before the welcome")
                 }
                 return WebSocketError(.connectionLost, "closed with \(code.rawValue)\(why.isEmpty ? "" : ": \(why)") before the welcome", closeCode: code)
             default:

@@ -1,0 +1,60 @@
+import ArgumentParser
+import Duplex
+import DuplexSchema
+import Foundation
+
+/// The options every client subcommand shares: headers, TLS trust and the connect timeout.
+struct ConnectionOptions: ParsableArguments {
+    @Option(name: [.customShort("H"), .customLong("header")], help: ArgumentHelp("An extra request header; repeatable.", valueName: "Name: value"))
+    var headers: [String] = []
+
+    @Flag(help: "Accept any TLS certificate, unverified (for testing only).")
+    var insecure = false
+
+    @Option(help: ArgumentHelp("Trust the CA certificate(s) in this PEM file for wss:// and https://.", valueName: "file"))
+    var ca: String?
+
+    @Option(help: ArgumentHelp("Seconds to wait for the connection and its handshake.", valueName: "seconds"))
+    var connectTimeout: Double = 10
+
+    func validate() throws {
+        guard connectTimeout > 0 else { throw ValidationError("--connect-timeout must be positive") }
+        guard !(insecure && ca != nil) else { throw ValidationError("--insecure and --ca exclude each other") }
+        _ = try headerFields()
+    }
+
+    /// `-H` values as a dictionary.
+    func headerFields() throws -> [String: String] {
+        var fields: [String: String] = [:]
+        for header in headers {
+            guard let colon = header.firstIndex(of: ":") else {
+                throw ValidationError("-H \"\(header)\" is not \"Name: value\"")
+            }
+            let name = header[..<colon].trimmingCharacters(in: .whitespaces)
+            let value = header[header.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            guard !name.isEmpty, name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "!#$%&'*+-.^_`|~".contains($0)) }) else {
+                throw ValidationError("-H \"\(header)\": \"\(name)\" is not a valid header name")
+            }
+            guard !value.contains(where: { $0 == "\r" || $0 == "\n" }) else {
+                throw ValidationError("-H \"\(header)\": a value must not contain line breaks")
+            }
+            fields[name] = value
+        }
+        return fields
+    }
+
+    /// The TLS trust the options ask for.
+    func tlsTrust() throws -> TLSTrust {
+        if insecure { return .insecureAcceptAnyCertificate }
+        if let ca {
+            do {
+                return try .certificateAuthority(pemFile: ca)
+            } catch {
+                throw Failure(.tls, "cannot read the CA file \(ca): \(error)")
+            }
+        }
+        return .systemRoots
+    }
+
+    var connectDuration: Duration { .milliseconds(Int64(connectTimeout * 1000)) }
+}
