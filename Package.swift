@@ -150,6 +150,8 @@ let package = Package(
             name: "DuplexTests",
             dependencies: [
                 "Duplex",
+                // Built for the CLI tests, which run the binary.
+                "duplex",
                 "DuplexCallbacks",
                 "DuplexCombine",
                 "DuplexSchema",

@@ -79,8 +79,8 @@ struct ProxyCommand: AsyncParsableCommand {
         }
     }
 
-    /// The toxics the flags ask for.
-    func flagToxics() throws -> [FaultProxy.Toxic] {
+    /// The toxics the flags ask for, with their description.
+    func flagToxics() throws -> [(toxic: FaultProxy.Toxic, fields: [String: String])] {
         var specs: [[String: String]] = []
         if let latency { specs.append(["type": "latency", "ms": "\(latency)", "jitter": "\(jitter)"]) }
         if let bandwidth { specs.append(["type": "bandwidth", "rate": "\(bandwidth)"]) }
@@ -88,7 +88,7 @@ struct ProxyCommand: AsyncParsableCommand {
         if resetPeer { specs.append(["type": "reset-peer"]) }
         if let closeAfter { specs.append(["type": "close-after", "bytes": "\(closeAfter)"]) }
         if let slice { specs.append(["type": "slicer", "size": "\(slice)", "delay": "\(sliceDelay)"]) }
-        return try specs.map { try ToxicSpec.toxic($0) }
+        return try specs.map { (try ToxicSpec.toxic($0), $0) }
     }
 
     func run() async throws {
@@ -104,8 +104,8 @@ struct ProxyCommand: AsyncParsableCommand {
             }
             let registry = ToxicRegistry(proxy: proxy)
             let flagDirection = ToxicSpec.direction(direction) ?? .both
-            for toxic in try flagToxics() {
-                registry.add(toxic, direction: flagDirection)
+            for (toxic, fields) in try flagToxics() {
+                registry.add(toxic, direction: flagDirection, fields: fields)
             }
             let router = Router()
             registry.addRoutes(to: router)
@@ -193,7 +193,6 @@ final class ToxicRegistry: Sendable {
         let id = proxy.add(toxic, direction: direction)
         var described = fields
         described["direction"] = "\(direction)"
-        if described["type"] == nil { described["type"] = "\(toxic)" }
         return entries.withLockedValue { entries in
             let number = entries.next
             entries.next += 1

@@ -81,6 +81,7 @@ struct WSCommand: AsyncParsableCommand {
 
             // Prints what arrives until the connection ends; returns how it ended.
             let lastClose = NIOLockedValueBox<(code: WebSocketCloseCode, reason: String)?>(nil)
+            let sentClose = NIOLockedValueBox<(code: WebSocketCloseCode, reason: String)?>(nil)
             let reader = Task {
                 for await event in events {
                     if case .disconnected(let code, let reason) = event { lastClose.withLockedValue { $0 = (code, reason) } }
@@ -105,7 +106,7 @@ struct WSCommand: AsyncParsableCommand {
             let writer = Task {
                 for await line in input {
                     if commands, line.hasPrefix("/"), !line.hasPrefix("//") {
-                        if await Self.command(line, socket: socket, console: console) { return }
+                        if await Self.command(line, socket: socket, console: console, sentClose: sentClose) { return }
                         continue
                     }
                     let text = line.hasPrefix("//") ? String(line.dropFirst()) : line
@@ -123,18 +124,24 @@ struct WSCommand: AsyncParsableCommand {
             console.close()
             await socket.terminate()
             await reader.value
-            try Self.finish(reason, lastClose: lastClose.withLockedValue { $0 })
+            try Self.finish(reason, lastClose: sentClose.withLockedValue { $0 } ?? lastClose.withLockedValue { $0 })
         }
     }
 
     /// Runs a slash command; true when it ends the session.
-    private static func command(_ line: String, socket: WebSocket, console: Console) async -> Bool {
+    private static func command(
+        _ line: String,
+        socket: WebSocket,
+        console: Console,
+        sentClose: NIOLockedValueBox<(code: WebSocketCloseCode, reason: String)?>
+    ) async -> Bool {
         let words = line.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: true).map(String.init)
         switch words.first {
         case "/ping":
             do {
                 let rtt = try await socket.ping()
-                console.printError("pong in \(rtt.formatted(.units(allowed: [.milliseconds, .microseconds], width: .abbreviated, fractionalPart: .show(length: 1))))")
+                let milliseconds = Double(rtt.components.seconds) * 1000 + Double(rtt.components.attoseconds) / 1e15
+                console.printError("pong in \(String(format: "%.2f", milliseconds)) ms")
             } catch {
                 console.printError("ping failed: \(Failure(error).message)")
             }
@@ -152,6 +159,7 @@ struct WSCommand: AsyncParsableCommand {
                 console.printError("a close reason is at most 123 bytes")
                 return false
             }
+            sentClose.withLockedValue { $0 = (code, reason) }
             await socket.disconnect(code: code, reason: reason)
             return true
         case "/quit":

@@ -1,0 +1,403 @@
+import Duplex
+import DuplexSchema
+import DuplexServer
+import DuplexTesting
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Testing
+
+/// The built `duplex` binary against the in-process server and local peers: every subcommand,
+/// and every documented exit status.
+@Suite("duplex CLI")
+struct CLITests {
+    static let limit: Duration = .seconds(40)
+
+    func duplex(_ arguments: String...) throws -> CLIProcess {
+        try CLIProcess("duplex", arguments)
+    }
+
+    @Test("--help documents every exit status")
+    func help() async throws {
+        let output = try await duplex("--help").waitForExit()
+        #expect(output.status == 0)
+        for (code, words) in [(1, "echo reply differed"), (2, "timed out"), (3, "malformed URL"), (4, "unreachable"), (5, "TLS"), (6, "4xx/5xx"), (7, "connection lost"), (64, "usage")] {
+            #expect(output.stdout.contains("  \(code) ") && output.stdout.contains(words), "status \(code)")
+        }
+    }
+
+    // MARK: chat
+
+    @Test("two chat processes talk: a line typed in one appears in the other; /who; /quit exits 0")
+    func chatBetweenTwoProcesses() async throws {
+        try await withTimeout(Self.limit) {
+            try await withDuplexServer { server in
+                let url = server.webSocketURL("/chat/demo").absoluteString
+                let alice = try duplex("chat", url, "--name", "alice")
+                try await alice.waitForStdout("* joined #demo as alice")
+                let bob = try duplex("chat", url, "--name", "bob")
+                try await bob.waitForStdout("* joined #demo as bob; here: alice, bob")
+                try await alice.waitForStdout("* bob joined")
+                bob.send("hello alice")
+                try await alice.waitForStdout("bob: hello alice")
+                alice.send("hi bob, ünïcödé too")
+                try await bob.waitForStdout("alice: hi bob, ünïcödé too")
+                alice.send("/who")
+                try await alice.waitForStdout("* 2 here: alice, bob")
+                bob.send("/quit")
+                let bobEnd = try await bob.waitForExit()
+                #expect(bobEnd.status == 0, "\(bobEnd)")
+                try await alice.waitForStdout("* bob left")
+                // Each message once: no duplicates.
+                #expect(alice.output.stdout.components(separatedBy: "bob: hello alice").count == 2)
+                alice.send("/quit")
+                #expect(try await alice.waitForExit().status == 0)
+            }
+        }
+    }
+
+    @Test("chat says it is reconnecting after a drop, and nothing said meanwhile is lost")
+    func chatReconnects() async throws {
+        try await withTimeout(Self.limit) {
+            try await withDuplexServer { server in
+                let url = server.webSocketURL("/chat/flaky").absoluteString
+                let alice = try duplex("chat", url, "--name", "alice")
+                try await alice.waitForStdout("* joined #flaky")
+                let bob = try duplex("chat", url, "--name", "bob")
+                try await bob.waitForStdout("* joined #flaky")
+                bob.send("before")
+                try await alice.waitForStdout("bob: before")
+                _ = server.server.dropConnections(.room("flaky"))
+                try await alice.waitForStderr("reconnecting")
+                bob.send("after the drop")
+                try await alice.waitForStdout("bob: after the drop")
+                try await alice.waitForStdout("* reconnected to #flaky")
+                #expect(alice.output.stdout.components(separatedBy: "bob: before").count == 2)
+                bob.closeInput()
+                #expect(try await bob.waitForExit().status == 0)
+                alice.closeInput()
+                #expect(try await alice.waitForExit().status == 0)
+            }
+        }
+    }
+
+    @Test("chat: piped input is said, delivered before exit at end of input")
+    func chatPiped() async throws {
+        try await withTimeout(Self.limit) {
+            try await withDuplexServer { server in
+                let url = server.webSocketURL("/chat/pipe").absoluteString
+                let reader = try duplex("chat", url, "--name", "reader")
+                try await reader.waitForStdout("* joined #pipe")
+                let writer = try duplex("chat", url, "--name", "writer")
+                try await writer.waitForStdout("* joined #pipe")
+                for i in 1...20 { writer.send("line \(i)") }
+                writer.closeInput()
+                #expect(try await writer.waitForExit().status == 0)
+                let output = try await reader.waitForStdout("writer: line 20")
+                let lines = output.stdout.split(separator: "\n").filter { $0.contains("writer: line") }.map { $0.split(separator: ": ", maxSplits: 1).last.map(String.init) ?? "" }
+                #expect(lines == (1...20).map { "line \($0)" })
+                reader.send("/quit")
+                #expect(try await reader.waitForExit().status == 0)
+            }
+        }
+    }
+
+    @Test("chat: a refused join exits 6; a bad --name is a usage error (64)")
+    func chatRefused() async throws {
+        try await withTimeout(Self.limit) {
+            try await withDuplexServer { server in
+                let refused = try await duplex("chat", server.webSocketURL("/chat/bad!room").absoluteString, "--name", "alice").waitForExit()
+                #expect(refused.status == 6, "\(refused)")
+                #expect(refused.stderr.hasPrefix("duplex: the server refused the join: invalid_room"))
+                let usage = try await duplex("chat", server.webSocketURL("/chat/lobby").absoluteString, "--name", " alice").waitForExit()
+                #expect(usage.status == 64, "\(usage)")
+            }
+        }
+    }
+
+    // MARK: echo
+
+    @Test("echo: replies printed, 0 on a match, 1 on a mismatch, 2 on a timeout")
+    func echo() async throws {
+        try await withTimeout(Self.limit) {
+            try await withDuplexServer { server in
+                let ok = try await duplex("echo", server.webSocketURL("/echo").absoluteString, "one", "two words").waitForExit()
+                #expect(ok.status == 0, "\(ok)")
+                #expect(ok.stdout == "one\ntwo words\n")
+                let binary = try await duplex("echo", "--binary", server.webSocketURL("/echo").absoluteString, "bytes").waitForExit()
+                #expect(binary.status == 0, "\(binary)")
+                // A chat room answers with a welcome frame, not the message.
+                let mismatch = try await duplex("echo", server.webSocketURL("/chat/lobby?name=echo").absoluteString, "hello").waitForExit()
+                #expect(mismatch.status == 1, "\(mismatch)")
+                #expect(mismatch.stderr.contains("reply 1 does not match"))
+                // Replies delayed past --timeout by a proxy's latency.
+                let proxy = try await FaultProxy.start(upstreamPort: server.port)
+                defer { Task { await proxy.stop() } }
+                let slow = try duplex("echo", "--timeout", "0.3", "ws://127.0.0.1:\(proxy.port)/echo", "late")
+                // The handshake goes through first; then every reply is late.
+                try await withTimeout(.seconds(10)) {
+                    while proxy.connectionCount == 0 { await Task.yield() }
+                }
+                proxy.add(.latency(.seconds(3)), direction: .downstream)
+                let timedOut = try await slow.waitForExit()
+                #expect(timedOut.status == 2, "\(timedOut)")
+                #expect(timedOut.stderr.contains("no reply to message 1"))
+            }
+        }
+    }
+
+    @Test("errors: malformed URL 3, unreachable 4, HTTP 4xx to the handshake 6; one line on stderr")
+    func connectionErrors() async throws {
+        try await withTimeout(Self.limit) {
+            try await withDuplexServer { server in
+                let cases: [([String], Int32, String)] = [
+                    (["echo", "ws://"], 3, "malformed URL"),
+                    (["echo", "http://127.0.0.1:\(server.port)/echo"], 3, "the scheme must be ws or wss"),
+                    (["ws", "not a url"], 3, "malformed URL"),
+                    (["listen", "ws://127.0.0.1/events"], 3, "the scheme must be http or https"),
+                    (["proxy", "--listen", "nowhere", "--upstream", "127.0.0.1:1"], 3, "is not HOST:PORT"),
+                    (["echo", "ws://127.0.0.1:1/echo"], 4, "could not connect"),
+                    (["echo", "ws://no-such-host.invalid/echo"], 4, "could not resolve"),
+                    (["listen", "--connect-timeout", "1", "http://127.0.0.1:1/events"], 4, "connection"),
+                    (["echo", server.webSocketURL("/missing").absoluteString], 6, "HTTP 400"),
+                    (["listen", server.httpURL("/missing").absoluteString], 6, "HTTP 404"),
+                    (["listen", server.httpURL("/health").absoluteString], 6, "not text/event-stream"),
+                    (["echo", "--timeout", "0", "ws://127.0.0.1/"], 64, "--timeout"),
+                ]
+                for (arguments, status, words) in cases {
+                    let output = try await CLIProcess("duplex", arguments).waitForExit()
+                    #expect(output.status == status, "\(arguments): \(output)")
+                    #expect(output.stderr.contains(words), "\(arguments): \(output)")
+                    if status != 64 {
+                        #expect(output.stderr.hasPrefix("duplex: ") && output.stderr.split(separator: "\n").count == 1, "\(arguments): \(output)")
+                    }
+                }
+            }
+        }
+    }
+
+    @Test("TLS: an untrusted certificate exits 5; --ca and --insecure connect")
+    func tls() async throws {
+        let certificate = try TestCertificate.make()
+        let caFile = FileManager.default.temporaryDirectory.appendingPathComponent("duplex-cli-ca-\(UUID().uuidString).pem")
+        try certificate.certificatePEM.write(to: caFile, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(at: caFile) }
+        try await withTimeout(Self.limit) {
+            let peer = try await ScriptedPeer.start(tls: certificate.serverContext)
+            defer { Task { await peer.stop() } }
+            let url = "wss://localhost:\(peer.port)/"
+            let untrusted = try await duplex("echo", url, "secure").waitForExit()
+            #expect(untrusted.status == 5, "\(untrusted)")
+            #expect(untrusted.stderr.hasPrefix("duplex: TLS"))
+            let trusted = try await duplex("echo", "--ca", caFile.path, url, "secure").waitForExit()
+            #expect(trusted.status == 0, "\(trusted)")
+            #expect(trusted.stdout == "secure\n")
+            let insecure = try await duplex("echo", "--insecure", url, "secure").waitForExit()
+            #expect(insecure.status == 0, "\(insecure)")
+            let missing = try await duplex("echo", "--ca", "/nonexistent/ca.pem", url, "secure").waitForExit()
+            #expect(missing.status == 5, "\(missing)")
+        }
+    }
+
+    // MARK: ws
+
+    @Test("ws: stdin lines become messages, replies go to stdout; end of input closes with 1000")
+    func wsPiped() async throws {
+        try await withTimeout(Self.limit) {
+            try await withDuplexServer { server in
+                let ws = try duplex("ws", server.webSocketURL("/echo").absoluteString)
+                try await ws.waitForStderr("connected to")
+                ws.send("first")
+                ws.send("/not a command when piped")
+                try await ws.waitForStdout("first\n/not a command when piped\n")
+                ws.closeInput()
+                let output = try await ws.waitForExit()
+                #expect(output.status == 0, "\(output)")
+                #expect(output.stderr.contains("closed: 1000"))
+            }
+        }
+    }
+
+    @Test("ws --commands: /ping prints a round trip, /close CODE REASON closes with them")
+    func wsCommands() async throws {
+        try await withTimeout(Self.limit) {
+            try await withDuplexServer { server in
+                let ws = try duplex("ws", "--commands", server.webSocketURL("/echo").absoluteString)
+                try await ws.waitForStderr("connected to")
+                ws.send("/ping")
+                try await ws.waitForStderr("pong in")
+                ws.send("//slash")
+                try await ws.waitForStdout("/slash\n")
+                ws.send("/close 9999")
+                try await ws.waitForStderr("usage: /close")
+                ws.send("/close 4001 done here")
+                let output = try await ws.waitForExit()
+                #expect(output.status == 0, "\(output)")
+                #expect(output.stderr.contains("closed: 4001 done here"))
+            }
+        }
+    }
+
+    @Test("ws: the server's close code and reason are printed; an error code exits 1, a lost connection 7")
+    func wsServerClose() async throws {
+        try await withTimeout(Self.limit) {
+            try await withDuplexServer { server in
+                let ws = try duplex("ws", server.webSocketURL("/echo").absoluteString)
+                ws.send("warm")
+                try await ws.waitForStdout("warm")
+                _ = server.server.closeConnections(.route("echo"), code: WebSocketCloseCode(4000), reason: "go away")
+                let closed = try await ws.waitForExit()
+                #expect(closed.status == 1, "\(closed)")
+                #expect(closed.stderr.contains("closed by the server: 4000 go away"))
+
+                let dropped = try duplex("ws", server.webSocketURL("/echo").absoluteString)
+                dropped.send("warm")
+                try await dropped.waitForStdout("warm")
+                _ = server.server.dropConnections(.route("echo"))
+                let lost = try await dropped.waitForExit()
+                #expect(lost.status == 7, "\(lost)")
+            }
+        }
+    }
+
+    @Test("ws --max-message-bytes: a larger message closes with 1009 and exits 7; --binary sends binary")
+    func wsLimits() async throws {
+        try await withTimeout(Self.limit) {
+            try await withDuplexServer { server in
+                let binary = try duplex("ws", "--binary", server.webSocketURL("/echo").absoluteString)
+                binary.send("raw")
+                // Binary replies print as base64.
+                try await binary.waitForStdout(Data("raw".utf8).base64EncodedString())
+                binary.closeInput()
+                #expect(try await binary.waitForExit().status == 0)
+
+                let small = try duplex("ws", "--max-message-bytes", "16", server.webSocketURL("/echo").absoluteString)
+                small.send(String(repeating: "x", count: 64))
+                let output = try await small.waitForExit()
+                #expect(output.status == 7, "\(output)")
+            }
+        }
+    }
+
+    @Test("ws --ping-interval: a blackholed path fails the pings and exits 7")
+    func wsPingFailure() async throws {
+        try await withTimeout(Self.limit) {
+            try await withDuplexServer { server in
+                let proxy = try await FaultProxy.start(upstreamPort: server.port)
+                defer { Task { await proxy.stop() } }
+                let ws = try duplex("ws", "--ping-interval", "0.4", "ws://127.0.0.1:\(proxy.port)/echo")
+                try await ws.waitForStderr("connected to")
+                proxy.add(.blackhole, direction: .both)
+                let output = try await ws.waitForExit()
+                #expect(output.status == 7, "\(output)")
+                #expect(output.stderr.contains("pings in a row went unanswered"))
+            }
+        }
+    }
+
+    // MARK: listen
+
+    @Test("listen --json prints one object per event; --last-event-id resumes after that id")
+    func listen() async throws {
+        try await withTimeout(Self.limit) {
+            try await withDuplexServer { server in
+                let url = server.httpURL("/events?interval=20").absoluteString
+                let first = try await duplex("listen", "--json", "--max-events", "3", url).waitForExit()
+                #expect(first.status == 0, "\(first)")
+                let objects = try first.stdout.split(separator: "\n").map {
+                    try #require(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])
+                }
+                #expect(objects.count == 3)
+                #expect(objects.allSatisfy { $0["event"] as? String == "tick" && $0["data"] is String && $0["id"] is String && $0["retry"] == nil })
+                let ids = objects.compactMap { ($0["id"] as? String).flatMap(Int.init) }
+                #expect(ids == [ids[0], ids[0] + 1, ids[0] + 2])
+
+                let resumed = try await duplex("listen", "--json", "--max-events", "2", "--last-event-id", String(ids[0]), url).waitForExit()
+                let resumedIDs = resumed.stdout.split(separator: "\n").compactMap {
+                    (try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])?["id"] as? String
+                }
+                #expect(resumedIDs == [String(ids[0] + 1), String(ids[0] + 2)], "\(resumed)")
+
+                let plain = try await duplex("listen", "--max-events", "1", url).waitForExit()
+                #expect(plain.stdout.hasPrefix("tick "), "\(plain)")
+            }
+        }
+    }
+
+    @Test("listen reports a lost stream on stderr, reconnects, and goes on with the next event")
+    func listenReconnects() async throws {
+        try await withTimeout(Self.limit) {
+            try await withDuplexServer(configuration: .init(sseRetryMilliseconds: 50)) { server in
+                let listen = try duplex("listen", "--json", server.httpURL("/events?interval=20").absoluteString)
+                let before = try await listen.waitForStdout("\n")
+                #expect(!before.stdout.isEmpty)
+                _ = server.server.dropConnections(.route("events"))
+                try await listen.waitForStderr("reconnecting")
+                try await listen.waitForStderr("reconnected")
+                let count = listen.output.stdout.split(separator: "\n").count
+                _ = try await listen.wait("more events", within: .seconds(10)) { $0.stdout.split(separator: "\n").count > count + 2 }
+                let ids = listen.output.stdout.split(separator: "\n").compactMap {
+                    (try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])?["id"] as? String
+                }.compactMap(Int.init)
+                // Resumed with Last-Event-ID: consecutive ids, no gap, no repeat.
+                #expect(ids == Array(ids[0]..<(ids[0] + ids.count)))
+                listen.signal(SIGTERM)
+                _ = try await listen.waitForExit()
+            }
+        }
+    }
+
+    // MARK: proxy
+
+    @Test("proxy forwards, applies flag toxics, and its control endpoint adds, lists and removes toxics")
+    func proxy() async throws {
+        try await withTimeout(Self.limit) {
+            try await withDuplexServer { server in
+                let proxy = try duplex("proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:\(server.port)", "--latency", "1")
+                let ready = try await proxy.waitForStdout("duplex proxy control on http://")
+                let listenPort = try #require(Self.port(after: "listening on 127.0.0.1:", in: ready.stdout))
+                let controlPort = try #require(Self.port(after: "control on http://127.0.0.1:", in: ready.stdout))
+                let control = "http://127.0.0.1:\(controlPort)"
+
+                let listed = try await Self.http("GET", "\(control)/toxics")
+                #expect(listed.status == 200)
+                #expect(listed.body.contains(#""type":"latency""#) && listed.body.contains(#""ms":1"#), "\(listed.body)")
+
+                let socket = WebSocket(url: URL(string: "ws://127.0.0.1:\(listenPort)/echo")!)
+                let messages = socket.messages
+                try await socket.connect()
+                try await socket.send("through the proxy")
+                #expect(try await messages.first(within: .seconds(10)).text == "through the proxy")
+
+                let added = try await Self.http("POST", "\(control)/toxics?type=blackhole&direction=downstream")
+                #expect(added.status == 201, "\(added.body)")
+                await #expect(throws: WebSocketError.self) { _ = try await socket.ping(timeout: .milliseconds(300)) }
+                let removed = try await Self.http("DELETE", "\(control)/toxics")
+                #expect(removed.status == 200)
+                #expect(try await socket.ping(timeout: .seconds(5)) > .zero)
+
+                let bad = try await Self.http("POST", "\(control)/toxics?type=latency")
+                #expect(bad.status == 400 && bad.body.contains("needs ms"), "\(bad.body)")
+                let unknown = try await Self.http("DELETE", "\(control)/toxics/999")
+                #expect(unknown.status == 404)
+
+                await socket.terminate()
+                proxy.signal(SIGTERM)
+                #expect(try await proxy.waitForExit().status == 0)
+            }
+        }
+    }
+
+    static func port(after marker: String, in text: String) -> Int? {
+        guard let range = text.range(of: marker) else { return nil }
+        return Int(text[range.upperBound...].prefix { $0.isNumber })
+    }
+
+    static func http(_ method: String, _ url: String) async throws -> (status: Int, body: String) {
+        var request = URLRequest(url: URL(string: url)!)
+        request.httpMethod = method
+        let (data, response) = try await URLSession.shared.data(for: request)
+        return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: data, as: UTF8.self))
+    }
+}
