@@ -32,6 +32,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         .package(url: "https://github.com/OpenCombine/OpenCombine.git", from: "0.14.0"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        // Tests only: to parse docker-compose.yml.
+        .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
     ],
     targets: [
         // The wire schema shared by server and clients: Foundation only.
@@ -150,8 +152,10 @@ let package = Package(
             name: "DuplexTests",
             dependencies: [
                 "Duplex",
-                // Built for the CLI tests, which run the binary.
+                // Built for the CLI tests, which run the binaries and parse compose commands with them.
                 "duplex",
+                "duplex-server",
+                .product(name: "Yams", package: "Yams"),
                 "DuplexCallbacks",
                 "DuplexCombine",
                 "DuplexSchema",

@@ -66,9 +66,15 @@ struct ChatCommand: AsyncParsableCommand {
             if !console.isInteractive { console.print("* type a line to say it; /who, /quit") }
             let printer = Task { () -> Failure? in
                 var session = welcome.session
+                var lost = false
                 for await event in events {
                     switch event {
+                    case .disconnected(_, reconnecting: true) where lost:
+                        continue  // another failed attempt: "reconnecting" was said already
+                    case .disconnected(_, reconnecting: true):
+                        lost = true
                     case .welcome(let welcome, _):
+                        lost = false
                         session = welcome.session
                     case .joined(let presence) where presence.session == session:
                         continue  // the welcome line said it

@@ -324,6 +324,20 @@ final class ChatClientCore: Sendable {
         }
     }
 
+    /// Whether a connection that ended before its welcome is retried by the socket, so that
+    /// join should keep waiting: not for a refusal, nor when reconnection is off.
+    private func willRetryJoin(_ reason: WebSocketDisconnectReason) -> Bool {
+        guard strategy.maxAttempts != 0 else { return false }
+        switch reason {
+        case .closed(let code, let why):
+            return !(code == .policyViolation || code == .tryAgainLater || code == .normalClosure) || why.isEmpty
+        case .pingFailed:
+            return true
+        case .error, .manuallyDisconnected, .terminated, .reconnectionGaveUp:
+            return false
+        }
+    }
+
     private func handle(_ state: WebSocketState) {
         guard case .disconnected(let reason) = state else { return }
         let (report, reconnecting, waiters): (Bool, Bool, [CheckedContinuation<ChatWelcome, any Error>]) = box.withLockedValue { state in
@@ -334,9 +348,11 @@ final class ChatClientCore: Sendable {
                 case .pingFailed, .error: return true
                 }
             }()
-            // Before the first welcome, a failed attempt is reported to join's caller instead.
+            // Before the first welcome, a failed attempt is reported to join's caller instead,
+            // unless the socket reconnects: then join waits for the next attempt, within its
+            // timeout (a connection can end before its first frame is read).
             var waiters: [CheckedContinuation<ChatWelcome, any Error>] = []
-            if !state.everJoined, state.refused == nil, !state.joinWaiters.isEmpty {
+            if !state.everJoined, state.refused == nil, !state.joinWaiters.isEmpty, !willRetryJoin(reason) {
                 waiters = Array(state.joinWaiters.values)
                 state.joinWaiters = [:]
             }

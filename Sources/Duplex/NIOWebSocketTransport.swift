@@ -239,6 +239,13 @@ final class WebSocketClientHandler: ChannelInboundHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        if !context.channel.isActive {
+            // The connection ended before the upgrade finished (a server can send its 101, a
+            // close and its FIN in one read): channelInactive has passed, so report it here, or
+            // the socket would wait forever on a dead connection.
+            stateMachine.channelClosed()
+            context.eventLoop.execute { self.report() }
+        }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {

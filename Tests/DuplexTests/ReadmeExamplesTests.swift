@@ -148,3 +148,32 @@ struct ReadmeSSEExamplesTests {
         }
     }
 }
+
+@Suite("README examples: chat rooms")
+struct ReadmeChatExampleTests {
+    @Test("join, say, read events, wait for delivery, leave")
+    func chat() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                // README: Chat rooms
+                let chat = ChatClient(url: server.webSocketURL("/chat/lobby"), name: "alice")
+                let events = chat.events
+                let welcome = try await chat.join()
+                #expect(welcome.members == ["alice"])
+                try await chat.say("hello")
+                var seen: [String] = []
+                for await event in events {
+                    switch event {
+                    case .message(let message): seen.append("\(message.from): \(message.text)")
+                    case .joined(let presence): seen.append("\(presence.name) joined")
+                    default: break
+                    }
+                    if seen.count == 2 { break }
+                }
+                #expect(seen == ["alice joined", "alice: hello"])
+                #expect(await chat.waitForDelivery(timeout: .seconds(5)))
+                await chat.leave()
+            }
+        }
+    }
+}
