@@ -87,7 +87,7 @@ struct WebSocketFrameStateMachine {
             }
             if frame.fin {
                 guard frame.data.readableBytes <= maxMessageBytes else { return tooBig() }
-                return state == .open ? message(opcode: frame.opcode, buffer: frame.data) : .none
+                return message(opcode: frame.opcode, buffer: frame.data)
             }
             fragments = (frame.opcode, frame.data)
             return fragments!.buffer.readableBytes <= maxMessageBytes ? .none : tooBig()
@@ -101,7 +101,7 @@ struct WebSocketFrameStateMachine {
             buffer.writeBuffer(&data)
             if frame.fin {
                 fragments = nil
-                return state == .open ? message(opcode: opcode, buffer: buffer) : .none
+                return message(opcode: opcode, buffer: buffer)
             }
             fragments = (opcode, buffer)
             return .none

@@ -215,6 +215,14 @@ struct CLITests {
                 let output = try await ws.waitForExit()
                 #expect(output.status == 0, "\(output)")
                 #expect(output.stderr.contains("closed: 1000"))
+
+                // Input that ends at once: the replies already on their way are still printed.
+                let burst = try duplex("ws", server.webSocketURL("/echo").absoluteString)
+                for i in 1...50 { burst.send("line \(i)") }
+                burst.closeInput()
+                let all = try await burst.waitForExit()
+                #expect(all.status == 0, "\(all)")
+                #expect(all.stdout == (1...50).map { "line \($0)\n" }.joined())
             }
         }
     }

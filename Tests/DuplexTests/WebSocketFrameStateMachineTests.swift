@@ -27,6 +27,15 @@ struct WebSocketFrameStateMachineTests {
         #expect(machine.received(frame(.binary, [0, 1, 255])) == .deliver(.data(Data([0, 1, 255]))))
     }
 
+    @Test("messages the server sent before answering our close are still delivered")
+    func deliversAfterCloseSent() {
+        var machine = WebSocketFrameStateMachine(maxMessageBytes: 100)
+        #expect(machine.close(code: .normalClosure, reason: "") == .sendClose(.normalClosure, reason: ""))
+        #expect(machine.received(text("in flight")) == .deliver(.string("in flight")))
+        #expect(machine.received(frame(.binary, [1], fin: false)) == .none)
+        #expect(machine.received(frame(.continuation, [2])) == .deliver(.data(Data([1, 2]))))
+    }
+
     @Test("fragments are reassembled, with control frames allowed between them")
     func reassembly() {
         var machine = WebSocketFrameStateMachine(maxMessageBytes: 100)
@@ -93,7 +102,7 @@ struct WebSocketFrameStateMachineTests {
         #expect(machine.close(code: .normalClosure, reason: "done") == .sendClose(.normalClosure, reason: "done"))
         #expect(machine.close(code: .normalClosure, reason: "again") == .none)
         #expect(!machine.canSend)
-        #expect(machine.received(text("in flight")) == .none, "data after our close is dropped")
+        #expect(machine.received(text("in flight")) == .deliver(.string("in flight")), "data sent before the answer is kept")
         #expect(machine.received(frame(.connectionClose, [0x03, 0xE8])) == .closeHandshakeDone(peerCode: .normalClosure, reason: ""))
     }
 

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The built `duplex` CLI against third-party peers and a real terminal:
+# - `duplex echo` and `duplex ws` against Python's `websockets` echo server ($DUPLEX_INTEROP_WS_URL);
+# - `duplex listen --json` against an aiohttp SSE server ($DUPLEX_INTEROP_SSE_URL);
+# - `duplex chat` in a tmux terminal: a message that arrives while the user types appears above
+#   the input line, and the half-typed line is kept and sent whole.
+# Usage: Tests/Interop/cli.sh BIN_DIR   (the folder holding duplex and duplex-server)
+set -euo pipefail
+bin=${1:?usage: cli.sh BIN_DIR}
+: "${DUPLEX_INTEROP_WS_URL:?set DUPLEX_INTEROP_WS_URL to a websockets echo server}"
+: "${DUPLEX_INTEROP_SSE_URL:?set DUPLEX_INTEROP_SSE_URL to the aiohttp SSE server}"
+work=$(mktemp -d)
+pid=""
+session="duplex-cli-$$"
+cleanup() {
+    tmux kill-session -t "$session" 2>/dev/null || true
+    [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# Polls a condition (a shell command) every 0.1 s for at most $1 seconds.
+wait_for() {
+    local limit=$1; shift
+    for _ in $(seq 1 $((limit * 10))); do
+        if eval "$@"; then return 0; fi
+        sleep 0.1
+    done
+    return 1
+}
+
+# echo and ws against Python websockets.
+out=$(timeout 20 "$bin/duplex" echo "$DUPLEX_INTEROP_WS_URL" one "two words") || fail "duplex echo against websockets exited $?"
+[ "$out" = $'one\ntwo words' ] || fail "duplex echo printed: $out"
+out=$(printf 'hello\nworld\n' | timeout 20 "$bin/duplex" ws "$DUPLEX_INTEROP_WS_URL" 2>"$work/ws.err") || fail "duplex ws exited $?: $(cat "$work/ws.err")"
+[ "$out" = $'hello\nworld' ] || fail "duplex ws printed: $out"
+grep -q "closed: 1000" "$work/ws.err" || fail "duplex ws did not report the close: $(cat "$work/ws.err")"
+echo "duplex echo and ws against Python websockets: ok"
+
+# listen against aiohttp, whose responses end every few events: ids keep counting across them.
+timeout 30 "$bin/duplex" listen --json --max-events 7 "$DUPLEX_INTEROP_SSE_URL/stream" >"$work/sse" 2>"$work/sse.err" \
+    || fail "duplex listen exited $?: $(cat "$work/sse.err")"
+[ "$(wc -l <"$work/sse")" -eq 7 ] || fail "duplex listen printed $(wc -l <"$work/sse") lines"
+python3 - "$work/sse" <<'PY' || fail "duplex listen --json output: $(cat "$work/sse")"
+import json, sys
+events = [json.loads(line) for line in open(sys.argv[1])]
+assert all(set(e) >= {"id", "event", "data"} and isinstance(e["data"], str) for e in events), events
+PY
+echo "duplex listen --json against aiohttp: ok"
+
+# chat in a real terminal.
+"$bin/duplex-server" --port 0 --log-level warning >"$work/server" 2>&1 &
+pid=$!
+wait_for 10 'grep -q "listening on" "$work/server"' || fail "duplex-server did not start: $(cat "$work/server")"
+port=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\).*/\1/p' "$work/server" | head -n 1)
+url="ws://127.0.0.1:$port/chat/terminal"
+tmux new-session -d -s "$session" -x 100 -y 20 "$bin/duplex chat $url --name alice; echo EXIT=\$?; sleep 60"
+pane() { tmux capture-pane -p -t "$session"; }
+wait_for 10 'pane | grep -q "joined #terminal as alice"' || fail "alice did not join: $(pane)"
+tmux send-keys -t "$session" "half-typ"
+wait_for 10 'pane | grep -q "alice> half-typ"' || fail "the typed text is not on the input line: $(pane)"
+echo "message from bob" | timeout 20 "$bin/duplex" chat "$url" --name bob >/dev/null || fail "bob's chat exited $?"
+wait_for 10 'pane | grep -q "bob: message from bob"' || fail "bob's message did not appear: $(pane)"
+# The incoming line is above the input line, which still holds what alice typed.
+pane | grep -v '^$' | tail -n 1 | grep -qx "alice> half-typ" || fail "the input line was garbled: $(pane)"
+tmux send-keys -t "$session" "ed line" Enter
+wait_for 10 'pane | grep -q "alice: half-typed line"' || fail "the line was not sent whole: $(pane)"
+tmux send-keys -t "$session" "/quit" Enter
+wait_for 10 'pane | grep -q "EXIT=0"' || fail "/quit did not exit 0: $(pane)"
+echo "duplex chat in a terminal: ok"
