@@ -207,30 +207,21 @@ final class ChatClientCore: Sendable {
 
     private func waitForWelcome(id: UInt64, timeout: Duration) async throws -> ChatWelcome {
         let socket = self.socket
-        return try await withThrowingTaskGroup(of: ChatWelcome.self) { group in
-            group.addTask {
-                try await withTaskCancellationHandler {
-                    try await withCheckedThrowingContinuation { continuation in
-                        self.box.withLockedValue { $0.joinWaiters[id] = continuation }
-                        Task {
-                            do {
-                                try await socket.connect()
-                            } catch {
-                                self.failJoin(id: id, error)
-                            }
+        return try await withDeadline(timeout, orThrow: { WebSocketError(.connectTimeout, "no welcome from the chat server within \(timeout)") }) {
+            try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { continuation in
+                    self.box.withLockedValue { $0.joinWaiters[id] = continuation }
+                    Task {
+                        do {
+                            try await socket.connect()
+                        } catch {
+                            self.failJoin(id: id, error)
                         }
                     }
-                } onCancel: {
-                    self.failJoin(id: id, CancellationError())
                 }
+            } onCancel: {
+                self.failJoin(id: id, CancellationError())
             }
-            group.addTask {
-                try await Task.sleep(for: timeout)
-                throw WebSocketError(.connectTimeout, "no welcome from the chat server within \(timeout)")
-            }
-            defer { group.cancelAll() }
-            guard let welcome = try await group.next() else { throw CancellationError() }
-            return welcome
         }
     }
 

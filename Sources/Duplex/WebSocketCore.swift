@@ -169,32 +169,22 @@ final class WebSocketCore: Sendable {
             state.manualPingCount += 1
             return Array("duplex-ping-\(state.manualPingCount)-\(UInt32.random(in: .min ... .max))".utf8)
         }
-        let clock = self.clock
-        return try await withThrowingTaskGroup(of: Duration.self) { group in
-            group.addTask {
-                try await withTaskCancellationHandler {
-                    try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Duration, any Error>) in
-                        self.state.withLockedValue { state in
-                            guard case .connected = state.lifecycle.phase, let connection = state.connection?.connection else {
-                                continuation.resume(throwing: WebSocketError(.notConnected, "ping needs an open connection"))
-                                return
-                            }
-                            state.manualPings[payload] = (.now, continuation)
-                            connection.ping(payload)
+        return try await withDeadline(timeout, clock: clock, orThrow: { WebSocketError(.pingFailed, "no pong within \(timeout)") }) {
+            try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Duration, any Error>) in
+                    self.state.withLockedValue { state in
+                        guard case .connected = state.lifecycle.phase, let connection = state.connection?.connection else {
+                            continuation.resume(throwing: WebSocketError(.notConnected, "ping needs an open connection"))
+                            return
                         }
+                        state.manualPings[payload] = (.now, continuation)
+                        connection.ping(payload)
                     }
-                } onCancel: {
-                    self.state.withLockedValue { $0.manualPings.removeValue(forKey: payload) }?
-                        .continuation.resume(throwing: CancellationError())
                 }
+            } onCancel: {
+                self.state.withLockedValue { $0.manualPings.removeValue(forKey: payload) }?
+                    .continuation.resume(throwing: CancellationError())
             }
-            group.addTask {
-                try await clock.sleep(for: timeout)
-                throw WebSocketError(.pingFailed, "no pong within \(timeout)")
-            }
-            defer { group.cancelAll() }
-            guard let first = try await group.next() else { throw CancellationError() }
-            return first
         }
     }
 

@@ -1,3 +1,5 @@
+import Duplex
+
 /// A test step took longer than its limit.
 public struct TimeoutError: Error, CustomStringConvertible {
     /// The limit that passed.
@@ -18,15 +20,7 @@ public func withTimeout<T: Sendable>(
     _ limit: Duration = .seconds(15),
     _ body: @escaping @Sendable () async throws -> T
 ) async throws -> T {
-    try await withThrowingTaskGroup(of: T.self) { group in
-        group.addTask { try await body() }
-        group.addTask {
-            try await Task.sleep(for: limit)
-            throw TimeoutError(limit: limit)
-        }
-        defer { group.cancelAll() }
-        return try await group.next()!
-    }
+    try await withDeadline(limit, orThrow: { TimeoutError(limit: limit) }, body)
 }
 
 extension AsyncSequence where Self: Sendable, Element: Sendable {

@@ -29,15 +29,21 @@ struct CLITests {
 
     // MARK: chat
 
+    /// Two `duplex chat` processes in `room`, both joined.
+    func chatPair(_ server: RunningDuplexServer, room: String, names: (String, String) = ("alice", "bob")) async throws -> (CLIProcess, CLIProcess) {
+        let url = server.webSocketURL("/chat/\(room)").absoluteString
+        let first = try duplex("chat", url, "--name", names.0)
+        try await first.waitForStdout("* joined #\(room) as \(names.0)")
+        let second = try duplex("chat", url, "--name", names.1)
+        try await second.waitForStdout("* joined #\(room) as \(names.1); here: \(names.0), \(names.1)")
+        return (first, second)
+    }
+
     @Test("two chat processes talk: a line typed in one appears in the other; /who; /quit exits 0")
     func chatBetweenTwoProcesses() async throws {
         try await withTimeout(Self.limit) {
             try await withDuplexServer { server in
-                let url = server.webSocketURL("/chat/demo").absoluteString
-                let alice = try duplex("chat", url, "--name", "alice")
-                try await alice.waitForStdout("* joined #demo as alice")
-                let bob = try duplex("chat", url, "--name", "bob")
-                try await bob.waitForStdout("* joined #demo as bob; here: alice, bob")
+                let (alice, bob) = try await chatPair(server, room: "demo")
                 try await alice.waitForStdout("* bob joined")
                 bob.send("hello alice")
                 try await alice.waitForStdout("bob: hello alice")
@@ -61,11 +67,7 @@ struct CLITests {
     func chatReconnects() async throws {
         try await withTimeout(Self.limit) {
             try await withDuplexServer { server in
-                let url = server.webSocketURL("/chat/flaky").absoluteString
-                let alice = try duplex("chat", url, "--name", "alice")
-                try await alice.waitForStdout("* joined #flaky")
-                let bob = try duplex("chat", url, "--name", "bob")
-                try await bob.waitForStdout("* joined #flaky")
+                let (alice, bob) = try await chatPair(server, room: "flaky")
                 bob.send("before")
                 try await alice.waitForStdout("bob: before")
                 _ = server.server.dropConnections(.room("flaky"))
@@ -86,11 +88,7 @@ struct CLITests {
     func chatPiped() async throws {
         try await withTimeout(Self.limit) {
             try await withDuplexServer { server in
-                let url = server.webSocketURL("/chat/pipe").absoluteString
-                let reader = try duplex("chat", url, "--name", "reader")
-                try await reader.waitForStdout("* joined #pipe")
-                let writer = try duplex("chat", url, "--name", "writer")
-                try await writer.waitForStdout("* joined #pipe")
+                let (reader, writer) = try await chatPair(server, room: "pipe", names: ("reader", "writer"))
                 for i in 1...20 { writer.send("line \(i)") }
                 writer.closeInput()
                 #expect(try await writer.waitForExit().status == 0)
