@@ -244,7 +244,8 @@ final class WebSocketClientHandler: ChannelInboundHandler {
             // close and its FIN in one read): channelInactive has passed, so report it here, or
             // the socket would wait forever on a dead connection.
             stateMachine.channelClosed()
-            context.eventLoop.execute { self.report() }
+            let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+            context.eventLoop.execute { handler.value.report() }
         }
     }
 
