@@ -12,8 +12,8 @@ struct WSCommand: AsyncParsableCommand {
         discussion: """
             Each line read from stdin is sent as one message; each message received is printed \
             on stdout, one per line (binary messages as base64, or raw with --raw-binary). Status \
-            lines go to stderr. At the end of stdin the client closes with 1000. On exit it \
-            prints the close code and reason on stderr.
+            lines go to stderr. At the end of stdin the client closes with 1000 (after --linger \
+            seconds). On exit it prints the close code and reason on stderr.
 
             Commands, on a terminal (or with --commands): /ping sends a ping and prints the round \
             trip; /close [CODE [REASON]] closes with that code (default 1000); /quit closes with \
@@ -47,11 +47,15 @@ struct WSCommand: AsyncParsableCommand {
     @Flag(help: "Read /ping, /close and /quit from stdin even when it is not a terminal.")
     var commands = false
 
+    @Option(help: ArgumentHelp("After the end of stdin, keep printing what arrives for this many seconds before closing; for servers that answer a close at once, dropping replies still due.", valueName: "seconds"))
+    var linger: Double = 0
+
     @OptionGroup var connection: ConnectionOptions
 
     func validate() throws {
         if let pingInterval { guard pingInterval >= 0.05 else { throw ValidationError("--ping-interval must be at least 0.05") } }
         guard maxMessageBytes >= 1 else { throw ValidationError("--max-message-bytes must be positive") }
+        guard linger >= 0 else { throw ValidationError("--linger must not be negative") }
         for name in protocols where name.isEmpty || name.contains(where: { $0 == "," || $0 == " " || !$0.isASCII }) {
             throw ValidationError("--protocol \"\(name)\" is not a subprotocol token")
         }
@@ -78,6 +82,7 @@ struct WSCommand: AsyncParsableCommand {
             console.printError("connected to \(target.absoluteString)\(socket.negotiatedProtocol.map { " (protocol \($0))" } ?? "")")
             let input = console.lines()
             let (binary, rawBinary, commands) = (self.binary, self.rawBinary, self.commands || console.isInteractive)
+            let linger = Duration.milliseconds(Int64(self.linger * 1000))
 
             // Prints what arrives until the connection ends; returns how it ended.
             let lastClose = NIOLockedValueBox<(code: WebSocketCloseCode, reason: String)?>(nil)
@@ -116,7 +121,8 @@ struct WSCommand: AsyncParsableCommand {
                         return
                     }
                 }
-                // End of input: close normally.
+                // End of input: close normally, after the linger time.
+                if linger > .zero { try? await Task.sleep(for: linger) }
                 await socket.disconnect()
             }
             let reason = await ended.value

@@ -14,7 +14,7 @@ pid=""
 session="duplex-cli-$$"
 cleanup() {
     tmux kill-session -t "$session" 2>/dev/null || true
-    [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null || true
+    if [ -n "$pid" ]; then kill -KILL "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -33,9 +33,20 @@ wait_for() {
 # echo and ws against Python websockets.
 out=$(timeout 20 "$bin/duplex" echo "$DUPLEX_INTEROP_WS_URL" one "two words") || fail "duplex echo against websockets exited $?"
 [ "$out" = $'one\ntwo words' ] || fail "duplex echo printed: $out"
-out=$(printf 'hello\nworld\n' | timeout 20 "$bin/duplex" ws "$DUPLEX_INTEROP_WS_URL" 2>"$work/ws.err") || fail "duplex ws exited $?: $(cat "$work/ws.err")"
-[ "$out" = $'hello\nworld' ] || fail "duplex ws printed: $out"
+# websockets answers a close at once and drops replies still due, so stdin stays open until
+# both replies are printed.
+mkfifo "$work/in"
+timeout 20 "$bin/duplex" ws "$DUPLEX_INTEROP_WS_URL" <"$work/in" >"$work/ws.out" 2>"$work/ws.err" &
+ws_pid=$!
+exec 3>"$work/in"
+printf 'hello\nworld\n' >&3
+wait_for 10 '[ "$(cat "$work/ws.out")" = $'"'"'hello\nworld'"'"' ]' || fail "duplex ws printed: $(cat "$work/ws.out")"
+exec 3>&-
+wait "$ws_pid" || fail "duplex ws exited $?: $(cat "$work/ws.err")"
 grep -q "closed: 1000" "$work/ws.err" || fail "duplex ws did not report the close: $(cat "$work/ws.err")"
+# With --linger, piped input works too: the client keeps reading after the end of stdin.
+out=$(printf 'one\ntwo\n' | timeout 20 "$bin/duplex" ws --linger 2 "$DUPLEX_INTEROP_WS_URL" 2>/dev/null) || fail "duplex ws --linger exited $?"
+[ "$out" = $'one\ntwo' ] || fail "duplex ws --linger printed: $out"
 echo "duplex echo and ws against Python websockets: ok"
 
 # listen against aiohttp, whose responses end every few events: ids keep counting across them.
