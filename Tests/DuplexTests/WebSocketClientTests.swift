@@ -197,7 +197,7 @@ struct WebSocketClientTests {
             let socket = WebSocket(
                 url: URL(string: "ws://127.0.0.1:\(peer.port)/")!,
                 configuration: .init(
-                    ping: PingConfig(pingInterval: .milliseconds(150), maxPingFailures: 3, pongTimeout: .milliseconds(100)),
+                    ping: PingConfig(pingInterval: .milliseconds(400), maxPingFailures: 3, pongTimeout: .milliseconds(300)),
                     reconnection: .fixedDelay(.milliseconds(20))
                 )
             )
