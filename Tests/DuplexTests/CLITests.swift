@@ -129,16 +129,12 @@ struct CLITests {
                 let mismatch = try await duplex("echo", server.webSocketURL("/chat/lobby?name=echo").absoluteString, "hello").waitForExit()
                 #expect(mismatch.status == 1, "\(mismatch)")
                 #expect(mismatch.stderr.contains("reply 1 does not match"))
-                // Replies delayed past --timeout by a proxy's latency.
+                // Replies delayed past --timeout by a proxy's latency. The handshake is delayed too,
+                // but it has the 10 s --connect-timeout; each reply has only 0.3 s.
                 let proxy = try await FaultProxy.start(upstreamPort: server.port)
                 defer { Task { await proxy.stop() } }
-                let slow = try duplex("echo", "--timeout", "0.3", "ws://127.0.0.1:\(proxy.port)/echo", "late")
-                // The handshake goes through first; then every reply is late.
-                try await withTimeout(.seconds(10)) {
-                    while proxy.connectionCount == 0 { await Task.yield() }
-                }
-                proxy.add(.latency(.seconds(3)), direction: .downstream)
-                let timedOut = try await slow.waitForExit()
+                proxy.add(.latency(.seconds(1)), direction: .downstream)
+                let timedOut = try await duplex("echo", "--timeout", "0.3", "ws://127.0.0.1:\(proxy.port)/echo", "late").waitForExit()
                 #expect(timedOut.status == 2, "\(timedOut)")
                 #expect(timedOut.stderr.contains("no reply to message 1"))
             }
