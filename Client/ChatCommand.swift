@@ -22,7 +22,7 @@ struct ChatCommand: AsyncParsableCommand {
             """
     )
 
-    @Argument(help: "The room's ws:// or wss:// URL, e.g. ws://127.0.0.1:8080/chat/lobby.")
+    @Argument(help: "The room's ws:// or wss:// URL (http:// and https:// mean the same), e.g. ws://127.0.0.1:8080/chat/lobby.")
     var url: String
 
     @Option(help: "Your name in the room: 1 to 32 letters, digits, spaces, '.', '_' or '-'.")
@@ -34,7 +34,7 @@ struct ChatCommand: AsyncParsableCommand {
     @OptionGroup var connection: ConnectionOptions
 
     func validate() throws {
-        guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
+        guard timeout > 0, timeout <= 86_400 else { throw ValidationError("--timeout must be from 0 to 86400 seconds") }
         do {
             try ChatLimits().validate(name: name)
         } catch {
@@ -44,7 +44,7 @@ struct ChatCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingFailures {
-            let target = try parseURL(url, schemes: ["ws", "wss"])
+            let target = try parseWebSocketURL(url)
             var configuration = ChatClient.defaultConfiguration
             configuration.connectTimeout = connection.connectDuration
             configuration.tlsTrust = try connection.tlsTrust()
@@ -61,7 +61,7 @@ struct ChatCommand: AsyncParsableCommand {
             let limit = Duration.milliseconds(Int64(timeout * 1000))
             let events = chat.events
             let welcome = try await chat.join(timeout: limit)
-            let console = Console(prompt: "\(name)> ")
+            let console = Console(prompt: "\(name)> ", escapeControls: true)
             console.print("* joined #\(welcome.room) as \(welcome.name); here: \(welcome.members.joined(separator: ", "))")
             if !console.isInteractive { console.print("* type a line to say it; /who, /quit") }
             let printer = Task { () -> Failure? in

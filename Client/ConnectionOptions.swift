@@ -18,7 +18,7 @@ struct ConnectionOptions: ParsableArguments {
     var connectTimeout: Double = 10
 
     func validate() throws {
-        guard connectTimeout > 0 else { throw ValidationError("--connect-timeout must be positive") }
+        guard connectTimeout > 0, connectTimeout <= 86_400 else { throw ValidationError("--connect-timeout must be from 0 to 86400 seconds") }
         guard !(insecure && ca != nil) else { throw ValidationError("--insecure and --ca exclude each other") }
         _ = try headerFields()
     }

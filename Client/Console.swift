@@ -19,6 +19,9 @@ import NIOConcurrencyHelpers
 final class Console: Sendable {
     /// Whether stdin is a terminal, edited in raw mode.
     let isInteractive: Bool
+    /// Whether printed lines have their control characters made visible (see ``UntrustedText``).
+    /// Always on a terminal; elsewhere only when asked for.
+    let escapesControls: Bool
     private let prompt: String
     private let state = NIOLockedValueBox(EditorState())
 
@@ -29,8 +32,14 @@ final class Console: Sendable {
         var pending: [UInt8] = []
     }
 
-    init(prompt: String, interactive: Bool? = nil) {
+    /// - Parameters:
+    ///   - prompt: shown before the input line on a terminal.
+    ///   - interactive: whether to edit the input line; by default, when stdin and stdout are terminals.
+    ///   - escapeControls: make control characters visible even when stdout is not a terminal
+    ///     (for text from other people, whose newlines could forge lines).
+    init(prompt: String, interactive: Bool? = nil, escapeControls: Bool = false) {
         self.isInteractive = interactive ?? (isatty(STDIN_FILENO) == 1 && isatty(STDOUT_FILENO) == 1)
+        self.escapesControls = escapeControls || isatty(STDOUT_FILENO) == 1
         self.prompt = prompt
     }
 
@@ -70,6 +79,7 @@ final class Console: Sendable {
 
     /// Prints a line; on a terminal, above the line being typed.
     func print(_ line: String) {
+        let line = escapesControls ? UntrustedText.visible(line) : line
         state.withLockedValue { state in
             if isInteractive {
                 Self.write("\r\u{1B}[2K" + line + "\r\n" + prompt + visible(state.input))
@@ -79,15 +89,16 @@ final class Console: Sendable {
         }
     }
 
-    /// Prints a line on stderr (above the input line on a terminal).
+    /// Prints a line on stderr (above the input line on a terminal), control characters made visible.
     func printError(_ line: String) {
+        let line = UntrustedText.visible(line)
         state.withLockedValue { state in
             if isInteractive {
                 Self.write("\r\u{1B}[2K")
-                FileHandle.standardError.write(Data((line + "\r\n").utf8))
+                StandardStreams.err(line + "\r\n")
                 Self.write(prompt + visible(state.input))
             } else {
-                FileHandle.standardError.write(Data((line + "\n").utf8))
+                StandardStreams.err(line + "\n")
             }
         }
     }
@@ -179,7 +190,7 @@ final class Console: Sendable {
     }
 
     private static func write(_ text: String) {
-        FileHandle.standardOutput.write(Data(text.utf8))
+        StandardStreams.out(text)
     }
 }
 

@@ -16,7 +16,7 @@ struct EchoCommand: AsyncParsableCommand {
             """
     )
 
-    @Argument(help: "The ws:// or wss:// URL, e.g. ws://127.0.0.1:8080/echo.")
+    @Argument(help: "The ws:// or wss:// URL (http:// and https:// mean the same), e.g. ws://127.0.0.1:8080/echo.")
     var url: String
 
     @Argument(help: "The messages to send; each is one WebSocket message.")
@@ -31,12 +31,12 @@ struct EchoCommand: AsyncParsableCommand {
     @OptionGroup var connection: ConnectionOptions
 
     func validate() throws {
-        guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
+        guard timeout > 0, timeout <= 86_400 else { throw ValidationError("--timeout must be from 0 to 86400 seconds") }
     }
 
     func run() async throws {
         try await reportingFailures {
-            let target = try parseURL(url, schemes: ["ws", "wss"])
+            let target = try parseWebSocketURL(url)
             let request = WebSocketRequest(url: target, additionalHeaders: try connection.headerFields())
             let socket = WebSocket(
                 request: request,

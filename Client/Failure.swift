@@ -15,6 +15,7 @@ struct Failure: Error {
         case tls = 5
         case refused = 6
         case connectionLost = 7
+        case handshake = 8
 
         var meaning: String {
             switch self {
@@ -25,6 +26,7 @@ struct Failure: Error {
             case .tls: "TLS failure: handshake, or an untrusted certificate"
             case .refused: "refused: HTTP 4xx/5xx to the handshake, or a refused chat join"
             case .connectionLost: "connection lost: no close frame, ping timeout, protocol error"
+            case .handshake: "bad handshake: a wrong Sec-WebSocket-Accept, an extension or subprotocol not offered, a malformed or oversized response"
             }
         }
     }
@@ -58,7 +60,8 @@ struct Failure: Error {
         case .invalidURL: .badURL
         case .connectionFailed, .connectTimeout: .unreachable
         case .tlsFailed: .tls
-        case .upgradeRejected, .unexpectedSubprotocol: .refused
+        case .upgradeRejected: .refused
+        case .handshakeFailed, .unexpectedExtension, .unexpectedSubprotocol: .handshake
         case .protocolViolation, .connectionLost, .pingFailed, .messageTooBig: .connectionLost
         default: .failed
         }
@@ -88,6 +91,7 @@ struct Failure: Error {
 ///
 /// The libraries' logs go to stderr at the level `DUPLEX_LOG_LEVEL` names (default `error`).
 func reportingFailures(_ body: () async throws -> Void) async throws {
+    StandardStreams.ignoreBrokenPipeSignal()
     let level = ProcessInfo.processInfo.environment["DUPLEX_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .error
     LoggingSystem.bootstrap { label in
         var handler = StreamLogHandler.standardError(label: label)
@@ -100,20 +104,34 @@ func reportingFailures(_ body: () async throws -> Void) async throws {
         throw error
     } catch {
         let failure = Failure(error)
-        FileHandle.standardError.write(Data("duplex: \(failure.message)\n".utf8))
+        StandardStreams.err("duplex: \(UntrustedText.visible(failure.message))\n")
         throw ExitCode(failure.status.rawValue)
     }
 }
 
 /// Parses a URL argument: one of `schemes`, with a host.
-func parseURL(_ text: String, schemes: Set<String>) throws -> URL {
+/// - Parameter shown: how the error names the schemes, when not just listed.
+func parseURL(_ text: String, schemes: Set<String>, shown: String? = nil) throws -> URL {
     guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty else {
         throw Failure(.badURL, "malformed URL \"\(text)\": expected \(schemes.sorted().map { "\($0)://HOST[:PORT]/PATH" }.joined(separator: " or "))")
     }
     guard schemes.contains(scheme) else {
-        throw Failure(.badURL, "malformed URL \"\(text)\": the scheme must be \(schemes.sorted().joined(separator: " or ")), not \(scheme)")
+        throw Failure(.badURL, "malformed URL \"\(text)\": the scheme must be \(shown ?? schemes.sorted().joined(separator: " or ")), not \(scheme)")
     }
     return url
+}
+
+/// Parses a WebSocket URL argument. Like websocat, it takes `http://` as `ws://` and `https://`
+/// as `wss://`, since a WebSocket handshake is an HTTP request.
+func parseWebSocketURL(_ text: String) throws -> URL {
+    let url = try parseURL(text, schemes: ["ws", "wss", "http", "https"], shown: "ws or wss (http and https are taken as ws and wss)")
+    guard var parts = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return url }
+    switch parts.scheme?.lowercased() {
+    case "http": parts.scheme = "ws"
+    case "https": parts.scheme = "wss"
+    default: return url
+    }
+    return parts.url ?? url
 }
 
 /// Parses `HOST:PORT` (`[::1]:PORT` for IPv6).
@@ -133,10 +151,10 @@ func parseAddress(_ text: String, option: String) throws -> (host: String, port:
 
 /// Writes to stderr.
 func printError(_ line: String) {
-    FileHandle.standardError.write(Data((line + "\n").utf8))
+    StandardStreams.err(line + "\n")
 }
 
 /// Writes to stdout, unbuffered.
 func printOut(_ line: String) {
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    StandardStreams.out(line + "\n")
 }

@@ -61,11 +61,12 @@ struct ListenCommand: AsyncParsableCommand {
             let states = manager.stateEvents
             try await Self.openFirst(manager, states: manager.stateEvents)
             let (json, maxEvents, noRetry) = (self.json, self.maxEvents, self.noRetry)
+            let terminal = isatty(STDOUT_FILENO) == 1
             let outcome = await withTaskGroup(of: ListenOutcome.self) { group in
                 group.addTask {
                     var count = 0
                     for await event in events {
-                        printOut(json ? Self.json(event) : Self.line(event))
+                        printOut(json ? Self.json(event) : Self.line(event, terminal: terminal))
                         count += 1
                         if let maxEvents, count >= maxEvents { break }
                     }
@@ -143,8 +144,10 @@ struct ListenCommand: AsyncParsableCommand {
         }
     }
 
-    static func line(_ event: ServerSentEvent) -> String {
-        "\(event.event ?? "message") \(event.id ?? "-") \(event.data.replacingOccurrences(of: "\n", with: "\\n"))"
+    /// One event as a line; on a terminal, with control characters made visible.
+    static func line(_ event: ServerSentEvent, terminal: Bool) -> String {
+        let line = "\(event.event ?? "message") \(event.id ?? "-") \(event.data.replacingOccurrences(of: "\n", with: "\\n"))"
+        return terminal ? UntrustedText.visible(line) : line
     }
 
     static func json(_ event: ServerSentEvent) -> String {

@@ -26,7 +26,7 @@ struct WSCommand: AsyncParsableCommand {
             """
     )
 
-    @Argument(help: "The ws:// or wss:// URL.")
+    @Argument(help: "The ws:// or wss:// URL (http:// and https:// mean the same).")
     var url: String
 
     @Option(name: .customLong("protocol"), help: ArgumentHelp("A subprotocol to offer; repeatable.", valueName: "name"))
@@ -53,9 +53,9 @@ struct WSCommand: AsyncParsableCommand {
     @OptionGroup var connection: ConnectionOptions
 
     func validate() throws {
-        if let pingInterval { guard pingInterval >= 0.05 else { throw ValidationError("--ping-interval must be at least 0.05") } }
+        if let pingInterval { guard pingInterval >= 0.05, pingInterval <= 86_400 else { throw ValidationError("--ping-interval must be from 0.05 to 86400 seconds") } }
         guard maxMessageBytes >= 1 else { throw ValidationError("--max-message-bytes must be positive") }
-        guard linger >= 0 else { throw ValidationError("--linger must not be negative") }
+        guard linger >= 0, linger <= 86_400 else { throw ValidationError("--linger must be from 0 to 86400 seconds") }
         for name in protocols where name.isEmpty || name.contains(where: { $0 == "," || $0 == " " || !$0.isASCII }) {
             throw ValidationError("--protocol \"\(name)\" is not a subprotocol token")
         }
@@ -63,7 +63,7 @@ struct WSCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingFailures {
-            let target = try parseURL(url, schemes: ["ws", "wss"])
+            let target = try parseWebSocketURL(url)
             let request = WebSocketRequest(url: target, protocols: protocols, additionalHeaders: try connection.headerFields())
             let ping = pingInterval.map { PingConfig(pingInterval: .milliseconds(Int64($0 * 1000)), maxPingFailures: 2) }
             let socket = WebSocket(
@@ -95,7 +95,7 @@ struct WSCommand: AsyncParsableCommand {
                     case .string(let text): console.print(text)
                     case .data(let data):
                         if rawBinary, !console.isInteractive {
-                            FileHandle.standardOutput.write(data + Data("\n".utf8))
+                            StandardStreams.out(bytes: Array(data) + [0x0A])
                         } else {
                             console.print(data.base64EncodedString())
                         }

@@ -88,6 +88,10 @@ struct NIOWebSocketTransport: WebSocketTransport {
                     if let chosen, !offered.contains(chosen) {
                         throw WebSocketError(.unexpectedSubprotocol, "the server chose subprotocol \(chosen.debugDescription), which was not offered")
                     }
+                    // The client offers no extension, so any the server names was not offered.
+                    if let named = response.headers.first(name: "Sec-WebSocket-Extensions") {
+                        throw WebSocketError(.unexpectedExtension, "the server enabled the extension \(named.prefix(100).debugDescription), which was not offered")
+                    }
                     let handler = WebSocketClientHandler(
                         maxMessageBytes: configuration.maxMessageBytes,
                         closeTimeout: TimeAmount(configuration.closeTimeout),
@@ -146,13 +150,23 @@ struct NIOWebSocketTransport: WebSocketTransport {
             return WebSocketError(.connectTimeout, "no connection to \(target) within \(timeout)")
         case is NIOSSLError, is BoringSSLError:
             return WebSocketError(.tlsFailed, "TLS with \(target) failed: \(error)")
+        case let error as NIOHTTPClientUpgradeError where error == .upgraderDeniedUpgrade:
+            return WebSocketError(.handshakeFailed, "\(target) answered with a wrong Sec-WebSocket-Accept: it did not prove it read the handshake")
+        case let error as NIOHTTPClientUpgradeError:
+            return WebSocketError(.handshakeFailed, "\(target) answered the handshake with a response that is not a WebSocket upgrade (\(error))")
+        case let error as HTTPParserError where error == .invalidEOFState:
+            return WebSocketError(.connectionFailed, "\(target) closed the connection during the handshake")
+        case let error as HTTPParserError where error == .headerOverflow:
+            return WebSocketError(.handshakeFailed, "\(target) answered the handshake with headers over the size limit")
+        case let error as HTTPParserError:
+            return WebSocketError(.handshakeFailed, "\(target) answered the handshake with a malformed HTTP response (\(error))")
         case let error as NIOConnectionError:
             if error.dnsAAAAError != nil || error.dnsAError != nil, error.connectionErrors.isEmpty {
                 return WebSocketError(.connectionFailed, "could not resolve \(endpoint.host)")
             }
-            return WebSocketError(.connectionFailed, "could not connect to \(target): \(error.connectionErrors.first.map { "\($0.error)" } ?? "\(error)")")
+            return WebSocketError(.connectionFailed, "could not connect to \(target): \(error.connectionErrors.first.map { SystemErrorText.describe($0.error) } ?? "no address could be reached")")
         case let error as IOError:
-            return WebSocketError(.connectionFailed, "could not connect to \(target): \(error)")
+            return WebSocketError(.connectionFailed, "could not connect to \(target): \(SystemErrorText.describe(error))")
         case ChannelError.ioOnClosedChannel, ChannelError.alreadyClosed, ChannelError.eof:
             return WebSocketError(.connectionFailed, "\(target) closed the connection during the handshake")
         default:

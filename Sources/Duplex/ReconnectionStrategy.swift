@@ -1,5 +1,8 @@
 /// When and how often a ``WebSocket`` reconnects after it lost its connection.
 ///
+/// Delays are bounded: none is longer than one day, whatever the arguments, and the
+/// arithmetic never overflows.
+///
 /// A socket reconnects after an abnormal closure (no close frame, or a close code other than
 /// 1000 from the peer), a ping failure or an error; never after ``WebSocket/disconnect(code:reason:)``,
 /// ``WebSocket/stop()`` or ``WebSocket/terminate()``. Attempts are numbered from 0; a connection
@@ -42,10 +45,10 @@ public struct ReconnectionStrategy: Sendable {
         maxAttempts: Int? = nil,
         jitter: Double = 0.2
     ) -> ReconnectionStrategy {
-        ReconnectionStrategy(maxAttempts: maxAttempts) { attempt in
-            let factor = pow2(min(attempt, 62))
-            let base = min(baseDelay * factor, maxDelay)
-            return jittered(base, by: jitter)
+        let base = DelayArithmetic.seconds(baseDelay)
+        let limit = DelayArithmetic.seconds(maxDelay)
+        return ReconnectionStrategy(maxAttempts: maxAttempts) { attempt in
+            DelayArithmetic.backoff(base: base, multiplier: 2, attempt: attempt, limit: limit, jitter: jitter)
         }
     }
 
@@ -60,20 +63,10 @@ public struct ReconnectionStrategy: Sendable {
         maxDelay: Duration = .seconds(30),
         maxAttempts: Int? = nil
     ) -> ReconnectionStrategy {
-        ReconnectionStrategy(maxAttempts: maxAttempts) { attempt in
-            min(step * (attempt + 1), maxDelay)
+        let step = DelayArithmetic.seconds(step)
+        let limit = DelayArithmetic.seconds(maxDelay)
+        return ReconnectionStrategy(maxAttempts: maxAttempts) { attempt in
+            DelayArithmetic.duration(seconds: step * Double(max(attempt, 0) + 1), limit: limit)
         }
-    }
-
-    private static func pow2(_ n: Int) -> Double {
-        var value = 1.0
-        for _ in 0..<n { value *= 2 }
-        return value
-    }
-
-    private static func jittered(_ delay: Duration, by fraction: Double) -> Duration {
-        guard fraction > 0 else { return delay }
-        let clamped = min(fraction, 1)
-        return delay * Double.random(in: (1 - clamped)...(1 + clamped))
     }
 }

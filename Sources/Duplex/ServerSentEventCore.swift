@@ -5,6 +5,7 @@ import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
+import NIOPosix
 import NIOSSL
 
 /// The engine behind a ``ServerSentEventManager``: one task per connected session runs
@@ -185,8 +186,7 @@ final class ServerSentEventCore: Sendable {
                 }
                 reason = .streamError(error)
             }
-            let base = Double(parser.reconnectionTime ?? Int(retryPolicy.initialDelay * 1000)) / 1000
-            guard let delay = retryAfter ?? retryPolicy.delay(attempt: attempt, base: base) else {
+            guard let delay = retryAfter.map(retryPolicy.bounded(retryAfter:)) ?? retryPolicy.delay(attempt: attempt, serverRetryMilliseconds: parser.reconnectionTime) else {
                 let exhausted = SSEError(.retriesExhausted, retryPolicy.enabled ? "gave up after \(attempt) reconnection attempts" : "retries are disabled")
                 finish(runID: runID, reason: reason, error: exhausted)
                 return
@@ -237,7 +237,7 @@ final class ServerSentEventCore: Sendable {
         } catch {
             parser.finish()
             if Task.isCancelled { return .cancelled }
-            let described = Self.describe(error)
+            let described = Self.describe(error, url: current.url)
             return .failed(described, delivered: delivered, retry: described.code == .tlsFailed ? .never : .policy)
         }
     }
@@ -266,16 +266,21 @@ final class ServerSentEventCore: Sendable {
 
     /// `Retry-After` as seconds or an HTTP date.
     static func retryAfter(_ value: String) -> Duration? {
-        if let seconds = Int(value.trimmingCharacters(in: .whitespaces)), seconds >= 0 { return .seconds(seconds) }
+        let trimmed = value.trimmingCharacters(in: .whitespaces)
+        if !trimmed.isEmpty, trimmed.utf8.allSatisfy({ (0x30...0x39).contains($0) }) {
+            // Digits only: seconds, however many (a huge value is clamped by the policy).
+            return DelayArithmetic.duration(seconds: Double(trimmed) ?? DelayArithmetic.longestSeconds)
+        }
         let formatter = DateFormatter()
         formatter.locale = Locale(identifier: "en_US_POSIX")
         formatter.timeZone = TimeZone(identifier: "GMT")
         formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
         guard let date = formatter.date(from: value) else { return nil }
-        return .milliseconds(max(0, Int64(date.timeIntervalSinceNow * 1000)))
+        return DelayArithmetic.duration(seconds: date.timeIntervalSinceNow)
     }
 
-    private static func describe(_ error: any Error) -> SSEError {
+    private static func describe(_ error: any Error, url: URL) -> SSEError {
+        let target = "\(url.host ?? "the server")\(url.port.map { ":\($0)" } ?? "")"
         switch error {
         case let error as SSEError: return error
         case let error as ServerSentEventError: return SSEError(.eventTooLarge, error.message)
@@ -285,8 +290,10 @@ final class ServerSentEventCore: Sendable {
             return SSEError(.connectionFailed, "the connection timed out")
         case is NIOSSLError, is BoringSSLError:
             return SSEError(.tlsFailed, "TLS failed: \(error)")
+        case is IOError, is NIOConnectionError:
+            return SSEError(.connectionFailed, "could not connect to \(target): \(SystemErrorText.describe(error))")
         default:
-            return SSEError(.connectionFailed, "the connection failed: \(error)")
+            return SSEError(.connectionFailed, "the connection to \(target) failed: \(error)")
         }
     }
 

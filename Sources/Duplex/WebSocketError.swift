@@ -25,6 +25,12 @@ public struct WebSocketError: Error, Sendable, Equatable, CustomStringConvertibl
         public static let upgradeRejected = Code("upgradeRejected")
         /// The server chose a subprotocol the client did not offer.
         public static let unexpectedSubprotocol = Code("unexpectedSubprotocol")
+        /// The server answered with a `Sec-WebSocket-Extensions` the client did not offer
+        /// (RFC 6455 section 4.1: the client must fail the connection).
+        public static let unexpectedExtension = Code("unexpectedExtension")
+        /// The server's handshake response broke RFC 6455 or HTTP: a wrong `Sec-WebSocket-Accept`,
+        /// a malformed response, or response headers over the size limit.
+        public static let handshakeFailed = Code("handshakeFailed")
         /// The peer broke RFC 6455; ``closeCode`` says how.
         public static let protocolViolation = Code("protocolViolation")
         /// A message exceeded ``WebSocketConfiguration/maxMessageBytes``.

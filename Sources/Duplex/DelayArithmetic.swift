@@ -1,0 +1,41 @@
+/// Delay arithmetic that cannot trap: every delay a retry model computes goes through here, so a
+/// hostile server value (`retry:`, `Retry-After`) or an extreme configuration ends in a bounded
+/// delay, never in an overflow.
+enum DelayArithmetic {
+    /// The longest delay any retry model waits: one day. A longer `maxDelay` is treated as this.
+    static let longestSeconds: Double = 86_400
+
+    /// `seconds` clamped to `0...min(limit, longestSeconds)`; NaN counts as the limit.
+    static func duration(seconds: Double, limit: Double = longestSeconds) -> Duration {
+        let ceiling = clamp(limit, to: 0...longestSeconds)
+        let bounded = seconds.isNaN ? ceiling : min(max(seconds, 0), ceiling)
+        return .nanoseconds(Int64((bounded * 1e9).rounded()))
+    }
+
+    /// `value` within `range`; NaN becomes the upper bound.
+    static func clamp(_ value: Double, to range: ClosedRange<Double>) -> Double {
+        value.isNaN ? range.upperBound : min(max(value, range.lowerBound), range.upperBound)
+    }
+
+    /// A duration as seconds.
+    static func seconds(_ duration: Duration) -> Double {
+        let (seconds, attoseconds) = duration.components
+        return Double(seconds) + Double(attoseconds) * 1e-18
+    }
+
+    /// `base × multiplier^attempt`, capped at `limit`, varied by up to ±`jitter` (a fraction), and
+    /// never beyond `limit × (1 + jitter)` nor ``longestSeconds``.
+    static func backoff(base: Double, multiplier: Double, attempt: Int, limit: Double, jitter: Double) -> Duration {
+        let ceiling = clamp(limit, to: 0...longestSeconds)
+        var seconds = clamp(base, to: 0...ceiling)
+        let factor = clamp(multiplier, to: 1...1e6)
+        var step = 0
+        while step < attempt, seconds < ceiling {
+            seconds = min(seconds * factor, ceiling)
+            step += 1
+        }
+        let spread = clamp(jitter, to: 0...1)
+        if spread > 0, seconds > 0 { seconds *= Double.random(in: (1 - spread)...(1 + spread)) }
+        return duration(seconds: seconds)
+    }
+}
