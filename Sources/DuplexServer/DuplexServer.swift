@@ -35,6 +35,9 @@ public final class DuplexServer: Service, Sendable {
     let rooms: ChatRooms
     let ticks = TickClock()
     let refusal = RefusalGate()
+    let channels: ChannelTracker
+    /// Closes every connection still open when a graceful shutdown passes its deadline.
+    private let shutdownDeadline = NIOLockedValueBox<Task<Void, Never>?>(nil)
     private let lifecycle = NIOLockedValueBox(Lifecycle())
     private let restartRequest = NIOLockedValueBox<AsyncStream<Duration>.Continuation?>(nil)
 
@@ -46,6 +49,7 @@ public final class DuplexServer: Service, Sendable {
         self.configuration = configuration
         self.logger = logger
         self.rooms = ChatRooms(historyLimit: configuration.historyLimit, maxRooms: configuration.maxRooms)
+        self.channels = ChannelTracker(limit: configuration.maxConnections)
     }
 
     /// Listens and serves until cancelled or gracefully shut down.
@@ -98,14 +102,28 @@ public final class DuplexServer: Service, Sendable {
             }
             request.finish()
             tasks.cancelAll()
+            shutdownDeadline.withLockedValue { $0 }?.cancel()
             return first
         }
+    }
+
+    /// Starts the shutdown deadline: once `timeout` has passed, every connection still open is
+    /// closed hard, so that no peer (one that never reads, say) can hold the shutdown off.
+    func startShutdownDeadline(_ timeout: Duration) {
+        let task = Task { [channels, logger] in
+            guard (try? await Task.sleep(for: timeout)) != nil else { return }
+            let cut = channels.closeAll()
+            if cut > 0 {
+                logger.warning("shutdown deadline passed: closed connections hard", metadata: ["connections": "\(cut)", "deadline": "\(timeout)"])
+            }
+        }
+        shutdownDeadline.withLockedValue { $0 = task }
     }
 
     private func makeServiceGroup(port: Int) -> ServiceGroup {
         let webSocketResponder = makeWebSocketRouter().buildResponder()
         let channelConfiguration = HTTP1WebSocketUpgradeChannel.Configuration(
-            http1: .init(idleTimeout: nil),
+            http1: .init(idleTimeout: TimeAmount(configuration.idleTimeout)),
             ws: .init(
                 maxFrameSize: configuration.maxMessageBytes,
                 autoPing: .disabled,
@@ -113,16 +131,24 @@ public final class DuplexServer: Service, Sendable {
                 validateUTF8: true
             )
         )
+        let guardLimits = ConnectionGuard.Limits(
+            requestHeadTimeout: TimeAmount(configuration.requestHeadTimeout),
+            maxRequestLineBytes: configuration.maxRequestLineBytes,
+            maxRequestHeadBytes: configuration.maxRequestHeadBytes,
+            maxHeaderFields: configuration.maxHeaderFields
+        )
         let application = Application(
             router: makeRouter(),
             server: HTTPServerBuilder { responder in
-                MaskGuardedChildChannel(
+                GuardedChildChannel(
                     base: HTTP1WebSocketUpgradeChannel(
                         responder: responder,
                         webSocketResponder: webSocketResponder,
                         configuration: channelConfiguration
                     ),
-                    refusal: self.refusal
+                    limits: guardLimits,
+                    refusal: self.refusal,
+                    tracker: self.channels
                 )
             },
             configuration: .init(address: .hostname(configuration.host, port: port), serverName: "duplex-server"),
@@ -217,7 +243,8 @@ public struct DuplexServerError: Error, Hashable, Sendable, CustomStringConverti
     }
 }
 
-/// Closes every connection with 1001 and waits for them, when a graceful shutdown begins.
+/// Closes every connection with 1001 and waits for them, when a graceful shutdown begins; past
+/// the shutdown timeout, the server closes what is left hard.
 struct ShutdownCoordinator: Service {
     let server: DuplexServer
 
@@ -225,6 +252,7 @@ struct ShutdownCoordinator: Service {
         // Returns when a graceful shutdown begins; throws when the task is cancelled instead.
         try await gracefulShutdown()
         server.logger.info("shutting down", metadata: ["connections": "\(server.connections.count)"])
+        server.startShutdownDeadline(server.configuration.shutdownTimeout)
         await server.connections.shutdown(
             code: .goingAway,
             reason: "server shutting down",

@@ -34,8 +34,26 @@ public struct DuplexServerConfiguration: Sendable {
     /// How long the server waits for a peer's answering close frame before it closes the TCP
     /// connection. Default 5 s.
     public var closeTimeout: Duration
-    /// How long a graceful shutdown waits for connections to close after telling them to. Default 10 s.
+    /// How long a graceful shutdown waits for connections to close after telling them to; then
+    /// every connection still open (a peer that never reads, say) is closed hard, the number is
+    /// logged, and the server stops. Default 10 s.
     public var shutdownTimeout: Duration
+    /// How long a connection may take to send a complete request head: from when it opens, and
+    /// from the first byte of each later request on a keep-alive connection. A connection that
+    /// sends nothing, or headers at a trickle, is closed then (with 408 if it sent anything).
+    /// Default 10 s.
+    public var requestHeadTimeout: Duration
+    /// How long a keep-alive HTTP connection may stay idle between requests. Default 60 s.
+    public var idleTimeout: Duration
+    /// The most TCP connections served at once; one more gets 503 and is closed. Default 10,000.
+    public var maxConnections: Int
+    /// The longest request line, in bytes; a longer one gets 414. Default 8 KiB.
+    public var maxRequestLineBytes: Int
+    /// The largest request head (request line and header fields), in bytes; a larger one gets
+    /// 431. Default 32 KiB.
+    public var maxRequestHeadBytes: Int
+    /// The most header fields in a request; more get 431. Default 100.
+    public var maxHeaderFields: Int
     /// Whether the `/_chaos/` HTTP endpoints exist (for loopback peers only). Default false.
     public var chaos: Bool
 
@@ -54,7 +72,13 @@ public struct DuplexServerConfiguration: Sendable {
         heartbeatInterval: Duration = .seconds(15),
         closeTimeout: Duration = .seconds(5),
         shutdownTimeout: Duration = .seconds(10),
-        chaos: Bool = false
+        chaos: Bool = false,
+        requestHeadTimeout: Duration = .seconds(10),
+        idleTimeout: Duration = .seconds(60),
+        maxConnections: Int = 10_000,
+        maxRequestLineBytes: Int = 8 * 1024,
+        maxRequestHeadBytes: Int = 32 * 1024,
+        maxHeaderFields: Int = 100
     ) {
         self.host = host
         self.port = port
@@ -70,5 +94,11 @@ public struct DuplexServerConfiguration: Sendable {
         self.closeTimeout = closeTimeout
         self.shutdownTimeout = shutdownTimeout
         self.chaos = chaos
+        self.requestHeadTimeout = requestHeadTimeout
+        self.idleTimeout = idleTimeout
+        self.maxConnections = maxConnections
+        self.maxRequestLineBytes = maxRequestLineBytes
+        self.maxRequestHeadBytes = maxRequestHeadBytes
+        self.maxHeaderFields = maxHeaderFields
     }
 }

@@ -163,7 +163,7 @@ struct CLITests {
                 for (arguments, status, words) in cases {
                     let output = try await CLIProcess("duplex", arguments).waitForExit()
                     #expect(output.status == status, "\(arguments): \(output)")
-                    #expect(output.stderr.contains(words), "\(arguments): \(output)")
+                    #expect(words.isEmpty || output.stderr.contains(words), "\(arguments): \(output)")
                     if status != 64 && status != 0 {
                         #expect(output.stderr.hasPrefix("duplex: ") && output.stderr.split(separator: "\n").count == 1, "\(arguments): \(output)")
                     }

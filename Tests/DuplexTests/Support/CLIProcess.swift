@@ -45,9 +45,14 @@ final class CLIProcess: Sendable {
     }
 
     /// Starts `program` (a product of this package) with `arguments`.
-    init(_ program: String, _ arguments: [String], environment: [String: String] = [:]) throws {
+    convenience init(_ program: String, _ arguments: [String], environment: [String: String] = [:]) throws {
+        try self.init(executable: Self.binDirectory.appendingPathComponent(program), arguments, environment: environment)
+    }
+
+    /// Starts any executable, such as `/bin/bash` running a pipeline of this package's programs.
+    init(executable: URL, _ arguments: [String], environment: [String: String] = [:]) throws {
         process = Process()
-        process.executableURL = Self.binDirectory.appendingPathComponent(program)
+        process.executableURL = executable
         process.arguments = arguments
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
         input = Pipe()

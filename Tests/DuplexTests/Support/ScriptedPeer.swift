@@ -13,6 +13,8 @@ final class ScriptedPeer: Sendable {
         var answerPings = true
         var echo = true
         var subprotocol: String?
+        /// Extra handshake response headers, such as a `Sec-WebSocket-Extensions` not offered.
+        var extraHeaders: [(String, String)] = []
         /// Send this close frame right after the handshake.
         var closeOnConnect: (code: UInt16, reason: String)?
         /// Drop the TCP connection right after the handshake, with no close frame.
@@ -76,6 +78,7 @@ final class ScriptedPeer: Sendable {
                     shouldUpgrade: { channel, _ in
                         var headers = HTTPHeaders()
                         if let chosen = script.subprotocol { headers.add(name: "Sec-WebSocket-Protocol", value: chosen) }
+                        for (name, value) in script.extraHeaders { headers.add(name: name, value: value) }
                         return channel.eventLoop.makeSucceededFuture(headers)
                     },
                     upgradePipelineHandler: { channel, _ in

@@ -1,0 +1,341 @@
+import Hummingbird
+import HummingbirdCore
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// The server's front door: the first handler of every connection, in front of the HTTP decoder.
+///
+/// It reads each request head itself, before Hummingbird or swift-nio see it, and answers what
+/// they would otherwise leave unanswered or hold forever:
+/// - a connection past ``DuplexServerConfiguration/maxConnections`` gets 503 and is closed;
+/// - a request head not complete within ``DuplexServerConfiguration/requestHeadTimeout`` (a silent
+///   connection, a slowloris, headers never finished) is closed, with 408 when some bytes came;
+/// - a request line over ``DuplexServerConfiguration/maxRequestLineBytes`` gets 414, a head over
+///   ``DuplexServerConfiguration/maxRequestHeadBytes`` or with more than
+///   ``DuplexServerConfiguration/maxHeaderFields`` fields gets 431;
+/// - a malformed WebSocket upgrade gets 400 (no or a bad `Sec-WebSocket-Key`, not GET, not
+///   HTTP/1.1, no `Connection: Upgrade`) or 426 with `Sec-WebSocket-Version: 13` (another version),
+///   as RFC 6455 sections 4.2.1 and 4.4 require;
+/// - while the server refuses connections (a chaos fault), any request whose path does not start
+///   with `/_chaos/` gets 503.
+///
+/// After an upgrade it follows the WebSocket frame headers and closes the connection with 1002
+/// when the client sends an unmasked frame (RFC 6455 section 5.1), which neither swift-nio nor
+/// swift-websocket checks. It keeps no payload, only the header being read and how many payload
+/// bytes to skip. On a plain HTTP connection it skips each request's `Content-Length` body and
+/// checks the next head the same way; a chunked request body makes it step aside.
+final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    /// The limits the guard enforces.
+    struct Limits: Sendable {
+        var requestHeadTimeout: TimeAmount
+        var maxRequestLineBytes: Int
+        var maxRequestHeadBytes: Int
+        var maxHeaderFields: Int
+    }
+
+    private enum Mode {
+        /// Reading a request head, which ends with an empty line.
+        case requestHead
+        /// Skipping this many bytes of a request body.
+        case body(Int)
+        /// Reading a frame header (2 to 14 bytes).
+        case frameHeader([UInt8])
+        /// Skipping this many payload bytes.
+        case payload(UInt64)
+        /// The connection is being closed; nothing more is forwarded.
+        case closed
+    }
+
+    private let limits: Limits
+    private let refusal: RefusalGate
+    private var mode: Mode = .requestHead
+    /// The head being read: held back until it is complete and checked.
+    private var head: [UInt8] = []
+    private var deadline: Scheduled<Void>?
+    private var receivedAny = false
+
+    /// Whether the connection is within the server's connection limit; if not, it is answered 503.
+    private let admitted: Bool
+
+    init(limits: Limits, refusal: RefusalGate, admitted: Bool) {
+        self.limits = limits
+        self.refusal = refusal
+        self.admitted = admitted
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        if context.channel.isActive { start(context: context) }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        start(context: context)
+        context.fireChannelActive()
+    }
+
+    private func start(context: ChannelHandlerContext) {
+        guard case .requestHead = mode, deadline == nil, !receivedAny else { return }
+        if admitted {
+            startDeadline(context: context)
+        } else {
+            answer(Failure(status: 503, reason: "Service Unavailable", message: "the server is at its connection limit", headers: [("Retry-After", "1")]), context: context)
+        }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        deadline?.cancel()
+        deadline = nil
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        deadline?.cancel()
+        deadline = nil
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let buffer = unwrapInboundIn(data)
+        var index = buffer.readerIndex
+        let end = buffer.writerIndex
+        var forwardFrom = index
+        var remove = false
+        receivedAny = true
+        scan: while index < end {
+            switch mode {
+            case .closed:
+                return
+            case .requestHead:
+                if head.isEmpty, deadline == nil { startDeadline(context: context) }
+                forward(buffer, from: forwardFrom, to: index, context: context)
+                let found = appendToHead(buffer, from: &index, end: end)
+                forwardFrom = index  // the head's bytes are held in `head`, not forwarded from here
+                if let failure = checkLimits(complete: found) {
+                    answer(failure, context: context)
+                    return
+                }
+                guard found else { break scan }
+                deadline?.cancel()
+                deadline = nil
+                let request = RequestHead(bytes: head)
+                head = []
+                if let failure = check(request) {
+                    answer(failure, context: context)
+                    return
+                }
+                context.fireChannelRead(wrapInboundOut(context.channel.allocator.buffer(bytes: request.bytes)))
+                if request.asksForWebSocket {
+                    mode = .frameHeader([])
+                } else if request.isChunked {
+                    remove = true
+                    break scan
+                } else {
+                    mode = request.contentLength > 0 ? .body(request.contentLength) : .requestHead
+                }
+            case .body(let remaining):
+                let taken = min(remaining, end - index)
+                index += taken
+                mode = taken == remaining ? .requestHead : .body(remaining - taken)
+            case .payload(let remaining):
+                let available = UInt64(end - index)
+                if available >= remaining {
+                    index += Int(remaining)
+                    mode = .frameHeader([])
+                } else {
+                    index = end
+                    mode = .payload(remaining - available)
+                }
+            case .frameHeader(var header):
+                header.append(buffer.getInteger(at: index, as: UInt8.self)!)
+                index += 1
+                guard header.count >= 2 else {
+                    mode = .frameHeader(header)
+                    continue
+                }
+                let lengthCode = header[1] & 0x7F
+                let needed = 2 + (lengthCode == 126 ? 2 : lengthCode == 127 ? 8 : 0) + 4
+                guard header[1] & 0x80 != 0 else {
+                    rejectUnmasked(context: context)
+                    return
+                }
+                guard header.count >= needed else {
+                    mode = .frameHeader(header)
+                    continue
+                }
+                let length: UInt64
+                switch lengthCode {
+                case 126: length = UInt64(header[2]) << 8 | UInt64(header[3])
+                case 127: length = header[2..<10].reduce(0) { $0 << 8 | UInt64($1) }
+                default: length = UInt64(lengthCode)
+                }
+                mode = length == 0 ? .frameHeader([]) : .payload(length)
+            }
+        }
+        forward(buffer, from: forwardFrom, to: end, context: context)
+        if remove {
+            context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
+        }
+    }
+
+    private func forward(_ buffer: ByteBuffer, from start: Int, to end: Int, context: ChannelHandlerContext) {
+        guard end > start, let slice = buffer.getSlice(at: start, length: end - start) else { return }
+        context.fireChannelRead(wrapInboundOut(slice))
+    }
+
+    // MARK: Reading the head
+
+    /// Appends bytes to the head until it ends; returns whether it did. `index` moves past them.
+    private func appendToHead(_ buffer: ByteBuffer, from index: inout Int, end: Int) -> Bool {
+        // Room for one byte past the limit, so that an over-long head is seen as such.
+        let room = limits.maxRequestHeadBytes + 1 - head.count
+        let available = min(end - index, max(room, 0))
+        let found: Int? = buffer.withUnsafeReadableBytes { raw in
+            let base = index - buffer.readerIndex
+            for offset in 0..<available {
+                let byte = raw[base + offset]
+                head.append(byte)
+                // A head ends with CRLF CRLF, or LF LF as lenient parsers accept.
+                if byte == 0x0A, head.count >= 2 {
+                    let count = head.count
+                    if head[count - 2] == 0x0A || (count >= 4 && head[count - 2] == 0x0D && head[count - 3] == 0x0A) {
+                        // A head of only blank lines is not a request: RFC 9112 says to ignore
+                        // empty lines before the request line.
+                        if head.allSatisfy({ $0 == 0x0D || $0 == 0x0A }) {
+                            head.removeAll(keepingCapacity: true)
+                            continue
+                        }
+                        return offset + 1
+                    }
+                }
+            }
+            return nil
+        }
+        index += found ?? available
+        return found != nil
+    }
+
+    /// A limit the head breaks, if any, judged on what has arrived so far.
+    private func checkLimits(complete: Bool) -> Failure? {
+        let lineEnd = head.firstIndex(of: 0x0A)
+        if (lineEnd ?? head.count) > limits.maxRequestLineBytes {
+            return Failure(status: 414, reason: "URI Too Long", message: "the request line is longer than \(limits.maxRequestLineBytes) bytes")
+        }
+        if head.count > limits.maxRequestHeadBytes {
+            return Failure(status: 431, reason: "Request Header Fields Too Large", message: "the request head is larger than \(limits.maxRequestHeadBytes) bytes")
+        }
+        var lines = 0
+        for byte in head where byte == 0x0A { lines += 1 }
+        // The request line and the final empty line are not fields.
+        if lines - (complete ? 2 : 1) > limits.maxHeaderFields {
+            return Failure(status: 431, reason: "Request Header Fields Too Large", message: "the request has more than \(limits.maxHeaderFields) header fields")
+        }
+        return nil
+    }
+
+    /// What the guard answers about a complete head, or nil to let it through.
+    private func check(_ request: RequestHead) -> Failure? {
+        guard request.isWellFormed else {
+            return Failure(status: 400, reason: "Bad Request", message: "the request line is malformed")
+        }
+        if refusal.isRefusing, !request.path.hasPrefix("/_chaos/") {
+            return Failure(status: 503, reason: "Service Unavailable", message: "the server is refusing new connections (chaos)", headers: [("Retry-After", "1")])
+        }
+        guard request.asksForWebSocket else { return nil }
+        return request.webSocketHandshakeFailure
+    }
+
+    // MARK: Answers
+
+    /// An answer that ends the connection.
+    struct Failure {
+        var status: Int
+        var reason: String
+        var message: String
+        var headers: [(String, String)] = []
+    }
+
+    private func answer(_ failure: Failure, context: ChannelHandlerContext) {
+        mode = .closed
+        head = []
+        deadline?.cancel()
+        deadline = nil
+        let body = #"{"error":"\#(failure.message)"}"#
+        var text = "HTTP/1.1 \(failure.status) \(failure.reason)\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n"
+        for (name, value) in failure.headers { text += "\(name): \(value)\r\n" }
+        text += "\r\n" + body
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(string: text))).whenComplete { _ in
+            channel.close(promise: nil)
+        }
+    }
+
+    private func startDeadline(context: ChannelHandlerContext) {
+        deadline?.cancel()
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        deadline = context.eventLoop.scheduleTask(in: limits.requestHeadTimeout) {
+            let (handler, context) = loopBound.value
+            handler.deadline = nil
+            guard case .requestHead = handler.mode else { return }
+            if handler.receivedAny {
+                handler.answer(
+                    Failure(status: 408, reason: "Request Timeout", message: "the request head did not arrive within \(handler.limits.requestHeadTimeout.nanoseconds / 1_000_000) ms"),
+                    context: context
+                )
+            } else {
+                handler.mode = .closed
+                context.close(promise: nil)
+            }
+        }
+    }
+
+    private func rejectUnmasked(context: ChannelHandlerContext) {
+        mode = .closed
+        let reason = Array("client frames must be masked".utf8)
+        var frame = context.channel.allocator.buffer(capacity: 4 + reason.count)
+        frame.writeBytes([0x88, UInt8(2 + reason.count), 0x03, 0xEA])  // FIN + close, 1002
+        frame.writeBytes(reason)
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(frame)).whenComplete { _ in
+            channel.close(promise: nil)
+        }
+    }
+}
+
+/// Whether the server refuses new connections, and until when.
+final class RefusalGate: Sendable {
+    private let until = NIOLockedValueBox<ContinuousClock.Instant?>(nil)
+
+    func refuse(for duration: Duration) {
+        until.withLockedValue { $0 = .now + duration }
+    }
+
+    var isRefusing: Bool {
+        until.withLockedValue { $0.map { $0 > .now } ?? false }
+    }
+}
+
+/// A server child channel that puts a ``ConnectionGuard`` in front of another one, and counts
+/// the connection in a ``ChannelTracker``: past its limit, the guard answers 503 and closes it.
+struct GuardedChildChannel<Base: ServerChildChannel>: ServerChildChannel {
+    let base: Base
+    let limits: ConnectionGuard.Limits
+    let refusal: RefusalGate
+    let tracker: ChannelTracker
+
+    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Base.Value> {
+        let admitted = tracker.admit(channel)
+        return channel.eventLoop.makeCompletedFuture {
+            try channel.pipeline.syncOperations.addHandler(ConnectionGuard(limits: limits, refusal: refusal, admitted: admitted), position: .first)
+        }.flatMap {
+            base.setup(channel: channel, logger: logger)
+        }
+    }
+
+    func handle(value: Base.Value, logger: Logger) async {
+        await base.handle(value: value, logger: logger)
+    }
+}

@@ -1,0 +1,93 @@
+import Foundation
+
+/// A request head as ``ConnectionGuard`` reads it: the request line, the header fields, and
+/// what they say about framing and a WebSocket upgrade.
+struct RequestHead {
+    /// The head's bytes, as received (forwarded unchanged to the HTTP decoder).
+    let bytes: [UInt8]
+    private(set) var method = ""
+    private(set) var target = ""
+    private(set) var version = ""
+    /// Whether the request line has a method, a target and an HTTP version.
+    private(set) var isWellFormed = false
+    /// The header fields, names lowercased, in order.
+    private(set) var fields: [(name: String, value: String)] = []
+
+    init(bytes: [UInt8]) {
+        self.bytes = bytes
+        var lines = bytes.split(separator: 0x0A, omittingEmptySubsequences: false).map { line -> Substring in
+            let text = String(decoding: line.last == 0x0D ? line.dropLast() : line[...], as: UTF8.self)
+            return Substring(text)
+        }
+        // Skip blank lines before the request line (RFC 9112 section 2.2).
+        while let first = lines.first, first.isEmpty { lines.removeFirst() }
+        guard let requestLine = lines.first else { return }
+        let parts = requestLine.split(separator: " ", omittingEmptySubsequences: true)
+        if parts.count == 3, parts[2].hasPrefix("HTTP/") {
+            method = String(parts[0])
+            target = String(parts[1])
+            version = String(parts[2])
+            isWellFormed = true
+        }
+        for line in lines.dropFirst() where !line.isEmpty {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            fields.append((line[..<colon].trimmingCharacters(in: .whitespaces).lowercased(), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)))
+        }
+    }
+
+    /// The target's path, without its query.
+    var path: String {
+        String(target.prefix { $0 != "?" })
+    }
+
+    /// Every value of a field, in order.
+    func values(_ name: String) -> [String] {
+        fields.filter { $0.name == name }.map(\.value)
+    }
+
+    /// The comma-separated tokens of a field's values, lowercased.
+    func tokens(_ name: String) -> [String] {
+        values(name).flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+    }
+
+    /// Whether the request asks to upgrade to WebSocket (`Upgrade: websocket`).
+    var asksForWebSocket: Bool {
+        tokens("upgrade").contains("websocket")
+    }
+
+    /// Whether the body is chunked, so that its length is not known from the head.
+    var isChunked: Bool {
+        !values("transfer-encoding").isEmpty
+    }
+
+    /// The body's length from `Content-Length`; 0 when absent or not a plain number (the HTTP
+    /// decoder then rejects the request).
+    var contentLength: Int {
+        guard let text = values("content-length").first, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }), text.utf8.count <= 18 else { return 0 }
+        return Int(text) ?? 0
+    }
+
+    /// Why a WebSocket upgrade request breaks RFC 6455 section 4.1, or nil when it does not.
+    var webSocketHandshakeFailure: ConnectionGuard.Failure? {
+        func bad(_ message: String) -> ConnectionGuard.Failure {
+            ConnectionGuard.Failure(status: 400, reason: "Bad Request", message: message, headers: [("Sec-WebSocket-Version", "13")])
+        }
+        guard method == "GET" else { return bad("a WebSocket handshake must be a GET request, not \(method.prefix(16))") }
+        guard version == "HTTP/1.1" else { return bad("a WebSocket handshake must be HTTP/1.1") }
+        guard tokens("connection").contains("upgrade") else { return bad("a WebSocket handshake must send Connection: Upgrade") }
+        let versions = tokens("sec-websocket-version")
+        guard versions == ["13"] else {
+            return ConnectionGuard.Failure(
+                status: 426,
+                reason: "Upgrade Required",
+                message: versions.isEmpty ? "Sec-WebSocket-Version is missing; this server speaks version 13" : "this server speaks WebSocket version 13 only",
+                headers: [("Sec-WebSocket-Version", "13")]
+            )
+        }
+        let keys = values("sec-websocket-key")
+        guard keys.count == 1, let key = keys.first, Data(base64Encoded: key)?.count == 16 else {
+            return bad(keys.isEmpty ? "Sec-WebSocket-Key is missing" : "Sec-WebSocket-Key must be one base64 value of 16 bytes")
+        }
+        return nil
+    }
+}
