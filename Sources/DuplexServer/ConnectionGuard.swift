@@ -59,6 +59,8 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     private var head: [UInt8] = []
     private var deadline: Scheduled<Void>?
     private var receivedAny = false
+    /// How many request heads were passed on to the HTTP decoder.
+    private var forwardedRequests = 0
 
     /// Whether the connection is within the server's connection limit; if not, it is answered 503.
     private let admitted: Bool
@@ -128,6 +130,7 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
                     return
                 }
                 context.fireChannelRead(wrapInboundOut(context.channel.allocator.buffer(bytes: request.bytes)))
+                forwardedRequests += 1
                 if request.asksForWebSocket {
                     mode = .frameHeader([])
                 } else if request.isChunked {
@@ -263,14 +266,41 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
         head = []
         deadline?.cancel()
         deadline = nil
+        if forwardedRequests > 0 {
+            // Responses to earlier requests may still be on their way: the answer must come after
+            // them, so it goes through the HTTP server as a request of its own, in order.
+            let refused = "GET \(DuplexServer.refusedPath)/\(failure.status) HTTP/1.1\r\nHost: duplex-server\r\nConnection: close\r\n\r\n"
+            context.fireChannelRead(wrapInboundOut(context.channel.allocator.buffer(string: refused)))
+            return
+        }
         let body = #"{"error":"\#(failure.message)"}"#
         var text = "HTTP/1.1 \(failure.status) \(failure.reason)\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n"
         for (name, value) in failure.headers { text += "\(name): \(value)\r\n" }
         text += "\r\n" + body
+        context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(string: text)), promise: nil)
+        lingeringClose(context: context)
+    }
+
+    /// Closes the connection without losing the answer just written: closing a socket that still
+    /// has unread input makes the kernel send a reset, which can destroy the answer before the
+    /// peer reads it. So the write side is shut first, input is read and dropped until the peer
+    /// closes, and the connection is closed for good after at most ``lingerTime``.
+    private func lingeringClose(context: ChannelHandlerContext) {
         let channel = context.channel
-        context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(string: text))).whenComplete { _ in
-            channel.close(promise: nil)
+        channel.close(mode: .output, promise: nil)
+        channel.eventLoop.scheduleTask(in: Self.lingerTime) { channel.close(promise: nil) }
+    }
+
+    /// How long a closing connection's input is drained before it is closed anyway.
+    private static let lingerTime = TimeAmount.seconds(2)
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        // The peer closed its side while the guard was draining it: close ours.
+        if case .closed = mode, let event = event as? ChannelEvent, event == .inputClosed {
+            context.close(promise: nil)
+            return
         }
+        context.fireUserInboundEventTriggered(event)
     }
 
     private func startDeadline(context: ChannelHandlerContext) {

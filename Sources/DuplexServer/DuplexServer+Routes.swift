@@ -29,9 +29,24 @@ extension DuplexServer {
         router.get("chat/:room/events") { request, context -> Response in
             self.roomEventStream(request, context)
         }
+        router.get("\(Self.refusedPath.dropFirst())/:status") { _, context -> Response in
+            let status = context.parameters.get("status").flatMap { Int($0) } ?? 400
+            let known: [Int: String] = [
+                408: "the request head did not arrive within the request head timeout",
+                414: "the request line is too long",
+                431: "the request head is too large or has too many fields",
+            ]
+            var response = Self.json(status: .init(code: (400..<600).contains(status) ? status : 400), #"{"error":"\#(known[status] ?? "the request was refused")"}"#)
+            response.headers[.connection] = "close"
+            return response
+        }
         addChaosRoutes(to: router)
         return router
     }
+
+    /// Where ``ConnectionGuard`` sends a refused request that follows others on a keep-alive
+    /// connection, so that its answer comes after theirs.
+    static let refusedPath = "/.duplex-refused"
 
     /// The WebSocket routes, tried for every request that asks to upgrade.
     func makeWebSocketRouter() -> Router<DuplexRequestContext> {

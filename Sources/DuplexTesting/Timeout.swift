@@ -25,6 +25,10 @@ public func withTimeout<T: Sendable>(
 
 extension AsyncSequence where Self: Sendable, Element: Sendable {
     /// The first element that matches, waiting at most `limit`.
+    ///
+    /// On a timeout the iteration is cancelled, and cancelling the iteration of an `AsyncStream`
+    /// ends that stream for good: later waits on the same stream then end at once. To wait for
+    /// something that may take several tries, iterate once inside one ``withTimeout(_:_:)``.
     /// - Throws: ``TimeoutError`` when none arrives in time, or ``StreamEndedError`` when the
     ///   sequence ends first.
     public func first(

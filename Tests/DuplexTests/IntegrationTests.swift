@@ -194,13 +194,16 @@ struct RestartIntegrationTests {
                 #expect(closed == .disconnected(code: .goingAway, reason: "server shutting down"))
                 _ = try await states.first(within: .seconds(20)) { if case .connected = $0 { true } else { false } }
                 // The first connection after the 1001 can still reach the server as it stops (and
-                // be closed by it): send until an echo comes back on a connection that stays.
+                // be closed by it, or left unserved until pings fail): send again on each new
+                // connection until an echo comes back. One iteration of `events` throughout: a
+                // cancelled iteration would end the stream.
                 try await withTimeout(.seconds(20)) {
-                    while true {
-                        try Task.checkCancellation()
-                        try? await socket.send("after")
-                        if (try? await events.first(within: .seconds(1)) { $0 == .message(.string("after")) }) != nil { return }
+                    try? await socket.send("after")
+                    for await event in events {
+                        if event == .message(.string("after")) { return }
+                        if case .connected = event { try? await socket.send("after") }
                     }
+                    throw StreamEndedError()
                 }
                 for await tick in ticks {
                     received.append(tick)
