@@ -10,7 +10,8 @@ extension DuplexServer {
     /// only loopback peers (others get 403).
     ///
     /// - `POST /_chaos/drop[?route=R|room=N]`: drop connections, no close frame.
-    /// - `POST /_chaos/close?code=C[&reason=T][&route=R|room=N]`: close with a code and reason.
+    /// - `POST /_chaos/close?code=C[&reason=T][&route=R|room=N]`: close with a code and reason
+    ///   (at most 123 bytes of UTF-8; a longer one gets 400).
     /// - `POST /_chaos/stall?ms=M[&route=R|room=N]`: stop reading and writing for M ms.
     /// - `POST /_chaos/end-sse[?route=R|room=N]`: end SSE streams cleanly.
     /// - `POST /_chaos/refuse?ms=M`: answer new connections and upgrades with 503 for M ms.
@@ -27,7 +28,11 @@ extension DuplexServer {
                 guard let text = query["code"], let number = UInt16(text), WebSocketCloseCode(number).isSendable else {
                     throw ChaosError("code must be a close code that may be sent (1000-1003, 1007-1014, 3000-4999)")
                 }
-                return self.closeConnections(scope, code: WebSocketCloseCode(number), reason: query["reason"] ?? "")
+                let reason = query["reason"] ?? ""
+                guard reason.utf8.count <= Self.maxCloseReasonBytes else {
+                    throw ChaosError("reason is \(reason.utf8.count) bytes; a close frame holds at most \(Self.maxCloseReasonBytes) bytes of reason")
+                }
+                return self.closeConnections(scope, code: WebSocketCloseCode(number), reason: reason)
             }
         }
         router.post("_chaos/stall") { request, context in

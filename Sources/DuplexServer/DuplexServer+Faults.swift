@@ -64,9 +64,27 @@ extension DuplexServer {
 
     /// Closes the WebSocket connections in `scope` with a close frame of `code` and `reason`,
     /// and ends the SSE streams in `scope` cleanly.
+    ///
+    /// A close frame carries at most 125 bytes (RFC 6455 section 5.5), so a reason longer than
+    /// 123 bytes of UTF-8 is cut to 123 bytes at a character boundary. (`POST /_chaos/close`
+    /// refuses such a reason with 400 instead.)
     /// - Returns: how many connections it reached.
     @discardableResult
     public func closeConnections(_ scope: FaultScope = .all, code: WebSocketCloseCode, reason: String = "") -> Int {
-        connections.send(.close(code, reason), matching: scope.matches)
+        connections.send(.close(code, Self.closeReason(reason)), matching: scope.matches)
+    }
+
+    /// The longest close reason, in bytes of UTF-8: a close frame's 125 bytes less the code's 2.
+    public static let maxCloseReasonBytes = 123
+
+    /// `reason` cut to ``maxCloseReasonBytes`` at a character boundary.
+    static func closeReason(_ reason: String) -> String {
+        guard reason.utf8.count > maxCloseReasonBytes else { return reason }
+        var cut = ""
+        for character in reason {
+            guard cut.utf8.count + character.utf8.count <= maxCloseReasonBytes else { break }
+            cut.append(character)
+        }
+        return cut
     }
 }

@@ -35,13 +35,23 @@ struct ChaosEndpointTests {
                     #expect(status == 200 && body == #"{"affected":1}"#)
                     try await echo.waitForEndOfStream()
                 }
-                for bad in ["/_chaos/close", "/_chaos/close?code=1005", "/_chaos/stall?ms=0", "/_chaos/refuse?ms=abc", "/_chaos/drop?route=nope"] {
+                let tooLong = "/_chaos/close?code=4000&reason=" + String(repeating: "x", count: 124)
+                for bad in ["/_chaos/close", "/_chaos/close?code=1005", "/_chaos/stall?ms=0", "/_chaos/refuse?ms=abc", "/_chaos/drop?route=nope", tooLong] {
                     let (status, body) = try await post(server.port, bad)
                     #expect(status == 400, "\(bad)")
                     #expect(body.contains("error"), "\(bad)")
                 }
                 let (status, body) = try await post(server.port, "/_chaos/close?code=4000&reason=bye&room=none")
                 #expect(status == 200 && body == #"{"affected":0}"#)
+                // The library call cuts a long reason at a character boundary instead: the frame stays legal.
+                try await TestWebSocket.with(port: server.port, path: "/echo") { echo in
+                    try await echo.sendText("warm")
+                    _ = try await echo.receiveText()
+                    server.server.closeConnections(.route("echo"), code: .init(4000), reason: String(repeating: "é", count: 100))
+                    let close = try await echo.receiveClose()
+                    #expect(close.code == 4000)
+                    #expect(close.reason == String(repeating: "é", count: 61), "123 bytes hold 61 two-byte characters")
+                }
             }
         }
     }
