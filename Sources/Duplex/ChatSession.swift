@@ -28,6 +28,9 @@ struct ChatSession: Sendable {
     /// How many `welcome`s arrived: 1 after the first join, more after reconnections.
     private(set) var joins = 0
     private var session: String?
+    /// The resume token from the first `welcome`: presented on every rejoin, it makes the
+    /// server treat the rejoining connection as this member (and resent messages as resends).
+    private(set) var resumeToken: String?
     private var latestSeqAtWelcome = 0
     private var counter = 0
     private let idPrefix: String
@@ -37,12 +40,14 @@ struct ChatSession: Sendable {
         self.idPrefix = idPrefix
     }
 
-    /// The URL to join with: `url` with `name=` and, once an event was seen, `since=`.
+    /// The URL to join with: `url` with `name=`, once an event was seen `since=`, and once
+    /// welcomed `token=`.
     func joinURL(_ url: URL) -> URL {
         guard var components = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return url }
-        var items = (components.queryItems ?? []).filter { $0.name != "name" && $0.name != "since" }
+        var items = (components.queryItems ?? []).filter { !["name", "since", "token"].contains($0.name) }
         items.append(URLQueryItem(name: "name", value: name))
         if let lastSeq { items.append(URLQueryItem(name: "since", value: String(lastSeq))) }
+        if let resumeToken { items.append(URLQueryItem(name: "token", value: resumeToken)) }
         components.queryItems = items
         // Query values may hold `+`, which servers read as a space.
         components.percentEncodedQuery = components.percentEncodedQuery?.replacingOccurrences(of: "+", with: "%2B")
@@ -65,6 +70,7 @@ struct ChatSession: Sendable {
             welcomedConnection = connection
             joins += 1
             session = welcome.session
+            if let token = welcome.resumeToken { resumeToken = token }
             members = welcome.members.sorted()
             latestSeqAtWelcome = welcome.latestSeq
             if let lastSeq, lastSeq < welcome.latestSeq {

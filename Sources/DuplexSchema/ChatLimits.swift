@@ -1,24 +1,28 @@
 /// The allowed characters and lengths of chat rooms, names, client message ids and texts.
 ///
 /// - Room: 1 to 64 characters from `A-Z a-z 0-9 . _ -`.
-/// - Name: 1 to 32 characters: letters and digits of any script, `.`, `_`, `-`, and spaces that are
-///   neither leading nor trailing.
+/// - Name: 1 to 32 characters and at most 128 bytes of UTF-8: letters and digits of any script,
+///   `.`, `_`, `-`, and spaces that are neither leading nor trailing. (The byte limit stops a name
+///   of one letter and thousands of combining marks, which counts as one character.)
 /// - Client message id: 1 to 64 printable ASCII characters (`!` to `~`).
 /// - Text: at least one non-whitespace character, at most ``maxTextBytes`` bytes of UTF-8.
 public struct ChatLimits: Sendable, Hashable {
     /// The longest room name, in characters.
     public var maxRoomLength: Int
-    /// The longest member name, in characters.
+    /// The longest member name, in characters (grapheme clusters).
     public var maxNameLength: Int
+    /// The longest member name, in bytes of UTF-8.
+    public var maxNameBytes: Int
     /// The longest client message id, in characters.
     public var maxMessageIDLength: Int
     /// The longest message text, in bytes of UTF-8.
     public var maxTextBytes: Int
 
     /// Creates limits; every argument has the protocol's default.
-    public init(maxRoomLength: Int = 64, maxNameLength: Int = 32, maxMessageIDLength: Int = 64, maxTextBytes: Int = 4096) {
+    public init(maxRoomLength: Int = 64, maxNameLength: Int = 32, maxMessageIDLength: Int = 64, maxTextBytes: Int = 4096, maxNameBytes: Int = 128) {
         self.maxRoomLength = maxRoomLength
         self.maxNameLength = maxNameLength
+        self.maxNameBytes = maxNameBytes
         self.maxMessageIDLength = maxMessageIDLength
         self.maxTextBytes = maxTextBytes
     }
@@ -38,6 +42,10 @@ public struct ChatLimits: Sendable, Hashable {
     /// Checks a member name.
     /// - Throws: ``ChatProtocolError`` with code ``ChatErrorCode/invalidName``.
     public func validate(name: String) throws(ChatProtocolError) {
+        // Bytes first: counting characters of a hostile name costs time in proportion to its size.
+        guard name.utf8.count <= maxNameBytes else {
+            throw ChatProtocolError(.invalidName, "name must be at most \(maxNameBytes) bytes of UTF-8")
+        }
         let scalars = Array(name.unicodeScalars)
         guard !scalars.isEmpty, name.count <= maxNameLength else {
             throw ChatProtocolError(.invalidName, "name must be 1 to \(maxNameLength) characters long")
@@ -64,6 +72,22 @@ public struct ChatLimits: Sendable, Hashable {
         }
         guard scalars.allSatisfy({ (0x21...0x7E).contains($0.value) }) else {
             throw ChatProtocolError(.invalidMessageID, "clientMessageId may contain only printable ASCII without spaces")
+        }
+    }
+
+    /// Checks a resume token presented as `token=`: 16 to 64 characters of `A-Z a-z 0-9 - _`.
+    /// - Throws: ``ChatProtocolError`` with code ``ChatErrorCode/invalidToken``.
+    public func validate(token: String) throws(ChatProtocolError) {
+        let bytes = token.utf8
+        guard (16...64).contains(bytes.count), bytes.allSatisfy({ Self.isTokenByte($0) }) else {
+            throw ChatProtocolError(.invalidToken, "token must be 16 to 64 characters of A-Z a-z 0-9 - _, as welcome's resumeToken")
+        }
+    }
+
+    private static func isTokenByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case 0x30...0x39, 0x41...0x5A, 0x61...0x7A, 0x2D, 0x5F: true
+        default: false
         }
     }
 

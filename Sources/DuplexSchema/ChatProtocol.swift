@@ -8,6 +8,10 @@ public enum ChatProtocol {
     /// The protocol version this library speaks. Frames carry it as `"v"`.
     public static let version = 1
 
+    /// The close code a member's older connection gets when a newer one presents the same
+    /// resume token: the member is now served on the newer connection.
+    public static let replacedCloseCode = WebSocketCloseCode(4001)
+
     /// Makes the JSON encoder used for chat frames: sorted keys, ISO-8601 dates with milliseconds.
     public static func makeEncoder() -> JSONEncoder {
         let encoder = JSONEncoder()

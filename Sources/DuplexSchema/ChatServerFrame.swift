@@ -106,14 +106,20 @@ public struct ChatWelcome: Sendable, Hashable, Codable {
     /// The seq of the oldest room event the server still keeps, or nil when it keeps none.
     /// A `since` below `oldestSeq - 1` means events were missed.
     public var oldestSeq: Int?
+    /// The member's resume token: a secret that only this member holds. Present it as
+    /// `token=` when rejoining: it proves the rejoining connection is the same member (so it
+    /// may take over a connection of the same name that the server still sees), and it scopes
+    /// the idempotency of `say`, so no one else can claim this member's message ids.
+    public var resumeToken: String?
 
-    public init(session: String, room: String, name: String, members: [String], latestSeq: Int, oldestSeq: Int?) {
+    public init(session: String, room: String, name: String, members: [String], latestSeq: Int, oldestSeq: Int?, resumeToken: String? = nil) {
         self.session = session
         self.room = room
         self.name = name
         self.members = members
         self.latestSeq = latestSeq
         self.oldestSeq = oldestSeq
+        self.resumeToken = resumeToken
     }
 }
 

@@ -3,7 +3,8 @@ import DuplexSchema
 import Foundation
 import NIOConcurrencyHelpers
 
-/// One room event as the server keeps and sends it: encoded once, sent to every subscriber.
+/// One room event as the server keeps and sends it: encoded once, as a WebSocket frame and as
+/// an SSE event, and shared by every subscriber.
 struct RoomEvent: Sendable {
     /// The event's place in the room sequence.
     var seq: Int
@@ -11,37 +12,103 @@ struct RoomEvent: Sendable {
     var type: String
     /// The frame as JSON text.
     var json: String
-    /// For a message: the key that makes a repeated `say` idempotent.
-    var dedupeKey: String?
+    /// The event as SSE text (`id`, `event`, `data`), for room streams.
+    var sse: String
+    /// For a message: the keys that make a repeated `say` idempotent (by token, and by name).
+    var dedupeKeys: [String]
+
+    init(seq: Int, type: String, json: String, dedupeKeys: [String] = []) {
+        self.seq = seq
+        self.type = type
+        self.json = json
+        self.sse = (try? ServerSentEvent(id: String(seq), event: type, data: json).encoded()) ?? ""
+        self.dedupeKeys = dedupeKeys
+    }
+
+    /// What the event costs to keep: both encodings.
+    var bytes: Int { json.utf8.count + sse.utf8.count }
 }
 
 /// Someone who receives a room's events: a WebSocket member, or an SSE observer.
 struct RoomSubscriber: Sendable {
-    /// The member's name and session, or nil for an observer, who is not present in the room.
-    var member: (name: String, session: String)?
+    /// A member's identity: the name others see, the connection's session id, and the secret
+    /// resume token that scopes its message ids.
+    struct Member: Sendable {
+        var name: String
+        var session: String
+        var token: String
+    }
+
+    /// The member, or nil for an observer, who is not present in the room.
+    var member: Member?
     /// Queues an event for the subscriber; returns false when its queue is full.
     var deliver: @Sendable (RoomEvent) -> Bool
     /// Called, outside the room's lock, when the subscriber was removed for falling behind.
     var onOverflow: @Sendable () -> Void
+    /// Called, outside the room's lock, when a newer connection of the same member (same name,
+    /// same token) took this one's place.
+    var onReplaced: @Sendable () -> Void = {}
 }
 
-/// A chat room: a numbered sequence of events (messages and presence), the last `historyLimit`
-/// of them kept for resumes, and the subscribers that receive new ones.
+/// The bytes of history every room together may keep, shared by the rooms of one server.
+final class HistoryBudget: Sendable {
+    let limit: Int
+    private let used = NIOLockedValueBox(0)
+
+    init(limit: Int) {
+        self.limit = max(limit, 0)
+    }
+
+    /// Bytes in use.
+    var bytes: Int { used.withLockedValue { $0 } }
+
+    /// Adds `bytes`; returns whether the total is now over the limit.
+    func add(_ bytes: Int) -> Bool {
+        used.withLockedValue { used in
+            used += bytes
+            return used > limit
+        }
+    }
+
+    /// Releases `bytes`; returns whether the total is still over the limit.
+    func release(_ bytes: Int) -> Bool {
+        used.withLockedValue { used in
+            used -= bytes
+            return used > limit
+        }
+    }
+}
+
+/// A chat room: a numbered sequence of events (messages and presence), the newest of them kept
+/// for resumes (at most `historyLimit` events and `historyBytesLimit` bytes, and within the
+/// server's ``HistoryBudget``), and the subscribers that receive new ones.
 ///
 /// Every change happens under one lock, and events are queued to subscribers under that lock,
 /// so every subscriber sees events in seq order, and a join or subscribe that takes a backlog
 /// snapshot and registers in the same critical section gets no gap and no duplicate.
+///
+/// Names are unique among the members present: a second connection with a present name must
+/// present that member's resume token, and then replaces the older connection (which gets
+/// ``ChatProtocol/replacedCloseCode``). Message ids are scoped by the token, so another
+/// connection cannot claim a member's ids.
 final class ChatRoom: Sendable {
     let name: String
     private let historyLimit: Int
+    private let historyBytesLimit: Int
+    private let budget: HistoryBudget
 
     private struct State {
         var latestSeq = 0
         var history = Deque<RoomEvent>()
+        var historyBytes = 0
         /// Message dedupe keys still in history, and their seqs.
         var acceptedMessages: [String: Int] = [:]
         var subscribers: [UInt64: Slot] = [:]
         var nextSubscriberID: UInt64 = 0
+        /// When the room last changed: the least recently used empty room is evicted first.
+        var lastActive = ContinuousClock.now
+        /// Evicted from the server's rooms: no one may subscribe any more.
+        var evicted = false
     }
 
     /// A subscriber, and whether it fell behind: a stalled one gets no more events and is
@@ -53,9 +120,11 @@ final class ChatRoom: Sendable {
 
     private let state = NIOLockedValueBox(State())
 
-    init(name: String, historyLimit: Int) {
+    init(name: String, historyLimit: Int, historyBytesLimit: Int = .max, budget: HistoryBudget = HistoryBudget(limit: .max)) {
         self.name = name
         self.historyLimit = max(historyLimit, 0)
+        self.historyBytesLimit = max(historyBytesLimit, 0)
+        self.budget = budget
     }
 
     /// The outcome of a `say`.
@@ -73,14 +142,38 @@ final class ChatRoom: Sendable {
         var members: [String]
     }
 
+    /// Why a subscriber was not added.
+    enum Refusal: Error, Equatable {
+        /// A member of that name is present, with another token.
+        case nameTaken
+        /// The room was evicted between finding and joining it.
+        case evicted
+    }
+
     /// Adds a member or observer and returns the events after `since` (none when nil).
-    /// A member's arrival is broadcast as a `joined` event, to itself as well.
+    /// A member's arrival is broadcast as a `joined` event, to itself as well; a member that
+    /// replaces an older connection of its own makes that one leave first.
     ///
     /// With `deliverBacklog`, the backlog goes through the subscriber's `deliver` under the
     /// room's lock, ahead of any live event, and the returned backlog is empty. Without it, the
     /// caller must send the returned backlog before the events it receives through `deliver`.
-    func subscribe(_ subscriber: RoomSubscriber, since: Int?, deliverBacklog: Bool = false) -> Subscription {
-        let (subscription, overflowed) = state.withLockedValue { state -> (Subscription, [RoomSubscriber]) in
+    func subscribe(_ subscriber: RoomSubscriber, since: Int?, deliverBacklog: Bool = false) -> Result<Subscription, Refusal> {
+        var replaced: [RoomSubscriber] = []
+        var overflowed: [RoomSubscriber] = []
+        let result = state.withLockedValue { state -> Result<Subscription, Refusal> in
+            guard !state.evicted else { return .failure(.evicted) }
+            if let member = subscriber.member {
+                let present = state.subscribers.filter { $0.value.subscriber.member?.name == member.name }
+                guard present.allSatisfy({ $0.value.subscriber.member?.token == member.token }) else { return .failure(.nameTaken) }
+                for (id, slot) in present {
+                    state.subscribers.removeValue(forKey: id)
+                    replaced.append(slot.subscriber)
+                    if let old = slot.subscriber.member {
+                        overflowed += append(presence: "left", name: old.name, session: old.session, to: &state)
+                    }
+                }
+            }
+            state.lastActive = .now
             state.nextSubscriberID += 1
             let id = state.nextSubscriberID
             var backlog = since.map { since in state.history.filter { $0.seq > since } } ?? []
@@ -97,40 +190,48 @@ final class ChatRoom: Sendable {
                 oldestSeq: state.history.first?.seq,
                 members: Self.memberNames(state.subscribers)
             )
-            var overflowed: [RoomSubscriber] = []
             if let member = subscriber.member {
-                overflowed = Self.append(presence: "joined", name: member.name, session: member.session, room: name, to: &state, limit: historyLimit)
+                overflowed += append(presence: "joined", name: member.name, session: member.session, to: &state)
                 subscription.members = Self.memberNames(state.subscribers)
             }
-            return (subscription, overflowed)
+            return .success(subscription)
         }
+        for subscriber in replaced { subscriber.onReplaced() }
         for subscriber in overflowed { subscriber.onOverflow() }
-        return subscription
+        return result
     }
 
     /// Removes a subscriber; a member's departure is broadcast as a `left` event.
     func unsubscribe(_ id: UInt64) {
         let overflowed = state.withLockedValue { state -> [RoomSubscriber] in
-            guard let removed = state.subscribers.removeValue(forKey: id), let member = removed.subscriber.member else { return [] }
-            return Self.append(presence: "left", name: member.name, session: member.session, room: name, to: &state, limit: historyLimit)
+            guard let removed = state.subscribers.removeValue(forKey: id) else { return [] }
+            state.lastActive = .now
+            guard let member = removed.subscriber.member else { return [] }
+            return append(presence: "left", name: member.name, session: member.session, to: &state)
         }
         for subscriber in overflowed { subscriber.onOverflow() }
     }
 
-    /// Posts a message. A repeated client message id from the same name, while the original is
-    /// still in history, returns the original seq and broadcasts nothing.
-    func say(_ say: ChatSay, from name: String, at date: Date = Date()) throws -> SayResult {
-        let key = "\(name)\n\(say.clientMessageID)"
+    /// Posts a message. A repeated client message id from the same member, while the original
+    /// is still in history, returns the original seq and broadcasts nothing.
+    ///
+    /// The same member means the same resume token. A connection that presented no token (a
+    /// client that predates tokens, or a first join) is also matched by name, as before tokens;
+    /// a connection that presented its token is matched by the token only, so no one else can
+    /// claim its ids.
+    func say(_ say: ChatSay, from name: String, token: String, matchByName: Bool = false, at date: Date = Date()) throws -> SayResult {
+        let byToken = "t\n\(token)\n\(say.clientMessageID)"
+        let byName = "n\n\(name)\n\(say.clientMessageID)"
         let (result, overflowed) = try state.withLockedValue { state -> (SayResult, [RoomSubscriber]) in
-            if let seq = state.acceptedMessages[key] {
+            if let seq = state.acceptedMessages[byToken] ?? (matchByName ? state.acceptedMessages[byName] : nil) {
                 return (.duplicate(seq: seq), [])
             }
             let seq = state.latestSeq + 1
             let frame = ChatServerFrame.message(
                 ChatMessage(room: self.name, seq: seq, clientMessageID: say.clientMessageID, from: name, text: say.text, sentAt: date)
             )
-            let event = RoomEvent(seq: seq, type: "message", json: try frame.jsonString(), dedupeKey: key)
-            return (.accepted(seq: seq), Self.append(event, to: &state, limit: historyLimit))
+            let event = RoomEvent(seq: seq, type: "message", json: try frame.jsonString(), dedupeKeys: [byToken, byName])
+            return (.accepted(seq: seq), append(event, to: &state))
         }
         for subscriber in overflowed { subscriber.onOverflow() }
         return result
@@ -139,35 +240,60 @@ final class ChatRoom: Sendable {
     /// The number of subscribers, members and observers.
     var subscriberCount: Int { state.withLockedValue { $0.subscribers.count } }
 
+    /// The events and bytes of history kept.
+    var historySize: (events: Int, bytes: Int) { state.withLockedValue { ($0.history.count, $0.historyBytes) } }
+
+    /// When the room is empty, how long ago it was last used; nil while anyone is subscribed.
+    var idleSince: ContinuousClock.Instant? {
+        state.withLockedValue { $0.subscribers.isEmpty ? $0.lastActive : nil }
+    }
+
+    /// Evicts the room if it is empty: no one may subscribe any more, and its history is
+    /// released. Returns whether it was evicted.
+    func evictIfEmpty() -> Bool {
+        state.withLockedValue { state in
+            guard state.subscribers.isEmpty, !state.evicted else { return false }
+            state.evicted = true
+            _ = budget.release(state.historyBytes)
+            state.history = []
+            state.historyBytes = 0
+            state.acceptedMessages = [:]
+            return true
+        }
+    }
+
     private static func memberNames(_ subscribers: [UInt64: Slot]) -> [String] {
         subscribers.values.compactMap(\.subscriber.member?.name).sorted()
     }
 
-    private static func append(
-        presence type: String,
-        name: String,
-        session: String,
-        room: String,
-        to state: inout State,
-        limit: Int
-    ) -> [RoomSubscriber] {
+    private func append(presence type: String, name: String, session: String, to state: inout State) -> [RoomSubscriber] {
         let seq = state.latestSeq + 1
-        let presence = ChatPresence(room: room, seq: seq, name: name, session: session, at: Date())
+        let presence = ChatPresence(room: self.name, seq: seq, name: name, session: session, at: Date())
         let frame: ChatServerFrame = type == "joined" ? .joined(presence) : .left(presence)
         // Encoding these plain values cannot fail; a failure would be a bug in the schema.
         let json = (try? frame.jsonString()) ?? #"{"type":"\#(type)","v":1}"#
-        return append(RoomEvent(seq: seq, type: type, json: json), to: &state, limit: limit)
+        return append(RoomEvent(seq: seq, type: type, json: json), to: &state)
     }
 
-    /// Appends an event to the history and queues it to every subscriber. Subscribers whose
-    /// queue is full are marked stalled and returned, to be told outside the lock.
-    private static func append(_ event: RoomEvent, to state: inout State, limit: Int) -> [RoomSubscriber] {
+    /// Appends an event to the history, trims the history to its bounds, and queues the event
+    /// to every subscriber. Subscribers whose queue is full are marked stalled and returned, to
+    /// be told outside the lock.
+    private func append(_ event: RoomEvent, to state: inout State) -> [RoomSubscriber] {
         state.latestSeq = event.seq
-        if limit > 0 {
+        state.lastActive = .now
+        if historyLimit > 0 {
             state.history.append(event)
-            if let key = event.dedupeKey { state.acceptedMessages[key] = event.seq }
-            while state.history.count > limit, let evicted = state.history.popFirst() {
-                if let key = evicted.dedupeKey { state.acceptedMessages.removeValue(forKey: key) }
+            state.historyBytes += event.bytes
+            for key in event.dedupeKeys { state.acceptedMessages[key] = event.seq }
+            var overBudget = budget.add(event.bytes)
+            while state.history.count > historyLimit || state.historyBytes > historyBytesLimit || overBudget,
+                let evicted = state.history.popFirst()
+            {
+                state.historyBytes -= evicted.bytes
+                overBudget = budget.release(evicted.bytes)
+                for key in evicted.dedupeKeys where state.acceptedMessages[key] == evicted.seq {
+                    state.acceptedMessages.removeValue(forKey: key)
+                }
             }
         }
         var overflowed: [RoomSubscriber] = []
@@ -179,25 +305,73 @@ final class ChatRoom: Sendable {
     }
 }
 
-/// The server's chat rooms, created on first use, at most `maxRooms` of them.
+/// The server's chat rooms, created on first use, at most `maxRooms` of them. When a new room
+/// would exceed the limit, the empty room unused for longest is evicted (its history is gone);
+/// only when every room has someone in it is a new room refused.
 final class ChatRooms: Sendable {
     private let historyLimit: Int
-    private let maxRooms: Int
+    private let historyBytesLimit: Int
+    let maxRooms: Int
+    let budget: HistoryBudget
     private let rooms = NIOLockedValueBox([String: ChatRoom]())
 
-    init(historyLimit: Int, maxRooms: Int) {
+    init(historyLimit: Int, maxRooms: Int, historyBytesLimit: Int = .max, totalHistoryBytesLimit: Int = .max) {
         self.historyLimit = historyLimit
-        self.maxRooms = maxRooms
+        self.historyBytesLimit = historyBytesLimit
+        self.maxRooms = max(maxRooms, 1)
+        self.budget = HistoryBudget(limit: totalHistoryBytesLimit)
     }
 
-    /// The room with this name, created if needed; nil when creating it would exceed the limit.
-    func room(named name: String) -> ChatRoom? {
+    /// Why a subscriber could not join a room.
+    enum Refusal: Error, Equatable {
+        /// Every room has someone in it, and there are `maxRooms` of them.
+        case roomLimit
+        /// A member of that name is present, with another token.
+        case nameTaken
+    }
+
+    /// Subscribes to the room of that name, created (evicting an empty one if need be) when
+    /// there is none. See ``ChatRoom/subscribe(_:since:deliverBacklog:)``.
+    func subscribe(
+        room name: String,
+        _ subscriber: RoomSubscriber,
+        since: Int?,
+        deliverBacklog: Bool = false
+    ) -> Result<(ChatRoom, ChatRoom.Subscription), Refusal> {
         rooms.withLockedValue { rooms in
-            if let room = rooms[name] { return room }
-            guard rooms.count < maxRooms else { return nil }
-            let room = ChatRoom(name: name, historyLimit: historyLimit)
-            rooms[name] = room
-            return room
+            // A room evicted by now is replaced; the loop ends, since a new room is not evicted.
+            while true {
+                let room: ChatRoom
+                if let existing = rooms[name] {
+                    room = existing
+                } else {
+                    if rooms.count >= maxRooms {
+                        let idle = rooms.compactMap { entry in entry.value.idleSince.map { (entry.key, $0) } }
+                        guard let oldest = idle.min(by: { $0.1 < $1.1 }), rooms[oldest.0]?.evictIfEmpty() == true else {
+                            return .failure(.roomLimit)
+                        }
+                        rooms.removeValue(forKey: oldest.0)
+                    }
+                    room = ChatRoom(name: name, historyLimit: historyLimit, historyBytesLimit: historyBytesLimit, budget: budget)
+                    rooms[name] = room
+                }
+                switch room.subscribe(subscriber, since: since, deliverBacklog: deliverBacklog) {
+                case .success(let subscription): return .success((room, subscription))
+                case .failure(.nameTaken): return .failure(.nameTaken)
+                case .failure(.evicted): rooms.removeValue(forKey: name)
+                }
+            }
         }
     }
+
+    /// Whether a subscriber could join the room of that name now: it exists, or there is room
+    /// for it, or an empty room to evict.
+    func canHost(_ name: String) -> Bool {
+        rooms.withLockedValue { rooms in
+            rooms[name] != nil || rooms.count < maxRooms || rooms.values.contains { $0.idleSince != nil }
+        }
+    }
+
+    /// The number of rooms held.
+    var count: Int { rooms.withLockedValue { $0.count } }
 }

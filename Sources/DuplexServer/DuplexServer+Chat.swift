@@ -8,13 +8,16 @@ import NIOCore
 
 /// A validated request to join a chat room.
 struct ChatJoin: Sendable {
-    var room: ChatRoom
+    var room: String
     var name: String
     var since: Int?
+    /// The resume token the member presented, if any.
+    var token: String?
 }
 
 extension DuplexServer {
-    /// Validates `room`, `name` and `since` of a chat request, and finds or creates the room.
+    /// Validates `room`, `name`, `since` and `token` of a chat request. It creates no room:
+    /// rooms are created by the members and watchers who join them.
     func chatJoin(_ request: Request, _ context: DuplexRequestContext) -> Result<ChatJoin, Refusal> {
         let limits = configuration.chatLimits
         do throws(ChatProtocolError) {
@@ -27,51 +30,82 @@ extension DuplexServer {
             var since: Int?
             if let text = request.uri.queryParameters.get("since") {
                 guard let value = Int(text), value >= 0 else {
-                    throw ChatProtocolError(.invalidSince, "since must be a non-negative integer seq (got \(text.debugDescription))")
+                    throw ChatProtocolError(.invalidSince, "since must be a non-negative integer seq (got \(text.prefix(32).debugDescription))")
                 }
                 since = value
             }
-            guard let room = rooms.room(named: roomName) else {
-                return .failure(Refusal(status: .serviceUnavailable, error: ChatProtocolError(.invalidRoom, "the server holds its maximum of \(configuration.maxRooms) rooms")))
-            }
-            return .success(ChatJoin(room: room, name: name, since: since))
+            let token = request.uri.queryParameters.get("token").map { String($0) }
+            if let token { try limits.validate(token: token) }
+            return .success(ChatJoin(room: roomName, name: name, since: since, token: token))
         } catch {
             return .failure(Refusal(status: .badRequest, error: error))
         }
+    }
+
+    /// The refusal for a room that could not be joined.
+    func refusal(_ reason: ChatRooms.Refusal, name: String) -> Refusal {
+        switch reason {
+        case .roomLimit:
+            Refusal(status: .serviceUnavailable, error: ChatProtocolError(.roomLimit, "the server holds its maximum of \(configuration.maxRooms) rooms, none of them empty"))
+        case .nameTaken:
+            Refusal(status: .conflict, error: ChatProtocolError(.nameTaken, "\(name) is already in the room; rejoin with its resumeToken as token=, or pick another name"))
+        }
+    }
+
+    /// A fresh resume token: 144 random bits, base64url.
+    static func makeResumeToken() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<18).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        return Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
     }
 
     /// `WS /chat/{room}`: a member of a room.
     ///
     /// Sends `welcome`, then the events after `since`, then live events; answers each `say` with
     /// an `ack` (after the message itself) or an `error`, and keeps the connection open after
-    /// errors. A member more than `outboundQueueLimit` frames behind is closed with 1013 so that
-    /// it reconnects with `since`.
+    /// errors. A member more than `outboundQueueLimit` frames or `outboundQueueBytes` bytes
+    /// behind is closed with 1013 so that it reconnects with `since`. A join whose name is
+    /// present without its token gets `name_taken` and 1008; past the room limit, `room_limit`
+    /// and 1013.
     func serveChat(_ join: ChatJoin, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, channel: any Channel) async throws {
         let session = UUID().uuidString.lowercased()
-        let (frames, sink) = AsyncStream<String>.makeStream(bufferingPolicy: .bufferingOldest(configuration.outboundQueueLimit))
-        let overflowed = NIOLockedValueBox(false)
+        let token = join.token ?? Self.makeResumeToken()
+        let queue = OutboundQueue(maxCount: configuration.outboundQueueLimit, maxBytes: configuration.outboundQueueBytes)
+        let ending = NIOLockedValueBox<(WebSocketCloseCode, String)?>(nil)
         let subscriber = RoomSubscriber(
-            member: (join.name, session),
-            deliver: { event in
-                if case .enqueued = sink.yield(event.json) { return true }
-                return false
-            },
+            member: .init(name: join.name, session: session, token: token),
+            deliver: { event in queue.offer(event.json) },
             onOverflow: {
-                overflowed.withLockedValue { $0 = true }
-                sink.finish()
+                ending.withLockedValue { $0 = $0 ?? (.tryAgainLater, "too far behind: reconnect with since") }
+                queue.finish()
+            },
+            onReplaced: {
+                ending.withLockedValue { $0 = $0 ?? (ChatProtocol.replacedCloseCode, "replaced by a newer connection of this member") }
+                queue.finish()
             }
         )
-        try await connections.withConnection(.init(kind: .webSocket, route: "chat", room: join.room.name)) { commands in
-            let subscription = join.room.subscribe(subscriber, since: join.since)
-            defer { join.room.unsubscribe(subscription.id) }
+        let joined: (ChatRoom, ChatRoom.Subscription)
+        switch rooms.subscribe(room: join.room, subscriber, since: join.since) {
+        case .success(let success):
+            joined = success
+        case .failure(let reason):
+            let refusal = self.refusal(reason, name: join.name)
+            try await outbound.write(.text(refusal.frameJSON))
+            try await outbound.close((reason == .roomLimit ? WebSocketCloseCode.tryAgainLater : .policyViolation).nio, reason: refusal.error.code.rawValue)
+            return
+        }
+        let (room, subscription) = joined
+        defer { room.unsubscribe(subscription.id) }
+        try await connections.withConnection(.init(kind: .webSocket, route: "chat", room: join.room)) { commands in
             let welcome = ChatServerFrame.welcome(
                 ChatWelcome(
                     session: session,
-                    room: join.room.name,
+                    room: join.room,
                     name: join.name,
                     members: subscription.members,
                     latestSeq: subscription.latestSeq,
-                    oldestSeq: subscription.oldestSeq
+                    oldestSeq: subscription.oldestSeq,
+                    resumeToken: token
                 )
             )
             try await outbound.write(.text(try welcome.jsonString()))
@@ -81,43 +115,43 @@ extension DuplexServer {
             let gate = StallGate()
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {
-                    for await frame in frames {
+                    for await frame in queue.items {
                         await gate.wait()
                         try await outbound.write(.text(frame))
+                        queue.written(frame)
                     }
-                    if overflowed.withLockedValue({ $0 }) {
-                        try await self.close(outbound: outbound, channel: channel, code: .tryAgainLater, reason: "too far behind: reconnect with since")
+                    if let (code, reason) = ending.withLockedValue({ $0 }) {
+                        try await self.close(outbound: outbound, channel: channel, code: code, reason: reason)
                     }
                 }
                 group.addTask {
                     try await self.obey(commands, outbound: outbound, channel: channel, gate: gate)
                 }
                 for try await message in inbound.messages(maxSize: configuration.maxMessageBytes) {
-                    let reply = self.reply(to: message, in: join)
-                    if let reply, case .dropped = sink.yield(reply) {
-                        overflowed.withLockedValue { $0 = true }
-                        sink.finish()
+                    let reply = self.reply(to: message, from: join.name, token: token, matchByName: join.token == nil, in: room)
+                    if let reply, !queue.offer(reply) {
+                        subscriber.onOverflow()
                     }
                 }
-                sink.finish()
+                queue.finish()
                 group.cancelAll()
             }
         }
     }
 
     /// The `ack` or `error` frame answering one message from a member.
-    private func reply(to message: WebSocketMessage, in join: ChatJoin) -> String? {
+    private func reply(to message: WebSocketMessage, from name: String, token: String, matchByName: Bool, in room: ChatRoom) -> String? {
         let frame: ChatServerFrame
         switch message {
         case .binary:
             frame = .error(ChatErrorFrame(code: .binaryNotSupported, reason: "chat frames are JSON text messages"))
         case .text(let text):
-            frame = Self.answer(text: text, from: join.name, in: join.room, limits: configuration.chatLimits)
+            frame = Self.answer(text: text, from: name, token: token, matchByName: matchByName, in: room, limits: configuration.chatLimits)
         }
         return try? frame.jsonString()
     }
 
-    static func answer(text: String, from name: String, in room: ChatRoom, limits: ChatLimits) -> ChatServerFrame {
+    static func answer(text: String, from name: String, token: String, matchByName: Bool, in room: ChatRoom, limits: ChatLimits) -> ChatServerFrame {
         let frame: ChatClientFrame
         do {
             frame = try ChatClientFrame.decode(Data(text.utf8))
@@ -133,7 +167,7 @@ extension DuplexServer {
                 return .error(ChatErrorFrame(error, clientMessageID: say.clientMessageID))
             }
             do {
-                switch try room.say(say, from: name) {
+                switch try room.say(say, from: name, token: token, matchByName: matchByName) {
                 case .accepted(let seq): return .ack(ChatAck(clientMessageID: say.clientMessageID, seq: seq))
                 case .duplicate(let seq): return .ack(ChatAck(clientMessageID: say.clientMessageID, seq: seq, duplicate: true))
                 }

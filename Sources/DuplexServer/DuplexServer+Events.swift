@@ -41,23 +41,21 @@ extension DuplexServer {
         } catch {
             return Refusal(status: .badRequest, error: error).response
         }
-        guard let room = rooms.room(named: roomName) else {
-            return Refusal(status: .serviceUnavailable, error: ChatProtocolError(.invalidRoom, "the server holds its maximum of \(configuration.maxRooms) rooms")).response
-        }
         let since = request.headers[HTTPField.Name("Last-Event-ID")!].flatMap { Int($0) }.flatMap { $0 >= 0 ? $0 : nil }
+        guard rooms.canHost(roomName) else {
+            return refusal(.roomLimit, name: "").response
+        }
+        let rooms = self.rooms
         return EventStreamResponse(server: self).response(info: .init(kind: .eventStream, route: "chat-events", room: roomName), channel: context.channel) { sink in
             let subscriber = RoomSubscriber(
                 member: nil,
-                deliver: { event in EventStreamResponse.yield(Self.sse(event), to: sink) },
+                deliver: { event in EventStreamResponse.yield(event.sse, to: sink) },
                 onOverflow: {}
             )
-            let subscription = room.subscribe(subscriber, since: since, deliverBacklog: true)
+            // Rooms filled up since the check: the stream ends, and the client retries.
+            guard case .success(let (room, subscription)) = rooms.subscribe(room: roomName, subscriber, since: since, deliverBacklog: true) else { return }
             defer { room.unsubscribe(subscription.id) }
             await waitUntilCancelled()
         }
-    }
-
-    static func sse(_ event: RoomEvent) -> String {
-        (try? ServerSentEvent(id: String(event.seq), event: event.type, data: event.json).encoded()) ?? ""
     }
 }

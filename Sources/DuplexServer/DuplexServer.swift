@@ -48,7 +48,12 @@ public final class DuplexServer: Service, Sendable {
     public init(configuration: DuplexServerConfiguration = .init(), logger: Logger = Logger(label: "duplex-server")) {
         self.configuration = configuration
         self.logger = logger
-        self.rooms = ChatRooms(historyLimit: configuration.historyLimit, maxRooms: configuration.maxRooms)
+        self.rooms = ChatRooms(
+            historyLimit: configuration.historyLimit,
+            maxRooms: configuration.maxRooms,
+            historyBytesLimit: configuration.historyBytesLimit,
+            totalHistoryBytesLimit: configuration.totalHistoryBytesLimit
+        )
         self.channels = ChannelTracker(limit: configuration.maxConnections)
     }
 

@@ -14,15 +14,25 @@ public struct DuplexServerConfiguration: Sendable {
     public var port: Int
     /// How many room events each chat room keeps for `since` resumes. Default 1000.
     public var historyLimit: Int
+    /// How many bytes of events each chat room keeps for resumes; the oldest go first. Default 1 MiB.
+    public var historyBytesLimit: Int
+    /// How many bytes of history all rooms together keep; a room that passes it drops its own
+    /// oldest events. Default 64 MiB.
+    public var totalHistoryBytesLimit: Int
     /// The largest WebSocket message accepted, in bytes; a larger one gets close 1009. Default 16 MiB.
     public var maxMessageBytes: Int
     /// Limits on chat rooms, names, message ids and texts.
     public var chatLimits: ChatLimits
-    /// The most chat rooms the server holds; joining a new room beyond it gets 503. Default 256.
+    /// The most chat rooms the server holds. A new room beyond it evicts the empty room unused for
+    /// longest (its history and epoch are gone); only when no room is empty is a new room refused
+    /// (HTTP 503, or `room_limit` and 1013 over WebSocket). Default 256.
     public var maxRooms: Int
     /// How many frames may wait for one slow client before it is disconnected (WebSocket close 1013,
     /// or the end of its SSE stream) so that it can resume from its last seq or event id. Default 4096.
     public var outboundQueueLimit: Int
+    /// How many bytes may wait for one slow client before it is disconnected, as for
+    /// ``outboundQueueLimit``. Default 1 MiB.
+    public var outboundQueueBytes: Int
     /// The interval of `GET /events` ticks when the request gives no `interval`. Default 1 s.
     public var tickInterval: Duration
     /// The shortest `interval` a request may ask of `GET /events`. Default 10 ms.
@@ -78,7 +88,10 @@ public struct DuplexServerConfiguration: Sendable {
         maxConnections: Int = 10_000,
         maxRequestLineBytes: Int = 8 * 1024,
         maxRequestHeadBytes: Int = 32 * 1024,
-        maxHeaderFields: Int = 100
+        maxHeaderFields: Int = 100,
+        historyBytesLimit: Int = 1024 * 1024,
+        totalHistoryBytesLimit: Int = 64 * 1024 * 1024,
+        outboundQueueBytes: Int = 1024 * 1024
     ) {
         self.host = host
         self.port = port
@@ -100,5 +113,8 @@ public struct DuplexServerConfiguration: Sendable {
         self.maxRequestLineBytes = maxRequestLineBytes
         self.maxRequestHeadBytes = maxRequestHeadBytes
         self.maxHeaderFields = maxHeaderFields
+        self.historyBytesLimit = historyBytesLimit
+        self.totalHistoryBytesLimit = totalHistoryBytesLimit
+        self.outboundQueueBytes = outboundQueueBytes
     }
 }

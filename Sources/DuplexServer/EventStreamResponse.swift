@@ -8,11 +8,11 @@ import NIOCore
 ///
 /// A stream writes `retry:` first, then what its source yields. When nothing has been written for
 /// the heartbeat interval it writes a comment line. It ends when the client goes away, when the
-/// server shuts down, or when the client falls more than `outboundQueueLimit` events behind; the
-/// client then resumes from its `Last-Event-ID`.
+/// server shuts down, or when the client falls more than `outboundQueueLimit` events or
+/// `outboundQueueBytes` bytes behind; the client then resumes from its `Last-Event-ID`.
 struct EventStreamResponse {
-    /// What a source yields: SSE text, ready to write.
-    typealias Sink = AsyncStream<String>.Continuation
+    /// Where a source puts SSE text, ready to write: bounded in count and bytes.
+    typealias Sink = OutboundQueue
 
     let server: DuplexServer
 
@@ -30,7 +30,7 @@ struct EventStreamResponse {
         let configuration = server.configuration
         let body = ResponseBody { [server] writer in
             try await server.connections.withConnection(info) { commands in
-                let (items, sink) = AsyncStream<String>.makeStream(bufferingPolicy: .bufferingOldest(configuration.outboundQueueLimit))
+                let sink = OutboundQueue(maxCount: configuration.outboundQueueLimit, maxBytes: configuration.outboundQueueBytes)
                 let lastWrite = NIOLockedValueBox(ContinuousClock.now)
                 let gate = StallGate()
                 try await withThrowingTaskGroup(of: Void.self) { group in
@@ -56,9 +56,10 @@ struct EventStreamResponse {
                         try await source(sink)
                     }
                     try await writer.write(ByteBuffer(string: ServerSentEvent.retryDirective(milliseconds: configuration.sseRetryMilliseconds)))
-                    for await text in items {
+                    for await text in sink.items {
                         await gate.wait()
                         try await writer.write(ByteBuffer(string: text))
+                        sink.written(text)
                         lastWrite.withLockedValue { $0 = .now }
                     }
                     group.cancelAll()
@@ -71,7 +72,7 @@ struct EventStreamResponse {
 
     /// Queues SSE text; when the queue is full, ends the stream so the client resumes instead.
     static func yield(_ text: String, to sink: Sink) -> Bool {
-        if case .enqueued = sink.yield(text) { return true }
+        if sink.offer(text) { return true }
         sink.finish()
         return false
     }

@@ -198,19 +198,91 @@ struct ChatRouteTests {
         }
     }
 
-    @Test("past maxRooms, a new room is refused with 503, and 1013 over WebSocket")
+    @Test("past maxRooms with every room occupied, a new room is refused (503, room_limit and 1013); once one empties, it is evicted")
     func roomLimit() async throws {
         try await withTimeout {
             try await withDuplexServer(configuration: .init(maxRooms: 1)) { server in
                 try await TestWebSocket.with(port: server.port, path: "/chat/one?name=a") { socket in
                     _ = try await socket.receiveWelcome()
+                    // A plain GET only validates: it creates no room (426: speak WebSocket).
+                    try await TestHTTPResponse.get(port: server.port, "/chat/two?name=a") { response in
+                        #expect(response.status == 426)
+                    }
+                    try await TestHTTPResponse.get(port: server.port, "/chat/two/events") { response in
+                        #expect(response.status == 503)
+                    }
+                    try await TestWebSocket.with(port: server.port, path: "/chat/two?name=a") { refused in
+                        let error = try await refused.receiveError()
+                        let close = try await refused.receiveClose()
+                        #expect(error.code == .roomLimit && close.code == 1013)
+                    }
                 }
-                try await TestHTTPResponse.get(port: server.port, "/chat/two?name=a") { response in
-                    #expect(response.status == 503)
-                }
+                // "one" is empty now: "two" evicts it.
                 try await TestWebSocket.with(port: server.port, path: "/chat/two?name=a") { socket in
-                    _ = try await socket.receiveError()
-                    #expect(try await socket.receiveClose().code == 1013)
+                    let welcome = try await socket.receiveWelcome()
+                    #expect(welcome.room == "two")
+                }
+            }
+        }
+    }
+
+    @Test("an impostor with the same name is refused, and cannot suppress the real member's message")
+    func impostor() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                try await TestWebSocket.with(port: server.port, path: "/chat/id?name=alice") { alice in
+                    let welcome = try await alice.receiveWelcome()
+                    let token = try #require(welcome.resumeToken)
+                    #expect(token.count >= 16)
+                    // A second "alice" without the token: name_taken, 1008.
+                    try await TestWebSocket.with(port: server.port, path: "/chat/id?name=alice") { impostor in
+                        let error = try await impostor.receiveError()
+                        let close = try await impostor.receiveClose()
+                        #expect(error.code == .nameTaken && close.code == 1008)
+                    }
+                    // With a guessed token: the same.
+                    try await TestWebSocket.with(port: server.port, path: "/chat/id?name=alice&token=AAAAAAAAAAAAAAAAAAAAAAAA") { impostor in
+                        let error = try await impostor.receiveError()
+                        #expect(error.code == .nameTaken)
+                    }
+                    // An impostor under another name sends alice's next message id first.
+                    try await TestWebSocket.with(port: server.port, path: "/chat/id?name=mallory") { mallory in
+                        _ = try await mallory.receiveWelcome()
+                        try await mallory.say("fake", id: "abc-1")
+                        let fake = try await mallory.receiveAck(for: "abc-1")
+                        #expect(fake.ack.duplicate != true)
+                        try await alice.say("the real one", id: "abc-1")
+                        let (ack, before) = try await alice.receiveAck(for: "abc-1")
+                        #expect(ack.duplicate != true, "alice's message is not taken for mallory's")
+                        let delivered = before.contains { frame in
+                            if case .message(let message) = frame { return message.from == "alice" && message.text == "the real one" }
+                            return false
+                        }
+                        #expect(delivered, "alice's message was broadcast: \(before)")
+                    }
+                    // With her token, alice takes over her own name: the older connection gets 4001.
+                    try await TestWebSocket.with(port: server.port, path: "/chat/id?name=alice&token=\(token)") { again in
+                        let second = try await again.receiveWelcome()
+                        #expect(second.resumeToken == token && second.members.filter { $0 == "alice" }.count == 1)
+                        _ = try await alice.receiveChat { if case .left = $0 { true } else { false } }
+                        let close = try await alice.receiveClose()
+                        #expect(close.code == 4001)
+                    }
+                }
+            }
+        }
+    }
+
+    @Test("a name of one letter and thousands of combining marks is refused by its bytes")
+    func nameBytes() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                let zalgo = "a" + String(repeating: "\u{301}", count: 1000)
+                let encoded = zalgo.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+                try await TestHTTPResponse.get(port: server.port, "/chat/z?name=\(encoded)") { response in
+                    #expect(response.status == 400)
+                    _ = try await response.readChunk()
+                    #expect(response.bodyText.contains("128 bytes"), "\(response.bodyText)")
                 }
             }
         }
