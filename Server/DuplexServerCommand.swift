@@ -16,7 +16,8 @@ struct DuplexServerCommand: AsyncParsableCommand {
             GET /events[?interval=MS], GET /chat/{room}/events.
             Prints one line when it listens: "duplex-server listening on http://HOST:PORT".
             SIGINT and SIGTERM shut it down gracefully: WebSocket peers get close 1001 and SSE \
-            streams end; the exit status is then 0.
+            streams end; connections still open after --shutdown-timeout are closed hard; the \
+            exit status is then 0. README's "Limits and timeouts" lists every limit.
             With --chaos, POST /_chaos/drop, /_chaos/close?code=C, /_chaos/stall?ms=M, \
             /_chaos/end-sse, /_chaos/refuse?ms=M and /_chaos/restart?ms=M break connections on purpose \
             (scope them with ?route=echo|chat|events|chat-events or ?room=NAME).
@@ -41,6 +42,30 @@ struct DuplexServerCommand: AsyncParsableCommand {
     @Flag(help: "Serve the /_chaos/ fault endpoints (drop, close, stall, end-sse, refuse) to loopback peers.")
     var chaos = false
 
+    @Option(help: ArgumentHelp("The most chat rooms held; past it the least recently used empty room is evicted.", valueName: "count"))
+    var maxRooms: Int = 256
+
+    @Option(help: ArgumentHelp("Bytes of history each chat room keeps.", valueName: "bytes"))
+    var historyBytes: Int = 1024 * 1024
+
+    @Option(help: ArgumentHelp("Bytes of history all chat rooms together keep.", valueName: "bytes"))
+    var totalHistoryBytes: Int = 64 * 1024 * 1024
+
+    @Option(help: ArgumentHelp("Bytes that may wait for one slow client before it is disconnected (1013, or the end of its SSE stream).", valueName: "bytes"))
+    var queueBytes: Int = 1024 * 1024
+
+    @Option(help: ArgumentHelp("The most TCP connections served at once; more get 503.", valueName: "count"))
+    var maxConnections: Int = 10_000
+
+    @Option(help: ArgumentHelp("Seconds a connection may take to send a complete request head.", valueName: "seconds"))
+    var requestHeadTimeout: Double = 10
+
+    @Option(help: ArgumentHelp("Seconds a keep-alive HTTP connection may stay idle.", valueName: "seconds"))
+    var idleTimeout: Double = 60
+
+    @Option(help: ArgumentHelp("Seconds a graceful shutdown waits for connections before closing them hard.", valueName: "seconds"))
+    var shutdownTimeout: Double = 10
+
     func validate() throws {
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
@@ -48,6 +73,36 @@ struct DuplexServerCommand: AsyncParsableCommand {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be from 0 to 65535") }
         guard history >= 0 else { throw ValidationError("--history must not be negative") }
         guard maxMessageBytes >= 125 else { throw ValidationError("--max-message-bytes must be at least 125") }
+        guard maxRooms >= 1 else { throw ValidationError("--max-rooms must be at least 1") }
+        guard historyBytes >= 0, totalHistoryBytes >= 0 else { throw ValidationError("--history-bytes and --total-history-bytes must not be negative") }
+        guard queueBytes >= 1024 else { throw ValidationError("--queue-bytes must be at least 1024") }
+        guard maxConnections >= 1 else { throw ValidationError("--max-connections must be at least 1") }
+        for (name, value) in [("--request-head-timeout", requestHeadTimeout), ("--idle-timeout", idleTimeout), ("--shutdown-timeout", shutdownTimeout)] {
+            guard value > 0, value <= 86_400 else { throw ValidationError("\(name) must be from 0 to 86400 seconds") }
+        }
+    }
+
+    /// The configuration the options describe.
+    var serverConfiguration: DuplexServerConfiguration {
+        DuplexServerConfiguration(
+            host: host,
+            port: port,
+            historyLimit: history,
+            maxMessageBytes: maxMessageBytes,
+            maxRooms: maxRooms,
+            shutdownTimeout: Self.duration(shutdownTimeout),
+            chaos: chaos,
+            requestHeadTimeout: Self.duration(requestHeadTimeout),
+            idleTimeout: Self.duration(idleTimeout),
+            maxConnections: maxConnections,
+            historyBytesLimit: historyBytes,
+            totalHistoryBytesLimit: totalHistoryBytes,
+            outboundQueueBytes: queueBytes
+        )
+    }
+
+    private static func duration(_ seconds: Double) -> Duration {
+        .milliseconds(Int64((seconds * 1000).rounded()))
     }
 
     func run() async throws {
@@ -59,7 +114,7 @@ struct DuplexServerCommand: AsyncParsableCommand {
         }
         let logger = Logger(label: "duplex-server")
         let server = DuplexServer(
-            configuration: .init(host: host, port: port, historyLimit: history, maxMessageBytes: maxMessageBytes, chaos: chaos),
+            configuration: serverConfiguration,
             logger: logger
         )
         let group = ServiceGroup(

@@ -1,0 +1,69 @@
+import DuplexTesting
+import Foundation
+import NIOCore
+import NIOPosix
+import Testing
+
+/// The built `duplex-server` binary, run as a process: what an operator sees.
+@Suite("duplex-server process")
+struct ServerProcessTests {
+    /// Starts the binary on a free port; returns it and the port from its listening line.
+    static func start(_ arguments: [String] = []) async throws -> (CLIProcess, Int) {
+        let server = try CLIProcess("duplex-server", ["--port", "0"] + arguments)
+        let output = try await server.waitForStdout("duplex-server listening on http://127.0.0.1:")
+        let line = try #require(output.stdout.split(separator: "\n").first { $0.contains("listening on") })
+        let port = try #require(Int(line.split(separator: ":").last ?? ""))
+        return (server, port)
+    }
+
+    /// A WebSocket peer that never reads: it upgrades on /echo, then sends `bytes` in masked
+    /// binary frames, so the server's echoes back up.
+    static func flood(port: Int, bytes: Int) async throws -> any Channel {
+        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .channelOption(ChannelOptions.autoRead, value: false)
+            .connect(host: "127.0.0.1", port: port)
+            .get()
+        let handshake = "GET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        channel.write(ByteBuffer(string: handshake), promise: nil)
+        // One 64 KiB binary frame, masked with key 0.
+        let frame = ByteBuffer(bytes: [0x82, 0xFF, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0] + [UInt8](repeating: 0x61, count: 65_536))
+        for _ in 0..<(bytes / 65_536) { channel.write(frame, promise: nil) }
+        channel.flush()
+        return channel
+    }
+
+    @Test("SIGTERM with peers that send and never read: the process exits 0 at the shutdown timeout")
+    func sigtermWithStuckPeers() async throws {
+        try await withTimeout(.seconds(60)) {
+            let (server, port) = try await Self.start(["--shutdown-timeout", "1"])
+            var peers: [any Channel] = []
+            for _ in 0..<5 { peers.append(try await Self.flood(port: port, bytes: 4 * 1024 * 1024)) }
+            defer { for peer in peers { peer.close(promise: nil) } }
+            // The server has upgraded them all once it has answered a request made after them.
+            let health = try await HTTPProbe.get(port: port, "/health")
+            #expect(health.contains("200 OK"))
+            let clock = ContinuousClock()
+            let start = clock.now
+            server.signal(SIGTERM)
+            let exit = try await server.waitForExit(within: .seconds(30))
+            #expect(exit.status == 0, "\(exit)")
+            #expect(clock.now - start < .seconds(8), "exited at the 1 s deadline (and the 1 s close timeout), not never: \(clock.now - start)")
+        }
+    }
+}
+
+/// One HTTP/1.1 request over a raw connection, closed by the server.
+enum HTTPProbe {
+    static func get(port: Int, _ path: String) async throws -> String {
+        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .connect(host: "127.0.0.1", port: port) { channel in
+                channel.eventLoop.makeCompletedFuture { try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel) }
+            }
+        return try await channel.executeThenClose { inbound, outbound in
+            try await outbound.write(ByteBuffer(string: "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"))
+            var text = ""
+            for try await chunk in inbound { text += String(buffer: chunk) }
+            return text
+        }
+    }
+}
