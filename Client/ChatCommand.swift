@@ -152,6 +152,8 @@ struct ChatCommand: AsyncParsableCommand {
             console.printError("! the server rejected a message: \(error.code.rawValue): \(error.reason)")
         case .missed(let seqs):
             console.printError("! \(seqs.count) event(s) were missed while disconnected (no longer kept by the server)")
+        case .historyReset(_, let missedAfter):
+            console.printError("! the server lost its history; \(missedAfter.map { "messages after \(clock($0))" } ?? "messages sent while disconnected") may be missing")
         case .disconnected(let reason, let reconnecting):
             if reconnecting {
                 console.printError("! connection lost (\(reason)); reconnecting…")

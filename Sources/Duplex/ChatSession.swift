@@ -31,6 +31,10 @@ struct ChatSession: Sendable {
     /// The resume token from the first `welcome`: presented on every rejoin, it makes the
     /// server treat the rejoining connection as this member (and resent messages as resends).
     private(set) var resumeToken: String?
+    /// The room's epoch as the last `welcome` gave it: seqs count in it.
+    private(set) var epoch: String?
+    /// When the last room event seen happened.
+    private var lastEventAt: Date?
     private var latestSeqAtWelcome = 0
     private var counter = 0
     private let idPrefix: String
@@ -46,7 +50,10 @@ struct ChatSession: Sendable {
         guard var components = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return url }
         var items = (components.queryItems ?? []).filter { !["name", "since", "token"].contains($0.name) }
         items.append(URLQueryItem(name: "name", value: name))
-        if let lastSeq { items.append(URLQueryItem(name: "since", value: String(lastSeq))) }
+        if let lastSeq {
+            items.append(URLQueryItem(name: "since", value: String(lastSeq)))
+            if let epoch { items.append(URLQueryItem(name: "epoch", value: epoch)) }
+        }
         if let resumeToken { items.append(URLQueryItem(name: "token", value: resumeToken)) }
         components.queryItems = items
         // Query values may hold `+`, which servers read as a space.
@@ -73,7 +80,14 @@ struct ChatSession: Sendable {
             if let token = welcome.resumeToken { resumeToken = token }
             members = welcome.members.sorted()
             latestSeqAtWelcome = welcome.latestSeq
-            if let lastSeq, lastSeq < welcome.latestSeq {
+            let previousEpoch = epoch
+            epoch = welcome.epoch
+            if lastSeq != nil, let previousEpoch, welcome.recovered == false || (welcome.epoch != nil && welcome.epoch != previousEpoch) {
+                // The seqs seen count in a history the server no longer has: start over from the
+                // new stream, and say so.
+                lastSeq = welcome.latestSeq
+                reaction.events.append(.historyReset(previousEpoch: previousEpoch, missedAfter: lastEventAt))
+            } else if let lastSeq, lastSeq < welcome.latestSeq {
                 // The server replays events after `since` that it still keeps; older ones are gone.
                 let firstKept = welcome.oldestSeq ?? (welcome.latestSeq + 1)
                 if firstKept > lastSeq + 1 {
@@ -85,9 +99,11 @@ struct ChatSession: Sendable {
             reaction.send = pending
         case .message(let message):
             guard isNew(message.seq) else { break }
+            lastEventAt = message.sentAt
             reaction.events.append(.message(message))
         case .joined(let presence):
             guard isNew(presence.seq) else { break }
+            lastEventAt = presence.at
             if presence.seq > latestSeqAtWelcome, presence.session != session {
                 members.append(presence.name)
                 members.sort()
@@ -95,6 +111,7 @@ struct ChatSession: Sendable {
             reaction.events.append(.joined(presence))
         case .left(let presence):
             guard isNew(presence.seq) else { break }
+            lastEventAt = presence.at
             if presence.seq > latestSeqAtWelcome, presence.session != session, let index = members.firstIndex(of: presence.name) {
                 members.remove(at: index)
             }

@@ -84,6 +84,15 @@ public struct ChatLimits: Sendable, Hashable {
         }
     }
 
+    /// Checks an epoch presented as `epoch=`: 1 to 64 characters of `A-Z a-z 0-9 - _`.
+    /// - Throws: ``ChatProtocolError`` with code ``ChatErrorCode/invalidEpoch``.
+    public func validate(epoch: String) throws(ChatProtocolError) {
+        let bytes = epoch.utf8
+        guard (1...64).contains(bytes.count), bytes.allSatisfy({ Self.isTokenByte($0) }) else {
+            throw ChatProtocolError(.invalidEpoch, "epoch must be 1 to 64 characters of A-Z a-z 0-9 - _, as welcome's epoch")
+        }
+    }
+
     private static func isTokenByte(_ byte: UInt8) -> Bool {
         switch byte {
         case 0x30...0x39, 0x41...0x5A, 0x61...0x7A, 0x2D, 0x5F: true

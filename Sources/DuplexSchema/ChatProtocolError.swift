@@ -36,6 +36,8 @@ public struct ChatErrorCode: RawRepresentable, Hashable, Sendable, Codable, Cust
     public static let invalidSince = ChatErrorCode("invalid_since")
     /// The `token` query parameter is not a resume token (16 to 64 of `A-Z a-z 0-9 - _`).
     public static let invalidToken = ChatErrorCode("invalid_token")
+    /// The `epoch` query parameter is not an epoch (1 to 64 of `A-Z a-z 0-9 - _`).
+    public static let invalidEpoch = ChatErrorCode("invalid_epoch")
     /// A member of that name is present in the room, and the join did not present its resume token.
     public static let nameTaken = ChatErrorCode("name_taken")
     /// The server holds its maximum of rooms and none is empty enough to evict.

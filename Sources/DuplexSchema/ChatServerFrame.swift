@@ -111,8 +111,27 @@ public struct ChatWelcome: Sendable, Hashable, Codable {
     /// may take over a connection of the same name that the server still sees), and it scopes
     /// the idempotency of `say`, so no one else can claim this member's message ids.
     public var resumeToken: String?
+    /// The room's epoch: an opaque string that changes whenever the room's history may have been
+    /// lost (a new server process, the room evicted and created again). Seqs are only comparable
+    /// within one epoch. Resume with `since=SEQ&epoch=EPOCH`.
+    public var epoch: String?
+    /// Whether the position the join asked to resume from was recovered: true when the events
+    /// after `since` were replayed (the epoch matched, or none was given), false when the join's
+    /// `epoch` is not the room's, so seqs from it mean nothing here and nothing was replayed.
+    /// Absent when the join gave no `since`.
+    public var recovered: Bool?
 
-    public init(session: String, room: String, name: String, members: [String], latestSeq: Int, oldestSeq: Int?, resumeToken: String? = nil) {
+    public init(
+        session: String,
+        room: String,
+        name: String,
+        members: [String],
+        latestSeq: Int,
+        oldestSeq: Int?,
+        resumeToken: String? = nil,
+        epoch: String? = nil,
+        recovered: Bool? = nil
+    ) {
         self.session = session
         self.room = room
         self.name = name
@@ -120,6 +139,8 @@ public struct ChatWelcome: Sendable, Hashable, Codable {
         self.latestSeq = latestSeq
         self.oldestSeq = oldestSeq
         self.resumeToken = resumeToken
+        self.epoch = epoch
+        self.recovered = recovered
     }
 }
 
@@ -220,5 +241,30 @@ public struct ChatErrorFrame: Sendable, Hashable, Codable {
     enum CodingKeys: String, CodingKey {
         case code, reason
         case clientMessageID = "clientMessageId"
+    }
+}
+
+/// The data of the `reset` event of a room's SSE stream (`GET /chat/{room}/events`): the
+/// `Last-Event-ID` came from another epoch of the room, whose history is gone, so the stream
+/// goes on live from `latestSeq` in the new `epoch`.
+public struct ChatHistoryReset: Sendable, Hashable, Codable {
+    /// The frame type, `reset`.
+    public var type = "reset"
+    /// The protocol version.
+    public var v = ChatProtocol.version
+    /// The room.
+    public var room: String
+    /// The room's epoch now.
+    public var epoch: String
+    /// The epoch the client resumed from.
+    public var previousEpoch: String
+    /// The seq of the newest event in the new epoch.
+    public var latestSeq: Int
+
+    public init(room: String, epoch: String, previousEpoch: String, latestSeq: Int) {
+        self.room = room
+        self.epoch = epoch
+        self.previousEpoch = previousEpoch
+        self.latestSeq = latestSeq
     }
 }

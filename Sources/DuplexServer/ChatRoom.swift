@@ -12,16 +12,16 @@ struct RoomEvent: Sendable {
     var type: String
     /// The frame as JSON text.
     var json: String
-    /// The event as SSE text (`id`, `event`, `data`), for room streams.
+    /// The event as SSE text (`id: EPOCH:SEQ`, `event`, `data`), for room streams.
     var sse: String
     /// For a message: the keys that make a repeated `say` idempotent (by token, and by name).
     var dedupeKeys: [String]
 
-    init(seq: Int, type: String, json: String, dedupeKeys: [String] = []) {
+    init(seq: Int, type: String, json: String, epoch: String, dedupeKeys: [String] = []) {
         self.seq = seq
         self.type = type
         self.json = json
-        self.sse = (try? ServerSentEvent(id: String(seq), event: type, data: json).encoded()) ?? ""
+        self.sse = (try? ServerSentEvent(id: RoomStreamID(epoch: epoch, seq: seq).description, event: type, data: json).encoded()) ?? ""
         self.dedupeKeys = dedupeKeys
     }
 
@@ -93,6 +93,9 @@ final class HistoryBudget: Sendable {
 /// connection cannot claim a member's ids.
 final class ChatRoom: Sendable {
     let name: String
+    /// The room's epoch: new for every room object, so new whenever the history behind the seqs
+    /// may be gone (a new process, an eviction, an amnesiac restart).
+    let epoch: String
     private let historyLimit: Int
     private let historyBytesLimit: Int
     private let budget: HistoryBudget
@@ -122,6 +125,7 @@ final class ChatRoom: Sendable {
 
     init(name: String, historyLimit: Int, historyBytesLimit: Int = .max, budget: HistoryBudget = HistoryBudget(limit: .max)) {
         self.name = name
+        self.epoch = Self.makeEpoch()
         self.historyLimit = max(historyLimit, 0)
         self.historyBytesLimit = max(historyBytesLimit, 0)
         self.budget = budget
@@ -140,6 +144,15 @@ final class ChatRoom: Sendable {
         var latestSeq: Int
         var oldestSeq: Int?
         var members: [String]
+        /// Whether `since` was honoured: nil without one, false when its epoch was another.
+        var recovered: Bool?
+    }
+
+    /// A fresh epoch: 72 random bits, base64url.
+    static func makeEpoch() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<9).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        return Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
     }
 
     /// Why a subscriber was not added.
@@ -150,14 +163,28 @@ final class ChatRoom: Sendable {
         case evicted
     }
 
-    /// Adds a member or observer and returns the events after `since` (none when nil).
+    /// Adds a member or observer and returns the events after `since` (none when nil). When
+    /// `epoch` is given and is not the room's, `since` counts in a lost history: nothing is
+    /// replayed, and the subscription says it was not recovered.
     /// A member's arrival is broadcast as a `joined` event, to itself as well; a member that
     /// replaces an older connection of its own makes that one leave first.
     ///
     /// With `deliverBacklog`, the backlog goes through the subscriber's `deliver` under the
     /// room's lock, ahead of any live event, and the returned backlog is empty. Without it, the
     /// caller must send the returned backlog before the events it receives through `deliver`.
-    func subscribe(_ subscriber: RoomSubscriber, since: Int?, deliverBacklog: Bool = false) -> Result<Subscription, Refusal> {
+    ///
+    /// `prelude`, when given, runs under the room's lock once the subscriber is accepted, before
+    /// any event reaches it, with whether `since` was recovered, the room's epoch and latest seq:
+    /// a room SSE stream announces a history reset there, ahead of every event.
+    func subscribe(
+        _ subscriber: RoomSubscriber,
+        since requested: Int?,
+        epoch: String? = nil,
+        deliverBacklog: Bool = false,
+        prelude: ((_ recovered: Bool?, _ epoch: String, _ latestSeq: Int) -> Void)? = nil
+    ) -> Result<Subscription, Refusal> {
+        let recovered: Bool? = requested == nil ? nil : (epoch == nil || epoch == self.epoch)
+        let since = recovered == true ? requested : nil
         var replaced: [RoomSubscriber] = []
         var overflowed: [RoomSubscriber] = []
         let result = state.withLockedValue { state -> Result<Subscription, Refusal> in
@@ -176,6 +203,7 @@ final class ChatRoom: Sendable {
             state.lastActive = .now
             state.nextSubscriberID += 1
             let id = state.nextSubscriberID
+            prelude?(recovered, self.epoch, state.latestSeq)
             var backlog = since.map { since in state.history.filter { $0.seq > since } } ?? []
             var slot = Slot(subscriber: subscriber)
             if deliverBacklog {
@@ -188,7 +216,8 @@ final class ChatRoom: Sendable {
                 backlog: backlog,
                 latestSeq: state.latestSeq,
                 oldestSeq: state.history.first?.seq,
-                members: Self.memberNames(state.subscribers)
+                members: Self.memberNames(state.subscribers),
+                recovered: recovered
             )
             if let member = subscriber.member {
                 overflowed += append(presence: "joined", name: member.name, session: member.session, to: &state)
@@ -230,7 +259,7 @@ final class ChatRoom: Sendable {
             let frame = ChatServerFrame.message(
                 ChatMessage(room: self.name, seq: seq, clientMessageID: say.clientMessageID, from: name, text: say.text, sentAt: date)
             )
-            let event = RoomEvent(seq: seq, type: "message", json: try frame.jsonString(), dedupeKeys: [byToken, byName])
+            let event = RoomEvent(seq: seq, type: "message", json: try frame.jsonString(), epoch: epoch, dedupeKeys: [byToken, byName])
             return (.accepted(seq: seq), append(event, to: &state))
         }
         for subscriber in overflowed { subscriber.onOverflow() }
@@ -248,11 +277,11 @@ final class ChatRoom: Sendable {
         state.withLockedValue { $0.subscribers.isEmpty ? $0.lastActive : nil }
     }
 
-    /// Evicts the room if it is empty: no one may subscribe any more, and its history is
-    /// released. Returns whether it was evicted.
-    func evictIfEmpty() -> Bool {
+    /// Evicts the room if it is empty (or in any case, with `force`): no one may subscribe any
+    /// more, and its history is released. Returns whether it was evicted.
+    func evictIfEmpty(force: Bool = false) -> Bool {
         state.withLockedValue { state in
-            guard state.subscribers.isEmpty, !state.evicted else { return false }
+            guard force || state.subscribers.isEmpty, !state.evicted else { return false }
             state.evicted = true
             _ = budget.release(state.historyBytes)
             state.history = []
@@ -272,7 +301,7 @@ final class ChatRoom: Sendable {
         let frame: ChatServerFrame = type == "joined" ? .joined(presence) : .left(presence)
         // Encoding these plain values cannot fail; a failure would be a bug in the schema.
         let json = (try? frame.jsonString()) ?? #"{"type":"\#(type)","v":1}"#
-        return append(RoomEvent(seq: seq, type: type, json: json), to: &state)
+        return append(RoomEvent(seq: seq, type: type, json: json, epoch: epoch), to: &state)
     }
 
     /// Appends an event to the history, trims the history to its bounds, and queues the event
@@ -331,12 +360,14 @@ final class ChatRooms: Sendable {
     }
 
     /// Subscribes to the room of that name, created (evicting an empty one if need be) when
-    /// there is none. See ``ChatRoom/subscribe(_:since:deliverBacklog:)``.
+    /// there is none. See ``ChatRoom/subscribe(_:since:epoch:deliverBacklog:)``.
     func subscribe(
         room name: String,
         _ subscriber: RoomSubscriber,
         since: Int?,
-        deliverBacklog: Bool = false
+        epoch: String? = nil,
+        deliverBacklog: Bool = false,
+        prelude: ((_ recovered: Bool?, _ epoch: String, _ latestSeq: Int) -> Void)? = nil
     ) -> Result<(ChatRoom, ChatRoom.Subscription), Refusal> {
         rooms.withLockedValue { rooms in
             // A room evicted by now is replaced; the loop ends, since a new room is not evicted.
@@ -355,7 +386,7 @@ final class ChatRooms: Sendable {
                     room = ChatRoom(name: name, historyLimit: historyLimit, historyBytesLimit: historyBytesLimit, budget: budget)
                     rooms[name] = room
                 }
-                switch room.subscribe(subscriber, since: since, deliverBacklog: deliverBacklog) {
+                switch room.subscribe(subscriber, since: since, epoch: epoch, deliverBacklog: deliverBacklog, prelude: prelude) {
                 case .success(let subscription): return .success((room, subscription))
                 case .failure(.nameTaken): return .failure(.nameTaken)
                 case .failure(.evicted): rooms.removeValue(forKey: name)
@@ -374,4 +405,42 @@ final class ChatRooms: Sendable {
 
     /// The number of rooms held.
     var count: Int { rooms.withLockedValue { $0.count } }
+
+    /// The room of that name, if it exists.
+    func existing(_ name: String) -> ChatRoom? {
+        rooms.withLockedValue { $0[name] }
+    }
+
+    /// Forgets every room, as a process that restarts with no memory would: each room's history
+    /// is gone, and the next room of the same name has a new epoch.
+    func forgetAll() {
+        rooms.withLockedValue { rooms in
+            for room in rooms.values { _ = room.evictIfEmpty(force: true) }
+            rooms.removeAll()
+        }
+    }
+}
+
+/// The position of an event in a room's SSE stream, as its `id`: `EPOCH:SEQ`.
+struct RoomStreamID: CustomStringConvertible, Equatable {
+    var epoch: String?
+    var seq: Int
+
+    init(epoch: String?, seq: Int) {
+        self.epoch = epoch
+        self.seq = seq
+    }
+
+    /// Parses `EPOCH:SEQ`, or a bare `SEQ` (from before epochs: the current epoch is assumed).
+    init?(_ text: String) {
+        if let colon = text.lastIndex(of: ":") {
+            guard let seq = Int(text[text.index(after: colon)...]), seq >= 0 else { return nil }
+            self.init(epoch: String(text[..<colon]), seq: seq)
+        } else {
+            guard let seq = Int(text), seq >= 0 else { return nil }
+            self.init(epoch: nil, seq: seq)
+        }
+    }
+
+    var description: String { epoch.map { "\($0):\(seq)" } ?? String(seq) }
 }

@@ -18,7 +18,9 @@ import NIOCore
 ///   HTTP/1.1, no `Connection: Upgrade`) or 426 with `Sec-WebSocket-Version: 13` (another version),
 ///   as RFC 6455 sections 4.2.1 and 4.4 require;
 /// - while the server refuses connections (a chaos fault), any request whose path does not start
-///   with `/_chaos/` gets 503.
+///   with `/_chaos/` gets 503;
+/// - once the server has begun to stop, a new request is closed unanswered, as it would be a
+///   moment later by a server no longer listening.
 ///
 /// After an upgrade it follows the WebSocket frame headers and closes the connection with 1002
 /// when the client sends an unmasked frame (RFC 6455 section 5.1), which neither swift-nio nor
@@ -125,6 +127,13 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
                 deadline = nil
                 let request = RequestHead(bytes: head)
                 head = []
+                if refusal.isStopping {
+                    // The server is going away: close as a server that stopped listening a moment
+                    // earlier would have, so that every client (an EventSource too) comes back.
+                    mode = .closed
+                    context.close(promise: nil)
+                    return
+                }
                 if let failure = check(request) {
                     answer(failure, context: context)
                     return
@@ -244,6 +253,7 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
         guard request.isWellFormed else {
             return Failure(status: 400, reason: "Bad Request", message: "the request line is malformed")
         }
+
         if refusal.isRefusing, !request.path.hasPrefix("/_chaos/") {
             return Failure(status: 503, reason: "Service Unavailable", message: "the server is refusing new connections (chaos)", headers: [("Retry-After", "1")])
         }
@@ -335,9 +345,10 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     }
 }
 
-/// Whether the server refuses new connections, and until when.
+/// Whether the server refuses new requests: for a while (a chaos fault), or while it stops.
 final class RefusalGate: Sendable {
     private let until = NIOLockedValueBox<ContinuousClock.Instant?>(nil)
+    private let stopping = NIOLockedValueBox(false)
 
     func refuse(for duration: Duration) {
         until.withLockedValue { $0 = .now + duration }
@@ -345,6 +356,18 @@ final class RefusalGate: Sendable {
 
     var isRefusing: Bool {
         until.withLockedValue { $0.map { $0 > .now } ?? false }
+    }
+
+    /// Marks the server as stopping (or, with false, serving again after a restart): new requests
+    /// are then closed unanswered. A WebSocket that upgraded while the HTTP server shuts down
+    /// would be closed by swift-websocket with 1000, which tells a client not to come back, and
+    /// an SSE client gives up on a 503; a closed connection makes both retry.
+    func setStopping(_ value: Bool) {
+        stopping.withLockedValue { $0 = value }
+    }
+
+    var isStopping: Bool {
+        stopping.withLockedValue { $0 }
     }
 }
 

@@ -15,8 +15,9 @@ extension DuplexServer {
     /// - `POST /_chaos/stall?ms=M[&route=R|room=N]`: stop reading and writing for M ms.
     /// - `POST /_chaos/end-sse[?route=R|room=N]`: end SSE streams cleanly.
     /// - `POST /_chaos/refuse?ms=M`: answer new connections and upgrades with 503 for M ms.
-    /// - `POST /_chaos/restart?ms=M`: close every connection with 1001, stop listening, and listen
-    ///   again on the same port M ms later (the answer is written first).
+    /// - `POST /_chaos/restart?ms=M[&amnesia=1]`: close every connection with 1001, stop listening,
+    ///   and listen again on the same port M ms later (the answer is written first); with
+    ///   `amnesia=1`, forget every chat room too, as a new process would.
     ///
     /// Each answers `{"affected":N}` (how many connections it reached), or 400 with the reason.
     func addChaosRoutes(to router: Router<DuplexRequestContext>) {
@@ -48,7 +49,8 @@ extension DuplexServer {
             try self.chaos(request, context) { _, query in
                 let downtime = Duration.milliseconds(try Self.milliseconds(query))
                 let affected = self.connections.count
-                self.restart(downFor: downtime)
+                let amnesia = ["1", "true"].contains(query["amnesia"] ?? "")
+                self.restart(downFor: downtime, amnesia: amnesia)
                 return affected
             }
         }

@@ -13,6 +13,8 @@ struct ChatJoin: Sendable {
     var since: Int?
     /// The resume token the member presented, if any.
     var token: String?
+    /// The epoch `since` counts in, if the member gave one.
+    var epoch: String?
 }
 
 extension DuplexServer {
@@ -36,7 +38,9 @@ extension DuplexServer {
             }
             let token = request.uri.queryParameters.get("token").map { String($0) }
             if let token { try limits.validate(token: token) }
-            return .success(ChatJoin(room: roomName, name: name, since: since, token: token))
+            let epoch = request.uri.queryParameters.get("epoch").map { String($0) }
+            if let epoch { try limits.validate(epoch: epoch) }
+            return .success(ChatJoin(room: roomName, name: name, since: since, token: token, epoch: epoch))
         } catch {
             return .failure(Refusal(status: .badRequest, error: error))
         }
@@ -61,7 +65,8 @@ extension DuplexServer {
 
     /// `WS /chat/{room}`: a member of a room.
     ///
-    /// Sends `welcome`, then the events after `since`, then live events; answers each `say` with
+    /// Sends `welcome`, then the events after `since` (when `epoch` is absent or the room's),
+    /// then live events; answers each `say` with
     /// an `ack` (after the message itself) or an `error`, and keeps the connection open after
     /// errors. A member more than `outboundQueueLimit` frames or `outboundQueueBytes` bytes
     /// behind is closed with 1013 so that it reconnects with `since`. A join whose name is
@@ -85,7 +90,7 @@ extension DuplexServer {
             }
         )
         let joined: (ChatRoom, ChatRoom.Subscription)
-        switch rooms.subscribe(room: join.room, subscriber, since: join.since) {
+        switch rooms.subscribe(room: join.room, subscriber, since: join.since, epoch: join.epoch) {
         case .success(let success):
             joined = success
         case .failure(let reason):
@@ -105,7 +110,9 @@ extension DuplexServer {
                     members: subscription.members,
                     latestSeq: subscription.latestSeq,
                     oldestSeq: subscription.oldestSeq,
-                    resumeToken: token
+                    resumeToken: token,
+                    epoch: room.epoch,
+                    recovered: subscription.recovered
                 )
             )
             try await outbound.write(.text(try welcome.jsonString()))

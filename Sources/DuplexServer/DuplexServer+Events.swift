@@ -1,4 +1,5 @@
 import DuplexSchema
+import Foundation
 import HTTPTypes
 import Hummingbird
 
@@ -32,8 +33,10 @@ extension DuplexServer {
         }
     }
 
-    /// `GET /chat/{room}/events`: the room's events as SSE (`id` = seq, `event` = `message`,
-    /// `joined` or `left`, `data` = the frame JSON), resuming after an integer `Last-Event-ID`.
+    /// `GET /chat/{room}/events`: the room's events as SSE (`id` = `EPOCH:SEQ`, `event` =
+    /// `message`, `joined` or `left`, `data` = the frame JSON), resuming after `Last-Event-ID`.
+    /// An id from another epoch gets a `reset` event, then the live stream; a bare integer id
+    /// (from before epochs) counts as a seq of the current epoch.
     func roomEventStream(_ request: Request, _ context: DuplexRequestContext) -> Response {
         let roomName = context.parameters.get("room") ?? ""
         do throws(ChatProtocolError) {
@@ -41,7 +44,7 @@ extension DuplexServer {
         } catch {
             return Refusal(status: .badRequest, error: error).response
         }
-        let since = request.headers[HTTPField.Name("Last-Event-ID")!].flatMap { Int($0) }.flatMap { $0 >= 0 ? $0 : nil }
+        let position = request.headers[HTTPField.Name("Last-Event-ID")!].flatMap(RoomStreamID.init)
         guard rooms.canHost(roomName) else {
             return refusal(.roomLimit, name: "").response
         }
@@ -52,8 +55,26 @@ extension DuplexServer {
                 deliver: { event in EventStreamResponse.yield(event.sse, to: sink) },
                 onOverflow: {}
             )
+            // A position from another epoch: its history is gone. Say so, ahead of every event, with
+            // an id in the new epoch, so the client's Last-Event-ID moves on.
+            let prelude = { (recovered: Bool?, epoch: String, latestSeq: Int) in
+                guard recovered == false, let previous = position?.epoch else { return }
+                let reset = ChatHistoryReset(room: roomName, epoch: epoch, previousEpoch: previous, latestSeq: latestSeq)
+                let data = (try? ChatProtocol.makeEncoder().encode(reset)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
+                let text = (try? ServerSentEvent(id: RoomStreamID(epoch: epoch, seq: latestSeq).description, event: "reset", data: data).encoded()) ?? ""
+                _ = EventStreamResponse.yield(text, to: sink)
+            }
             // Rooms filled up since the check: the stream ends, and the client retries.
-            guard case .success(let (room, subscription)) = rooms.subscribe(room: roomName, subscriber, since: since, deliverBacklog: true) else { return }
+            guard
+                case .success(let (room, subscription)) = rooms.subscribe(
+                    room: roomName,
+                    subscriber,
+                    since: position?.seq,
+                    epoch: position?.epoch,
+                    deliverBacklog: true,
+                    prelude: prelude
+                )
+            else { return }
             defer { room.unsubscribe(subscription.id) }
             await waitUntilCancelled()
         }

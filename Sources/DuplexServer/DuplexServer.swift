@@ -39,7 +39,13 @@ public final class DuplexServer: Service, Sendable {
     /// Closes every connection still open when a graceful shutdown passes its deadline.
     private let shutdownDeadline = NIOLockedValueBox<Task<Void, Never>?>(nil)
     private let lifecycle = NIOLockedValueBox(Lifecycle())
-    private let restartRequest = NIOLockedValueBox<AsyncStream<Duration>.Continuation?>(nil)
+    private let restartRequest = NIOLockedValueBox<AsyncStream<Restart>.Continuation?>(nil)
+
+    /// A restart asked for: how long the server stays down, and whether it forgets its rooms.
+    private struct Restart: Sendable {
+        var downtime: Duration
+        var amnesia: Bool
+    }
 
     /// Creates a server; nothing listens until ``run()``.
     /// - Parameters:
@@ -62,13 +68,18 @@ public final class DuplexServer: Service, Sendable {
     public func run() async throws {
         var port = configuration.port
         do {
-            while let downtime = try await serveUntilRestart(port: port) {
-                // a restart: every connection was closed with 1001; come back on the same port
+            while let restart = try await serveUntilRestart(port: port) {
+                // A restart: every connection was told 1001. One the old listener accepted as it
+                // stopped may still be open, unserved: close it, as a process that exits would.
+                channels.closeAll()
                 port = lifecycle.withLockedValue { $0.port } ?? port
                 connections.reopen()
-                logger.notice("restarting", metadata: ["down for": "\(downtime)", "port": "\(port)"])
-                try await Task.sleep(for: downtime)
+                refusal.setStopping(false)
+                if restart.amnesia { rooms.forgetAll() }
+                logger.notice("restarting", metadata: ["down for": "\(restart.downtime)", "port": "\(port)", "amnesia": "\(restart.amnesia)"])
+                try await Task.sleep(for: restart.downtime)
             }
+            channels.closeAll()
             didStop(error: nil)
         } catch {
             didStop(error: error)
@@ -78,26 +89,29 @@ public final class DuplexServer: Service, Sendable {
 
     /// Stops listening, closing every connection with 1001 as a graceful shutdown does, and
     /// listens again on the same port after `downtime`.
-    public func restart(downFor downtime: Duration) {
+    ///
+    /// With `amnesia`, the server also forgets every chat room, as a new process would: rooms
+    /// come back empty, with new epochs, so clients that resume see their history reset.
+    public func restart(downFor downtime: Duration, amnesia: Bool = false) {
         let request = restartRequest.withLockedValue { $0 }
-        request?.yield(downtime)
+        request?.yield(Restart(downtime: downtime, amnesia: amnesia))
     }
 
-    /// Serves on `port` until a graceful shutdown (returns nil) or a restart (returns the downtime).
-    private func serveUntilRestart(port: Int) async throws -> Duration? {
+    /// Serves on `port` until a graceful shutdown (returns nil) or a restart (returns it).
+    private func serveUntilRestart(port: Int) async throws -> Restart? {
         let group = makeServiceGroup(port: port)
-        let (restarts, request) = AsyncStream<Duration>.makeStream()
+        let (restarts, request) = AsyncStream<Restart>.makeStream()
         restartRequest.withLockedValue { $0 = request }
         defer { restartRequest.withLockedValue { $0 = nil } }
-        return try await withThrowingTaskGroup(of: Duration?.self) { tasks in
+        return try await withThrowingTaskGroup(of: Restart?.self) { tasks in
             tasks.addTask {
                 try await group.run()
                 return nil
             }
             tasks.addTask {
-                for await downtime in restarts {
+                for await restart in restarts {
                     await group.triggerGracefulShutdown()
-                    return downtime
+                    return restart
                 }
                 return nil
             }
@@ -256,6 +270,7 @@ struct ShutdownCoordinator: Service {
     func run() async throws {
         // Returns when a graceful shutdown begins; throws when the task is cancelled instead.
         try await gracefulShutdown()
+        server.refusal.setStopping(true)
         server.logger.info("shutting down", metadata: ["connections": "\(server.connections.count)"])
         server.startShutdownDeadline(server.configuration.shutdownTimeout)
         await server.connections.shutdown(

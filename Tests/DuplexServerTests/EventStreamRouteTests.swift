@@ -103,7 +103,7 @@ struct EventStreamRouteTests {
         }
     }
 
-    @Test("/chat/{room}/events streams room events with id = seq and resumes from Last-Event-ID")
+    @Test("/chat/{room}/events streams room events with id = EPOCH:SEQ and resumes from Last-Event-ID (a bare seq too)")
     func roomEventStream() async throws {
         try await withTimeout {
             try await withDuplexServer { server in
@@ -117,14 +117,15 @@ struct EventStreamRouteTests {
                     try await TestHTTPResponse.get(port: server.port, "/chat/sse/events", headers: [("Last-Event-ID", "2")]) { response in
                         var events: [ServerSentEvent] = []
                         for _ in 0..<2 { events.append(try #require(try await response.nextEvent())) }
-                        #expect(events.map(\.id) == ["3", "4"])
+                        let epoch = try #require(events.first?.id?.split(separator: ":").first.map(String.init))
+                        #expect(events.map(\.id) == ["\(epoch):3", "\(epoch):4"])
                         #expect(events.map(\.event) == ["message", "message"])
                         let frame = try ChatServerFrame.decode(Data(events[0].data.utf8))
                         #expect(frame.message?.text == "m2" && frame.seq == 3)
                         // then live
                         try await alice.say("live", id: "live")
                         let live = try #require(try await response.nextEvent())
-                        #expect(live.id == "5")
+                        #expect(live.id == "\(epoch):5")
                         #expect(try ChatServerFrame.decode(Data(live.data.utf8)).message?.text == "live")
                     }
                 }

@@ -9,7 +9,7 @@ import Testing
 struct ServerProcessTests {
     /// Starts the binary on a free port; returns it and the port from its listening line.
     static func start(_ arguments: [String] = []) async throws -> (CLIProcess, Int) {
-        let server = try CLIProcess("duplex-server", ["--port", "0"] + arguments)
+        let server = try CLIProcess("duplex-server", (arguments.contains("--port") ? [] : ["--port", "0"]) + arguments)
         let output = try await server.waitForStdout("duplex-server listening on http://127.0.0.1:")
         let line = try #require(output.stdout.split(separator: "\n").first { $0.contains("listening on") })
         let port = try #require(Int(line.split(separator: ":").last ?? ""))
