@@ -12,7 +12,7 @@ struct DuplexServerCommand: AsyncParsableCommand {
         commandName: "duplex-server",
         abstract: "A loopback WebSocket and Server-Sent Events server to test real-time clients against.",
         discussion: """
-            Routes: GET /health, WS /echo, WS /chat/{room}?name=NAME[&since=SEQ], \
+            Routes: GET /health, WS /echo, WS /chat/{room}?name=NAME[&since=SEQ&epoch=E][&token=T], \
             GET /events[?interval=MS], GET /chat/{room}/events.
             Prints one line when it listens: "duplex-server listening on http://HOST:PORT".
             SIGINT and SIGTERM shut it down gracefully: WebSocket peers get close 1001 and SSE \

@@ -24,7 +24,7 @@ import NIOCore
 /// Routes:
 /// - `GET /health`: `{"status":"ok"}`.
 /// - `WS /echo`: every message back, same opcode, in order.
-/// - `WS /chat/{room}?name=NAME[&since=SEQ]`: chat rooms (see `docs/protocol.md`).
+/// - `WS /chat/{room}?name=NAME[&since=SEQ&epoch=E][&token=T]`: chat rooms (see `docs/protocol.md`).
 /// - `GET /events[?interval=MS]`: an SSE tick stream that resumes from `Last-Event-ID`.
 /// - `GET /chat/{room}/events`: a room's events as SSE, resuming from `Last-Event-ID`.
 public final class DuplexServer: Service, Sendable {
