@@ -23,7 +23,8 @@ public enum ChatEvent: Sendable, Equatable {
     /// The room's history was lost on the server (it restarted with no memory, or evicted the
     /// room): its epoch changed from `previousEpoch`, so the client could not resume where it
     /// left off. Events after `missedAfter` (the time of the last event seen, if any) may be
-    /// missing; the client goes on from the new stream and resends what was not acknowledged.
+    /// missing; the client goes on with the new epoch from its start (every event the server
+    /// keeps of it follows) and resends what was not acknowledged.
     case historyReset(previousEpoch: String, missedAfter: Date?)
     /// The connection closed. With `reconnecting`, the client reconnects and resumes where it
     /// left off; without, it stays closed.

@@ -35,6 +35,11 @@ struct ChatSession: Sendable {
     private(set) var epoch: String?
     /// When the last room event seen happened.
     private var lastEventAt: Date?
+    /// The `from/clientMessageId` of the last ``recentLimit`` messages reported, oldest first,
+    /// and as a set: a message the server broadcasts again in a new epoch (a sender resent it
+    /// because the old server died before its ack) is not reported twice.
+    private var recent: (order: [String], keys: Set<String>) = ([], [])
+    private static let recentLimit = 1024
     private var latestSeqAtWelcome = 0
     private var counter = 0
     private let idPrefix: String
@@ -84,8 +89,8 @@ struct ChatSession: Sendable {
             epoch = welcome.epoch
             if lastSeq != nil, let previousEpoch, welcome.recovered == false || (welcome.epoch != nil && welcome.epoch != previousEpoch) {
                 // The seqs seen count in a history the server no longer has: start over from the
-                // new stream, and say so.
-                lastSeq = welcome.latestSeq
+                // start of the new epoch (the server sends what it keeps of it), and say so.
+                lastSeq = 0
                 reaction.events.append(.historyReset(previousEpoch: previousEpoch, missedAfter: lastEventAt))
             } else if let lastSeq, lastSeq < welcome.latestSeq {
                 // The server replays events after `since` that it still keeps; older ones are gone.
@@ -100,6 +105,7 @@ struct ChatSession: Sendable {
         case .message(let message):
             guard isNew(message.seq) else { break }
             lastEventAt = message.sentAt
+            guard remember("\(message.from)/\(message.clientMessageID)") else { break }
             reaction.events.append(.message(message))
         case .joined(let presence):
             guard isNew(presence.seq) else { break }
@@ -131,6 +137,16 @@ struct ChatSession: Sendable {
             }
         }
         return reaction
+    }
+
+    /// Records a message key; false when it was reported already.
+    private mutating func remember(_ key: String) -> Bool {
+        guard recent.keys.insert(key).inserted else { return false }
+        recent.order.append(key)
+        if recent.order.count > Self.recentLimit {
+            recent.keys.remove(recent.order.removeFirst())
+        }
+        return true
     }
 
     /// Whether a room event is new (not a replay of one already seen), recording its seq if so.

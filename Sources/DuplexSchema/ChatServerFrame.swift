@@ -117,8 +117,8 @@ public struct ChatWelcome: Sendable, Hashable, Codable {
     public var epoch: String?
     /// Whether the position the join asked to resume from was recovered: true when the events
     /// after `since` were replayed (the epoch matched, or none was given), false when the join's
-    /// `epoch` is not the room's, so seqs from it mean nothing here and nothing was replayed.
-    /// Absent when the join gave no `since`.
+    /// `epoch` is not the room's, so seqs from it mean nothing here: the events the room keeps of
+    /// its new epoch are replayed from its start instead. Absent when the join gave no `since`.
     public var recovered: Bool?
 
     public init(
@@ -246,7 +246,7 @@ public struct ChatErrorFrame: Sendable, Hashable, Codable {
 
 /// The data of the `reset` event of a room's SSE stream (`GET /chat/{room}/events`): the
 /// `Last-Event-ID` came from another epoch of the room, whose history is gone, so the stream
-/// goes on live from `latestSeq` in the new `epoch`.
+/// goes on with what the room keeps of its new `epoch`, from its start, then live.
 public struct ChatHistoryReset: Sendable, Hashable, Codable {
     /// The frame type, `reset`.
     public var type = "reset"

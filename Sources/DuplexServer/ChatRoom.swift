@@ -164,8 +164,9 @@ final class ChatRoom: Sendable {
     }
 
     /// Adds a member or observer and returns the events after `since` (none when nil). When
-    /// `epoch` is given and is not the room's, `since` counts in a lost history: nothing is
-    /// replayed, and the subscription says it was not recovered.
+    /// `epoch` is given and is not the room's, `since` counts in a lost history: the subscriber
+    /// gets every kept event of this epoch instead, and the subscription says it was not
+    /// recovered.
     /// A member's arrival is broadcast as a `joined` event, to itself as well; a member that
     /// replaces an older connection of its own makes that one leave first.
     ///
@@ -184,7 +185,9 @@ final class ChatRoom: Sendable {
         prelude: ((_ recovered: Bool?, _ epoch: String, _ latestSeq: Int) -> Void)? = nil
     ) -> Result<Subscription, Refusal> {
         let recovered: Bool? = requested == nil ? nil : (epoch == nil || epoch == self.epoch)
-        let since = recovered == true ? requested : nil
+        // A position in a lost history: the subscriber has seen nothing of this epoch, so it
+        // gets all of it that is kept.
+        let since = recovered == false ? 0 : requested
         var replaced: [RoomSubscriber] = []
         var overflowed: [RoomSubscriber] = []
         let result = state.withLockedValue { state -> Result<Subscription, Refusal> in

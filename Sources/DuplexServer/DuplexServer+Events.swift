@@ -56,12 +56,14 @@ extension DuplexServer {
                 onOverflow: {}
             )
             // A position from another epoch: its history is gone. Say so, ahead of every event, with
-            // an id in the new epoch, so the client's Last-Event-ID moves on.
+            // an id in the new epoch, so the client's Last-Event-ID moves on; then the new
+            // epoch's kept events follow from its start.
             let prelude = { (recovered: Bool?, epoch: String, latestSeq: Int) in
                 guard recovered == false, let previous = position?.epoch else { return }
                 let reset = ChatHistoryReset(room: roomName, epoch: epoch, previousEpoch: previous, latestSeq: latestSeq)
                 let data = (try? ChatProtocol.makeEncoder().encode(reset)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
-                let text = (try? ServerSentEvent(id: RoomStreamID(epoch: epoch, seq: latestSeq).description, event: "reset", data: data).encoded()) ?? ""
+                // Its id is the start of the new epoch: the kept events of the epoch follow.
+                let text = (try? ServerSentEvent(id: RoomStreamID(epoch: epoch, seq: 0).description, event: "reset", data: data).encoded()) ?? ""
                 _ = EventStreamResponse.yield(text, to: sink)
             }
             // Rooms filled up since the check: the stream ends, and the client retries.

@@ -13,8 +13,8 @@ struct ChatSessionTests {
         .welcome(ChatWelcome(session: session, room: "lobby", name: "alice", members: members, latestSeq: latest, oldestSeq: oldest))
     }
 
-    func message(_ seq: Int, from: String = "bob", id: String = "b-1") -> ChatServerFrame {
-        .message(ChatMessage(room: "lobby", seq: seq, clientMessageID: id, from: from, text: "m\(seq)", sentAt: now))
+    func message(_ seq: Int, from: String = "bob", id: String? = nil) -> ChatServerFrame {
+        .message(ChatMessage(room: "lobby", seq: seq, clientMessageID: id ?? "b-\(seq)", from: from, text: "m\(seq)", sentAt: now))
     }
 
     @Test("the join URL carries name, then since= the last seq seen; + is escaped")
