@@ -6,85 +6,91 @@ import Foundation
 import NIOConcurrencyHelpers
 import Testing
 
-/// 50 chat clients in 5 rooms through a FaultProxy for DUPLEX_SOAK_SECONDS (default 60), with
-/// random proxy and server faults, checked for zero loss and zero duplication. Off unless
-/// DUPLEX_SOAK is set:  DUPLEX_SOAK=1 swift test --filter SoakTests
+/// 50 `ChatClient`s in 5 rooms through a FaultProxy for DUPLEX_SOAK_SECONDS (default 60), with
+/// random proxy and server faults (amnesiac restarts among them), checked for zero loss and
+/// zero duplication. Off unless DUPLEX_SOAK is set:
+///
+///     DUPLEX_SOAK=1 DUPLEX_SOAK_SECONDS=600 DUPLEX_SOAK_FAULT_MS=300-900 swift test --filter SoakTests
+///
+/// Loss is counted over the messages acknowledged in each room's final epoch: an amnesiac
+/// restart loses the history before it by design (and every member is told, `historyReset`).
+/// A duplicate is a message any member's `events` reports twice, across epochs included.
 @Suite("soak", .enabled(if: ProcessInfo.processInfo.environment["DUPLEX_SOAK"] != nil))
 struct SoakTests {
     static let seconds = Int(ProcessInfo.processInfo.environment["DUPLEX_SOAK_SECONDS"] ?? "") ?? 60
+    /// The pause between faults, in milliseconds: "MIN-MAX".
+    static let faultPause: ClosedRange<Int> = {
+        let parts = (ProcessInfo.processInfo.environment["DUPLEX_SOAK_FAULT_MS"] ?? "1500-4000").split(separator: "-").compactMap { Int($0) }
+        return parts.count == 2 && parts[0] <= parts[1] ? parts[0]...parts[1] : 1500...4000
+    }()
 
-    /// One chat client: resumes with since=, resends until acked, records what it reads.
+    /// One chat member and what it saw.
     final class Member: Sendable {
+        struct Read: Sendable {
+            var key: String
+            var seq: Int
+            var epoch: String?
+        }
+
         let name: String
         let room: String
-        let socket: WebSocket
-        let book = IntegrationTests.AckBook()
-        let lastSeq = NIOLockedValueBox(0)
-        /// (from, clientMessageId) of every message read, in order, with its seq.
-        let read = NIOLockedValueBox<[(seq: Int, key: String)]>([])
-        let acked = NIOLockedValueBox<[String]>([])
+        let client: ChatClient
+        let epoch = NIOLockedValueBox<String?>(nil)
+        let read = NIOLockedValueBox<[Read]>([])
+        /// `name/clientMessageId` of each acknowledged message, with the epoch it was acked in.
+        let acked = NIOLockedValueBox<[(key: String, epoch: String?)]>([])
+        let resets = NIOLockedValueBox(0)
         /// Ticks once per message read, so a waiter can check again.
         let (updates, update) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
 
         init(name: String, room: String, base: String) {
             self.name = name
             self.room = room
-            let url = "\(base)/chat/\(room)?name=\(name)"
-            socket = WebSocket(
-                url: URL(string: url)!,
-                configuration: .init(
+            client = ChatClient(
+                url: URL(string: "\(base)/chat/\(room)")!,
+                name: name,
+                configuration: WebSocketConfiguration(
                     ping: PingConfig(pingInterval: .milliseconds(500), maxPingFailures: 2),
                     reconnection: .exponentialBackoff(baseDelay: .milliseconds(50), maxDelay: .milliseconds(500)),
-                    maxQueuedSends: 10_000
+                    maxQueuedSends: 10_000,
+                    connectTimeout: .seconds(2)
                 )
             )
-            let lastSeq = self.lastSeq
-            socket.prepareRequest = { request in
-                var request = request
-                request.url = URL(string: url + "&since=\(lastSeq.withLockedValue { $0 })")!
-                return request
-            }
         }
 
         func start() async throws -> Task<Void, Never> {
-            let frames = WebSocketCodableChannel<ChatClientFrame, ChatServerFrame>(socket: socket, decoder: { ChatProtocol.makeDecoder() }).receiveResults()
+            let events = client.events
             let reading = Task {
-                for await result in frames {
-                    guard case .success(let frame) = result else { continue }
-                    switch frame {
+                for await event in events {
+                    switch event {
+                    case .welcome(let welcome, _):
+                        self.epoch.withLockedValue { $0 = welcome.epoch }
                     case .message(let message):
-                        self.lastSeq.withLockedValue { $0 = max($0, message.seq) }
-                        self.read.withLockedValue { $0.append((message.seq, "\(message.from)/\(message.clientMessageID)")) }
+                        let epoch = self.epoch.withLockedValue { $0 }
+                        self.read.withLockedValue { $0.append(Read(key: "\(message.from)/\(message.clientMessageID)", seq: message.seq, epoch: epoch)) }
                         self.update.yield()
-                    case .joined(let presence), .left(let presence):
-                        self.lastSeq.withLockedValue { $0 = max($0, presence.seq) }
-                    case .ack(let ack):
-                        await self.book.record(ack.clientMessageID)
+                    case .delivered(let ack):
+                        let epoch = self.epoch.withLockedValue { $0 }
+                        self.acked.withLockedValue { $0.append(("\(self.name)/\(ack.clientMessageID)", epoch)) }
+                    case .historyReset:
+                        self.resets.withLockedValue { $0 += 1 }
                     default:
                         break
                     }
                 }
             }
-            try await socket.connect()
+            _ = try await client.join(timeout: .seconds(30))
             return reading
-        }
-
-        /// Sends `id` until it is acked.
-        func say(_ id: String) async {
-            let frame = (try? ChatClientFrame.say(ChatSay(clientMessageID: id, text: "soak \(id)")).jsonString()) ?? ""
-            repeat {
-                guard !Task.isCancelled else { return }
-                try? await socket.send(frame)
-            } while await !book.wait(for: id, limit: .seconds(2))
-            acked.withLockedValue { $0.append("\(name)/\(id)") }
         }
     }
 
-    @Test("50 clients, random faults, zero loss and zero duplication")
+    @Test("50 clients, random faults with amnesiac restarts, zero loss and zero duplication")
     func soak() async throws {
-        try await withTimeout(.seconds(Self.seconds + 120)) {
+        try await withTimeout(.seconds(Self.seconds + 180)) {
             var configuration = DuplexServerConfiguration()
             configuration.historyLimit = 100_000
+            configuration.historyBytesLimit = 64 * 1024 * 1024
+            configuration.totalHistoryBytesLimit = 512 * 1024 * 1024
             try await withDuplexServer(configuration: configuration) { server in
                 let proxy = try await FaultProxy.start(upstreamPort: server.port)
                 let base = "ws://127.0.0.1:\(proxy.port)"
@@ -93,12 +99,12 @@ struct SoakTests {
                 for member in members { readers.append(try await member.start()) }
                 let end = ContinuousClock.now + .seconds(Self.seconds)
                 let faults = NIOLockedValueBox<[String]>([])
-                // The sleeps below pace the workload (a fault every few seconds, a message every
+                // The sleeps below pace the workload (a fault every so often, a message every
                 // 100-300 ms per client); nothing waits on them for an event.
                 let chaos = Task {
                     while ContinuousClock.now < end, ProcessInfo.processInfo.environment["DUPLEX_SOAK_NO_FAULTS"] == nil {
-                        try? await Task.sleep(for: .milliseconds(Int.random(in: 1500...4000)))
-                        switch Int(ProcessInfo.processInfo.environment["DUPLEX_SOAK_FAULT"] ?? "") ?? Int.random(in: 0..<6) {
+                        try? await Task.sleep(for: .milliseconds(Int.random(in: Self.faultPause)))
+                        switch Int(ProcessInfo.processInfo.environment["DUPLEX_SOAK_FAULT"] ?? "") ?? Int.random(in: 0..<8) {
                         case 0: proxy.dropAll(); faults.withLockedValue { $0.append("proxy drop") }
                         case 1:
                             let id = proxy.add(.latency(.milliseconds(300), jitter: .milliseconds(100)), direction: .both)
@@ -112,19 +118,20 @@ struct SoakTests {
                             proxy.remove(id)
                         case 3: server.server.dropConnections(.room("r\(Int.random(in: 0..<5))")); faults.withLockedValue { $0.append("server drop") }
                         case 4: server.server.stallConnections(.room("r\(Int.random(in: 0..<5))"), for: .seconds(2)); faults.withLockedValue { $0.append("stall") }
-                        default: proxy.add(.resetPeer, direction: .both); proxy.removeAll(); faults.withLockedValue { $0.append("reset") }
+                        case 5: proxy.add(.resetPeer, direction: .both); proxy.removeAll(); faults.withLockedValue { $0.append("reset") }
+                        case 6: server.server.restart(downFor: .milliseconds(200)); faults.withLockedValue { $0.append("restart") }
+                        default: server.server.restart(downFor: .milliseconds(200), amnesia: true); faults.withLockedValue { $0.append("amnesiac restart") }
                         }
                     }
                 }
-                // every member says something every 200 ms or so, until the end
-                print("soak: clients connected, running \(Self.seconds) s")
+                print("soak: clients joined, running \(Self.seconds) s, a fault every \(Self.faultPause) ms")
                 await withTaskGroup(of: Void.self) { group in
                     for member in members {
                         group.addTask {
                             var n = 0
                             while ContinuousClock.now < end, !Task.isCancelled {
                                 n += 1
-                                await member.say("\(n)")
+                                _ = try? await member.client.say("soak \(n)")
                                 try? await Task.sleep(for: .milliseconds(Int.random(in: 100...300)))
                             }
                         }
@@ -132,32 +139,48 @@ struct SoakTests {
                 }
                 await chaos.value
                 proxy.removeAll()
-                print("soak: load done; states: \(Dictionary(members.map { ("\($0.socket.state)", 1) }, uniquingKeysWith: +))")
-                // wait until every member has read every acked message of its room
+                // Every member gets its messages acknowledged, then reads what its room acked.
+                for member in members { _ = await member.client.waitForDelivery(timeout: .seconds(60)) }
+                // The room's final epoch is the one its members are in now.
+                var finalEpoch: [String: String] = [:]
+                for member in members { if let epoch = member.epoch.withLockedValue({ $0 }) { finalEpoch[member.room] = epoch } }
+                var allAcked: [String: Set<String>] = [:]
                 var expected: [String: Set<String>] = [:]
-                for member in members { expected[member.room, default: []].formUnion(member.acked.withLockedValue { $0 }) }
-                // at most 20 s: whatever is still missing then is reported by the checks below
                 for member in members {
-                    let want = expected[member.room]!
-                    let done: @Sendable () -> Bool = { Set(member.read.withLockedValue { $0.map(\.key) }).isSuperset(of: want) }
-                    if !done() {
-                        _ = try? await member.updates.first(within: .seconds(20)) { _ in done() }
+                    for ack in member.acked.withLockedValue({ $0 }) {
+                        allAcked[member.room, default: []].insert(ack.key)
+                        if ack.epoch == finalEpoch[member.room] { expected[member.room, default: []].insert(ack.key) }
                     }
                 }
-                var total = 0
+                // At most 30 s: whatever is still missing then is reported by the checks below.
+                for member in members {
+                    let want = expected[member.room] ?? []
+                    let done: @Sendable () -> Bool = { Set(member.read.withLockedValue { $0.map(\.key) }).isSuperset(of: want) }
+                    if !done() { _ = try? await member.updates.first(within: .seconds(30)) { _ in done() } }
+                }
+                var deliveries = 0
+                var lost = 0
+                var duplicated = 0
+                var disordered = 0
                 for member in members {
                     let read = member.read.withLockedValue { $0 }
-                    total += read.count
-                    #expect(Set(read.map(\.key)).count == read.count, "\(member.name) read a message twice")
-                    #expect(read.map(\.seq) == read.map(\.seq).sorted(), "\(member.name) read out of order")
-                    let missing = expected[member.room]!.subtracting(read.map(\.key))
-                    #expect(missing.isEmpty, "\(member.name) (\(member.socket.state)) missed \(missing.count): \(missing.sorted().prefix(5))")
-                    #expect(Set(read.map(\.key)).isSubset(of: expected[member.room]!), "\(member.name) read messages nobody sent")
+                    deliveries += read.count
+                    duplicated += read.count - Set(read.map(\.key)).count
+                    for (index, entry) in read.enumerated().dropFirst() where entry.epoch == read[index - 1].epoch && entry.seq <= read[index - 1].seq {
+                        disordered += 1
+                    }
+                    let missing = (expected[member.room] ?? []).subtracting(read.map(\.key))
+                    lost += missing.count
+                    #expect(missing.isEmpty, "\(member.name) missed \(missing.count): \(missing.sorted().prefix(5))")
+                    #expect(Set(read.map(\.key)).isSubset(of: allAcked[member.room] ?? []), "\(member.name) read messages nobody sent")
                 }
-                let sent = expected.values.map(\.count).reduce(0, +)
+                #expect(duplicated == 0, "messages reported twice")
+                #expect(disordered == 0, "messages out of order within an epoch")
+                let sent = allAcked.values.map(\.count).reduce(0, +)
                 let kinds = Dictionary(faults.withLockedValue { $0 }.map { ($0, 1) }, uniquingKeysWith: +)
-                print("soak: \(Self.seconds) s, 50 clients, \(sent) messages acked, \(total) deliveries checked, faults: \(kinds.sorted { $0.key < $1.key })")
-                for member in members { await member.socket.terminate() }
+                let resets = members.map { $0.resets.withLockedValue { $0 } }.reduce(0, +)
+                print("soak: \(Self.seconds) s, 50 clients, \(sent) messages acked (\(expected.values.map(\.count).reduce(0, +)) in the final epochs), \(deliveries) deliveries checked, \(lost) lost, \(duplicated) duplicated, \(disordered) out of order, \(resets) history resets reported, \(faults.withLockedValue { $0.count }) faults: \(kinds.sorted { $0.key < $1.key })")
+                for member in members { await member.client.leave() }
                 for reader in readers { reader.cancel() }
                 await proxy.stop()
             }
