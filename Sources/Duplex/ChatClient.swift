@@ -8,7 +8,10 @@ public enum ChatEvent: Sendable, Equatable {
     /// Joined the room: the first time, or again after a reconnection (`resumed`), in which case
     /// the events missed meanwhile follow.
     case welcome(ChatWelcome, resumed: Bool)
-    /// A message posted to the room, the client's own included. Each seq is reported once.
+    /// A message posted to the room, the client's own included. Each seq is reported once, and
+    /// a message the server broadcasts again in a new epoch (its sender resent it because a
+    /// server that lost its history never acknowledged it) is not reported again if it was among
+    /// the last 8192 messages reported.
     case message(ChatMessage)
     /// Someone joined the room.
     case joined(ChatPresence)

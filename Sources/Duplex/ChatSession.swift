@@ -39,7 +39,7 @@ struct ChatSession: Sendable {
     /// and as a set: a message the server broadcasts again in a new epoch (a sender resent it
     /// because the old server died before its ack) is not reported twice.
     private var recent: (order: [String], keys: Set<String>) = ([], [])
-    private static let recentLimit = 1024
+    private static let recentLimit = 8192
     private var latestSeqAtWelcome = 0
     private var counter = 0
     private let idPrefix: String
@@ -77,6 +77,11 @@ struct ChatSession: Sendable {
     /// A frame arrived on `connection` (the socket generation that carried it).
     mutating func received(_ frame: ChatServerFrame, on connection: UInt64) -> Reaction {
         var reaction = Reaction()
+        // Once a connection is welcomed, frames still arriving from an older one are stale: a
+        // seq from a lost epoch would corrupt the position in the new one, and an ack from a
+        // server that then lost its history would mark delivered a message the new one never
+        // had. They are ignored; what they acknowledged is resent, and the server dedupes it.
+        if let welcomed = welcomedConnection, connection < welcomed { return reaction }
         switch frame {
         case .welcome(let welcome):
             welcomedConnection = connection

@@ -42,6 +42,11 @@ struct EpochTests {
         // one: broadcast again in the new epoch, reported once.
         let resent = session.received(.message(ChatMessage(room: "r", seq: 4, clientMessageID: "b-1", from: "bob", text: "old", sentAt: at)), on: 2)
         #expect(resent.events.isEmpty, "already reported in the old epoch")
+        // A late frame from the old server's connection (1) is stale: ignored, position kept.
+        let stale = session.received(.message(ChatMessage(room: "r", seq: 9000, clientMessageID: "b-9", from: "bob", text: "stale", sentAt: at)), on: 1)
+        #expect(stale.events.isEmpty && session.lastSeq == 4)
+        let staleAck = session.received(.ack(ChatAck(clientMessageID: pending.clientMessageID, seq: 15)), on: 1)
+        #expect(staleAck.events.isEmpty && session.pending == [pending], "an ack from the server that lost its history does not count")
         // The same epoch again: an ordinary resume, no reset.
         let again = session.received(.welcome(ChatWelcome(session: "s3", room: "r", name: "alice", members: ["alice"], latestSeq: 3, oldestSeq: 1, epoch: "B", recovered: true)), on: 3)
         #expect(!again.events.contains { if case .historyReset = $0 { true } else { false } })
