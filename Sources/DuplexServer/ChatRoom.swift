@@ -150,9 +150,7 @@ final class ChatRoom: Sendable {
 
     /// A fresh epoch: 72 random bits, base64url.
     static func makeEpoch() -> String {
-        var generator = SystemRandomNumberGenerator()
-        let bytes = (0..<9).map { _ in UInt8.random(in: 0...255, using: &generator) }
-        return Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+        randomBase64URL(bytes: 9)
     }
 
     /// Why a subscriber was not added.
@@ -446,4 +444,12 @@ struct RoomStreamID: CustomStringConvertible, Equatable {
     }
 
     var description: String { epoch.map { "\($0):\(seq)" } ?? String(seq) }
+}
+
+/// `bytes` random bytes from the system's generator, as base64url without padding (a multiple
+/// of 3 bytes has none): for epochs and resume tokens.
+func randomBase64URL(bytes count: Int) -> String {
+    var generator = SystemRandomNumberGenerator()
+    let bytes = (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+    return Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
 }

@@ -58,9 +58,7 @@ extension DuplexServer {
 
     /// A fresh resume token: 144 random bits, base64url.
     static func makeResumeToken() -> String {
-        var generator = SystemRandomNumberGenerator()
-        let bytes = (0..<18).map { _ in UInt8.random(in: 0...255, using: &generator) }
-        return Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+        randomBase64URL(bytes: 18)
     }
 
     /// `WS /chat/{room}`: a member of a room.

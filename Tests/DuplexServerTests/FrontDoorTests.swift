@@ -197,16 +197,6 @@ struct FrontDoorTests {
     }
 }
 
-/// Suspends until the task is cancelled.
-func waitUntilCancelled() async {
-    let (stream, continuation) = AsyncStream<Never>.makeStream()
-    await withTaskCancellationHandler {
-        for await _ in stream {}
-    } onCancel: {
-        continuation.finish()
-    }
-}
-
 /// Queues are bounded in bytes (issue 16: a room SSE watcher that never read held about 100 MB).
 @Suite("bounded queues")
 struct BoundedQueueTests {
