@@ -344,7 +344,10 @@ final class ChatClientCore: Sendable {
             let reconnecting = state.everJoined && !state.left && state.refused == nil && strategy.maxAttempts != 0 && {
                 switch reason {
                 case .manuallyDisconnected, .terminated, .reconnectionGaveUp: return false
-                case .closed(let code, _): return code != .normalClosure
+                // The Duplex chat protocol never ends a member with 1000 (it says 1008, 1013 or
+                // 4001 and why); a 1000 the client did not ask for comes from a server going
+                // down mid-upgrade (swift-websocket's graceful shutdown), so the client rejoins.
+                case .closed: return true
                 case .pingFailed, .error: return true
                 }
             }()
@@ -375,5 +378,15 @@ final class ChatClientCore: Sendable {
         }()
         for waiter in waiters { waiter.resume(throwing: error) }
         if report { events.yield(.disconnected(reason, reconnecting: reconnecting)) }
+        // The socket does not reconnect after a peer's 1000: the client does, after the
+        // strategy's first delay.
+        if reconnecting, case .closed(let code, _) = reason, code == .normalClosure {
+            let delay = strategy.delay(forAttempt: 0) ?? .zero
+            Task { [weak self] in
+                try? await Task.sleep(for: delay)
+                guard let self, !self.box.withLockedValue({ $0.left }) else { return }
+                try? await self.socket.connect()
+            }
+        }
     }
 }

@@ -276,3 +276,29 @@ struct ProcessRestartTests {
         }
     }
 }
+
+@Suite("ChatClient and a server close of 1000")
+struct NormalClosureTests {
+    @Test("a joined ChatClient closed with 1000 by the server rejoins and loses nothing; after leave() it stays closed")
+    func rejoinsAfterServerNormalClosure() async throws {
+        try await withTimeout(.seconds(30)) {
+            try await withDuplexServer { server in
+                let url = server.webSocketURL("/chat/normal")
+                let alice = ChatClient(url: url, name: "alice", configuration: EpochTests.fast)
+                let bob = ChatClient(url: url, name: "bob", configuration: EpochTests.fast)
+                let bobEvents = bob.events
+                _ = try await alice.join()
+                _ = try await bob.join()
+                #expect(server.server.closeConnections(.room("normal"), code: .normalClosure) == 2)
+                _ = try await alice.say("after the 1000")
+                let heard = try await bobEvents.first(within: .seconds(20)) { event in
+                    if case .message(let message) = event { return message.text == "after the 1000" }
+                    return false
+                }
+                if case .message(let message) = heard { #expect(message.from == "alice") }
+                await alice.leave()
+                await bob.leave()
+            }
+        }
+    }
+}
