@@ -11,7 +11,7 @@ public enum ChatEvent: Sendable, Equatable {
     /// A message posted to the room, the client's own included. Each seq is reported once, and
     /// a message the server broadcasts again in a new epoch (its sender resent it because a
     /// server that lost its history never acknowledged it) is not reported again if it was among
-    /// the last 8192 messages reported.
+    /// the last 32,768 messages reported.
     case message(ChatMessage)
     /// Someone joined the room.
     case joined(ChatPresence)

@@ -39,7 +39,7 @@ struct ChatSession: Sendable {
     /// and as a set: a message the server broadcasts again in a new epoch (a sender resent it
     /// because the old server died before its ack) is not reported twice.
     private var recent: (order: [String], keys: Set<String>) = ([], [])
-    private static let recentLimit = 8192
+    private static let recentLimit = 32_768
     private var latestSeqAtWelcome = 0
     private var counter = 0
     private let idPrefix: String

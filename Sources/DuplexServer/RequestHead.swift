@@ -72,7 +72,10 @@ struct RequestHead {
         func bad(_ message: String) -> ConnectionGuard.Failure {
             ConnectionGuard.Failure(status: 400, reason: "Bad Request", message: message, headers: [("Sec-WebSocket-Version", "13")])
         }
-        guard method == "GET" else { return bad("a WebSocket handshake must be a GET request, not \(method.prefix(16))") }
+        guard method == "GET" else {
+            // The method is the peer's: only its letters go into the JSON answer.
+            return bad("a WebSocket handshake must be a GET request, not \(String(method.filter { $0.isASCII && $0.isLetter }.prefix(16)))")
+        }
         guard version == "HTTP/1.1" else { return bad("a WebSocket handshake must be HTTP/1.1") }
         guard tokens("connection").contains("upgrade") else { return bad("a WebSocket handshake must send Connection: Upgrade") }
         let versions = tokens("sec-websocket-version")

@@ -38,6 +38,7 @@ struct FrontDoorTests {
             ("version 14", Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 14", Self.key]), "426 Upgrade Required|Sec-WebSocket-Version: 13"),
             ("no version", Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", Self.key]), "426 Upgrade Required|Sec-WebSocket-Version is missing"),
             ("POST", Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13", Self.key], method: "POST"), "400 Bad Request|must be a GET request"),
+            ("a method with quotes", Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13", Self.key], method: "P\"O\\ST"), #"not POST"}"#),
             ("HTTP/1.0", Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13", Self.key], version: "HTTP/1.0"), "400 Bad Request|must be HTTP/1.1"),
             ("no Connection: Upgrade", Self.upgrade(["Upgrade: websocket", "Sec-WebSocket-Version: 13", Self.key]), "400 Bad Request|Connection: Upgrade"),
             ("malformed request line", "GARBAGE\r\nUpgrade: websocket\r\n\r\n", "400 Bad Request|request line is malformed"),
