@@ -378,15 +378,33 @@ final class ChatClientCore: Sendable {
         }()
         for waiter in waiters { waiter.resume(throwing: error) }
         if report { events.yield(.disconnected(reason, reconnecting: reconnecting)) }
-        // The socket does not reconnect after a peer's 1000: the client does, after the
-        // strategy's first delay.
+        // The socket does not reconnect after a peer's 1000: the client does, with the
+        // strategy's delays, until a connection opens (the socket's own reconnection takes over
+        // from there), the member leaves, or the strategy gives up.
         if reconnecting, case .closed(let code, _) = reason, code == .normalClosure {
-            let delay = strategy.delay(forAttempt: 0) ?? .zero
-            Task { [weak self] in
-                try? await Task.sleep(for: delay)
-                guard let self, !self.box.withLockedValue({ $0.left }) else { return }
-                try? await self.socket.connect()
+            Task { [weak self] in await self?.rejoinAfterNormalClosure() }
+        }
+    }
+
+    /// Reconnects after a server's 1000, attempt after attempt: a server that closed with 1000
+    /// because it was going down is often still down at the first attempt.
+    private func rejoinAfterNormalClosure() async {
+        var attempt = 0
+        while let delay = strategy.delay(forAttempt: attempt) {
+            try? await Task.sleep(for: delay)
+            if box.withLockedValue({ $0.left }) { return }
+            switch socket.currentState {
+            case .connected, .connecting, .disconnecting: return
+            case .disconnected(.terminated): return
+            default: break
+            }
+            do {
+                try await socket.connect()
+                return
+            } catch {
+                attempt += 1
             }
         }
+        events.yield(.disconnected(.reconnectionGaveUp(attempts: attempt), reconnecting: false))
     }
 }

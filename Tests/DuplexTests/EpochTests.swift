@@ -301,4 +301,48 @@ struct NormalClosureTests {
             }
         }
     }
+
+    @Test("after a server 1000, a ChatClient whose first rejoin fails keeps trying with the strategy's delays, and rejoins once the server is back")
+    func keepsRejoiningAfterFailedAttempts() async throws {
+        try await withTimeout(.seconds(30)) {
+            try await withDuplexServer { server in
+                let proxy = try await FaultProxy.start(upstreamPort: server.port)
+                let url = URL(string: "ws://127.0.0.1:\(proxy.port)/chat/refused-rejoin")!
+                var slow = EpochTests.fast
+                slow.reconnection = .fixedDelay(.milliseconds(400))
+                slow.connectTimeout = .seconds(10)
+                let alice = ChatClient(url: url, name: "alice", configuration: slow)
+                let bob = ChatClient(url: server.webSocketURL("/chat/refused-rejoin"), name: "bob", configuration: EpochTests.fast)
+                let aliceEvents = alice.events
+                let bobEvents = bob.events
+                _ = try await alice.join()
+                _ = try await bob.join()
+                #expect(server.server.closeConnections(.room("refused-rejoin"), code: .normalClosure) == 2)
+                var disconnections = 0
+                var reset: FaultProxy.ToxicID?
+                // The 1000, then at least two refused attempts while the path resets every connection.
+                for await event in aliceEvents {
+                    guard case .disconnected(_, let reconnecting) = event else { continue }
+                    #expect(reconnecting)
+                    disconnections += 1
+                    if disconnections == 1 { reset = proxy.add(.resetPeer, direction: .both) }
+                    if disconnections == 3 { break }
+                }
+                try proxy.remove(#require(reset))
+                _ = try await aliceEvents.first(within: .seconds(10)) { event in
+                    if case .welcome(_, let resumed) = event { return resumed }
+                    return false
+                }
+                _ = try await alice.say("back after refusals")
+                let heard = try await bobEvents.first(within: .seconds(10)) { event in
+                    if case .message(let message) = event { return message.text == "back after refusals" }
+                    return false
+                }
+                if case .message(let message) = heard { #expect(message.from == "alice") }
+                await alice.leave()
+                await bob.leave()
+                await proxy.stop()
+            }
+        }
+    }
 }
