@@ -169,7 +169,7 @@ struct RestartIntegrationTests {
                     configuration: .init(
                         ping: PingConfig(pingInterval: .milliseconds(400), maxPingFailures: 3, pongTimeout: .milliseconds(300)),
                         reconnection: .fixedDelay(.milliseconds(50)),
-                        connectTimeout: .seconds(2)
+                        connectTimeout: .seconds(10)
                     )
                 )
                 let events = socket.events
@@ -177,7 +177,7 @@ struct RestartIntegrationTests {
                 let sse = ServerSentEventManager(
                     url: server.httpURL("/events?interval=20"),
                     retryPolicy: RetryPolicy(initialDelay: 0.02, maxDelay: 0.2, jitter: 0),
-                    configuration: .init(connectTimeout: .seconds(2))
+                    configuration: .init(connectTimeout: .seconds(10))
                 )
                 let ticks = sse.events
                 try await socket.connect()
