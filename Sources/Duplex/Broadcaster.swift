@@ -1,85 +1,244 @@
 package import Logging
 import NIOConcurrencyHelpers
+import NIOCore
 
 /// Fans elements out to any number of `AsyncStream` consumers: each consumer that asks gets
-/// its own stream, and every element reaches every consumer.
+/// its own stream, and every element reaches every consumer, in one order.
 ///
-/// Buffering is bounded: each consumer's stream holds at most `limit` elements it has not read
-/// yet. When it is full, new elements are dropped for that consumer only (others are not held
-/// back), counted in ``droppedCount``, and logged as a warning: the first drop, then one line per
-/// 10,000, so a stalled consumer cannot flood the log.
+/// Each consumer buffers by its ``StreamBuffering``:
+/// - lossless (the default): nothing is dropped. A consumer more than `limit` elements or
+///   `byteLimit` bytes behind closes the ``DemandGate`` its producer checks, and opens it again
+///   once it is back under half of both. The buffer can pass the limit by what the producer had
+///   already read when the gate closed, no more.
+/// - newest / oldest: bounded by their own limit, dropping old or new elements. Drops are
+///   counted in ``droppedCount`` and logged as a warning: the first, then one line per 10,000.
+///
+/// Consumers are pulled: a consumer's stream asks for its next element, so a consumer that
+/// lets go of its stream (or whose task is cancelled) is removed at once.
 package final class Broadcaster<Element: Sendable>: Sendable {
+    private struct Consumer {
+        var buffer = CircularBuffer<Element>()
+        var bytes = 0
+        var waiter: CheckedContinuation<Element?, Never>?
+        let buffering: StreamBuffering.Kind
+        var behind = false
+    }
+
     private struct State {
         var nextID: UInt64 = 0
-        var continuations: [UInt64: AsyncStream<Element>.Continuation] = [:]
+        var consumers: [UInt64: Consumer] = [:]
         var finished = false
         var dropped = 0
     }
 
     private let state = NIOLockedValueBox(State())
     private let limit: Int
+    private let byteLimit: Int
+    private let cost: (@Sendable (Element) -> Int)?
+    private let buffering: StreamBuffering
+    private let gate: DemandGate?
     private let label: String
     private let logger: Logger
 
-    package init(limit: Int, label: String, logger: Logger) {
-        self.limit = max(limit, 1)
+    /// - Parameters:
+    ///   - limit: how many unread elements a lossless consumer may hold before it holds the
+    ///     producer back.
+    ///   - byteLimit: the same in bytes, weighed by `cost`; with no `cost`, only `limit` counts.
+    ///   - buffering: the default for streams that do not ask for their own.
+    ///   - gate: closed while a lossless consumer is behind; nil for a producer that cannot wait
+    ///     (then lossless consumers simply grow).
+    package init(
+        limit: Int,
+        byteLimit: Int = .max,
+        cost: (@Sendable (Element) -> Int)? = nil,
+        buffering: StreamBuffering = .lossless,
+        gate: DemandGate? = nil,
+        label: String,
+        logger: Logger
+    ) {
+        self.limit = max(limit, 2)
+        self.byteLimit = max(byteLimit, 2)
+        self.cost = cost
+        self.buffering = buffering
+        self.gate = gate
         self.label = label
         self.logger = logger
     }
 
     /// A new stream that starts with `first`, if given, then gets every later element.
-    package func makeStream(startingWith first: Element? = nil) -> AsyncStream<Element> {
-        let (stream, continuation) = AsyncStream.makeStream(of: Element.self, bufferingPolicy: .bufferingOldest(limit))
-        let id: UInt64? = state.withLockedValue { state in
-            guard !state.finished else { return nil }
+    package func makeStream(startingWith first: Element? = nil, buffering: StreamBuffering? = nil) -> AsyncStream<Element> {
+        let id = state.withLockedValue { state in
             state.nextID += 1
-            state.continuations[state.nextID] = continuation
-            if let first { continuation.yield(first) }
+            var consumer = Consumer(buffering: (buffering ?? self.buffering).kind)
+            if let first { consumer.buffer.append(first) }
+            state.consumers[state.nextID] = consumer
             return state.nextID
         }
-        guard let id else {
-            if let first { continuation.yield(first) }
-            continuation.finish()
-            return stream
-        }
-        continuation.onTermination = { [weak self] _ in
-            self?.state.withLockedValue { _ = $0.continuations.removeValue(forKey: id) }
-        }
-        return stream
+        let token = ConsumerToken(broadcaster: self, id: id)
+        return AsyncStream(unfolding: { await token.next() }, onCancel: { token.cancel() })
     }
 
-    /// Sends `element` to every consumer. Elements are queued under the lock, so every consumer
-    /// sees them in the same order.
+    /// Sends `element` to every consumer, in the same order for all.
     package func yield(_ element: Element) {
-        let total = state.withLockedValue { state -> Int? in
+        let logged = state.withLockedValue { state -> Int? in
+            guard !state.consumers.isEmpty else { return nil }
             var dropped = 0
-            for continuation in state.continuations.values {
-                if case .dropped = continuation.yield(element) { dropped += 1 }
+            var index = state.consumers.values.startIndex
+            while index != state.consumers.values.endIndex {
+                dropped += deliver(element, to: &state.consumers.values[index])
+                state.consumers.values.formIndex(after: &index)
             }
             guard dropped > 0 else { return nil }
             let before = state.dropped
             state.dropped += dropped
-            // log the first drop, then once per 10,000
             return before == 0 || before / 10_000 != state.dropped / 10_000 ? state.dropped : nil
         }
-        if let total {
+        if let logged {
             logger.warning(
                 "a consumer is not reading its stream: elements dropped",
-                metadata: ["stream": "\(label)", "dropped so far": "\(total)", "buffer limit": "\(limit)"]
+                metadata: ["stream": "\(label)", "dropped so far": "\(logged)"]
             )
         }
     }
 
-    /// Ends every stream; later consumers get an empty one.
-    package func finish() {
-        let continuations = state.withLockedValue { state in
-            state.finished = true
-            defer { state.continuations = [:] }
-            return Array(state.continuations.values)
+    /// Delivers to one consumer, under the lock; returns how many elements were dropped.
+    private func deliver(_ element: Element, to consumer: inout Consumer) -> Int {
+        if let waiter = consumer.waiter {
+            consumer.waiter = nil
+            waiter.resume(returning: element)
+            return 0
         }
-        for continuation in continuations { continuation.finish() }
+        switch consumer.buffering {
+        case .lossless:
+            consumer.buffer.append(element)
+            if let cost { consumer.bytes += cost(element) }
+            if !consumer.behind, consumer.buffer.count >= limit || consumer.bytes >= byteLimit {
+                consumer.behind = true
+                gate?.consumerFellBehind()
+            }
+            return 0
+        case .newest(let most):
+            consumer.buffer.append(element)
+            guard consumer.buffer.count > most else { return 0 }
+            consumer.buffer.removeFirst()
+            return 1
+        case .oldest(let most):
+            guard consumer.buffer.count < most else { return 1 }
+            consumer.buffer.append(element)
+            return 0
+        }
     }
 
-    /// How many elements were dropped for consumers whose buffer was full.
+    private enum Take {
+        case element(Element)
+        case end
+        case empty
+    }
+
+    /// Takes the consumer's next element, under the lock; when none waits, stores `waiter`.
+    private func take(_ id: UInt64, waiter: CheckedContinuation<Element?, Never>?) -> (Take, (@Sendable () -> Void)?) {
+        state.withLockedValue { state in
+            guard var consumer = state.consumers[id] else { return (.end, nil) }
+            guard let element = consumer.buffer.popFirst() else {
+                if state.finished {
+                    state.consumers[id] = nil
+                    return (.end, nil)
+                }
+                if let waiter { consumer.waiter = waiter }
+                state.consumers[id] = consumer
+                return (.empty, nil)
+            }
+            var opened: (@Sendable () -> Void)?
+            if let cost, case .lossless = consumer.buffering { consumer.bytes -= cost(element) }
+            if consumer.behind, consumer.buffer.count <= limit / 2, consumer.bytes <= byteLimit / 2 {
+                consumer.behind = false
+                opened = gate?.consumerCaughtUp()
+            }
+            state.consumers[id] = consumer
+            return (.element(element), opened)
+        }
+    }
+
+    fileprivate func next(_ id: UInt64) async -> Element? {
+        let (first, opened) = take(id, waiter: nil)
+        opened?()
+        switch first {
+        case .element(let element): return element
+        case .end: return nil
+        case .empty: break
+        }
+        return await withCheckedContinuation { (continuation: CheckedContinuation<Element?, Never>) in
+            let (taken, opened) = take(id, waiter: continuation)
+            opened?()
+            switch taken {
+            case .element(let element): continuation.resume(returning: element)
+            case .end: continuation.resume(returning: nil)
+            case .empty: break  // stored: yield, finish or cancel resumes it
+            }
+        }
+    }
+
+    /// Removes a consumer: its stream was cancelled or let go of.
+    fileprivate func remove(_ id: UInt64) {
+        let (waiter, opened) = state.withLockedValue { state -> (CheckedContinuation<Element?, Never>?, (@Sendable () -> Void)?) in
+            guard let consumer = state.consumers.removeValue(forKey: id) else { return (nil, nil) }
+            return (consumer.waiter, consumer.behind ? gate?.consumerCaughtUp() : nil)
+        }
+        waiter?.resume(returning: nil)
+        opened?()
+    }
+
+    /// Ends every stream once its reader has read what it holds; later consumers get only their
+    /// first element, if any. Nothing is held back any more.
+    package func finish() {
+        let (waiters, opened) = state.withLockedValue { state -> ([CheckedContinuation<Element?, Never>], [@Sendable () -> Void]) in
+            state.finished = true
+            var waiters: [CheckedContinuation<Element?, Never>] = []
+            var opened: [@Sendable () -> Void] = []
+            for (id, consumer) in state.consumers {
+                if let waiter = consumer.waiter {
+                    waiters.append(waiter)
+                    state.consumers[id] = nil
+                } else if consumer.behind {
+                    state.consumers[id]?.behind = false
+                    if let hook = gate?.consumerCaughtUp() { opened.append(hook) }
+                }
+            }
+            return (waiters, opened)
+        }
+        for waiter in waiters { waiter.resume(returning: nil) }
+        for hook in opened { hook() }
+    }
+
+    /// How many elements were dropped for consumers with a dropping ``StreamBuffering``.
     package var droppedCount: Int { state.withLockedValue { $0.dropped } }
+
+    /// How many elements the consumers hold unread, in all (for tests and benchmarks).
+    package var bufferedCount: Int { state.withLockedValue { $0.consumers.values.reduce(0) { $0 + $1.buffer.count } } }
+
+    /// How many consumers are attached.
+    package var consumerCount: Int { state.withLockedValue { $0.consumers.count } }
+}
+
+/// One consumer's handle, held by its stream: when the stream goes away, so does the consumer.
+private final class ConsumerToken<Element: Sendable>: Sendable {
+    let broadcaster: Broadcaster<Element>
+    let id: UInt64
+
+    init(broadcaster: Broadcaster<Element>, id: UInt64) {
+        self.broadcaster = broadcaster
+        self.id = id
+    }
+
+    func next() async -> Element? {
+        await broadcaster.next(id)
+    }
+
+    func cancel() {
+        broadcaster.remove(id)
+    }
+
+    deinit {
+        broadcaster.remove(id)
+    }
 }

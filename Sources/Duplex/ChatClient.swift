@@ -91,6 +91,11 @@ public final class ChatClient: Sendable {
     /// A new stream of every event from now on; each consumer gets its own.
     public var events: AsyncStream<ChatEvent> { core.events.makeStream() }
 
+    /// A new stream of every event from now on, buffered as `buffering` says.
+    public func events(buffering: StreamBuffering) -> AsyncStream<ChatEvent> {
+        core.events.makeStream(buffering: buffering)
+    }
+
     /// The names present in the room, sorted (a name twice when connected twice).
     public var members: [String] { core.box.withLockedValue { $0.session.members } }
 
@@ -157,7 +162,14 @@ final class ChatClientCore: Sendable {
 
     init(name: String, socket: WebSocketCore, configuration: WebSocketConfiguration) {
         self.box = NIOLockedValueBox(State(session: ChatSession(name: name)))
-        self.events = Broadcaster(limit: configuration.streamBufferLimit, label: "chatEvents", logger: configuration.logger)
+        let gate = DemandGate()
+        self.events = Broadcaster(
+            limit: configuration.streamBufferLimit,
+            buffering: configuration.streamBuffering,
+            gate: gate,
+            label: "chatEvents",
+            logger: configuration.logger
+        )
         self.socket = socket
         self.strategy = configuration.reconnection
         let (outboundStream, outbound) = AsyncStream.makeStream(of: (say: ChatSay, connection: UInt64).self)
@@ -177,7 +189,12 @@ final class ChatClientCore: Sendable {
         // The pumps hold the core, not the ChatClient: releasing the client terminates the
         // socket, which ends both streams and so both pumps.
         Task { [self] in
-            for await (connection, message) in socketMessages { self.handle(message, on: connection) }
+            for await (connection, message) in socketMessages {
+                self.handle(message, on: connection)
+                // A reader of `events` behind: read no more frames, so the socket's own buffer
+                // fills and it stops reading from the network.
+                await gate.waitUntilOpen()
+            }
             events.finish()
             outbound.finish()
         }

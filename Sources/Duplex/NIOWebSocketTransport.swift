@@ -31,6 +31,7 @@ struct NIOWebSocketTransport: WebSocketTransport {
         let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connectTimeout(TimeAmount(configuration.connectTimeout))
             .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(ChannelOptions.writeBufferWaterMark, value: Self.waterMark(configuration))
         let result: UpgradeResult
         do {
             let upgrade: EventLoopFuture<UpgradeResult> = try await bootstrap.connect(host: endpoint.host, port: endpoint.port) { channel in
@@ -92,13 +93,16 @@ struct NIOWebSocketTransport: WebSocketTransport {
                     if let named = response.headers.first(name: "Sec-WebSocket-Extensions") {
                         throw WebSocketError(.unexpectedExtension, "the server enabled the extension \(named.prefix(100).debugDescription), which was not offered")
                     }
+                    let outbox = Outbox(highWatermark: max(configuration.sendBufferHighWatermark, 1))
                     let handler = WebSocketClientHandler(
                         maxMessageBytes: configuration.maxMessageBytes,
                         closeTimeout: TimeAmount(configuration.closeTimeout),
+                        outbox: outbox,
+                        lowWatermark: Self.waterMark(configuration).low,
                         delegate: delegate
                     )
                     try channel.pipeline.syncOperations.addHandler(handler)
-                    return .upgraded(NIOWebSocketConnection(channel: channel, handler: handler, negotiatedProtocol: chosen))
+                    return .upgraded(NIOWebSocketConnection(channel: channel, handler: handler, outbox: outbox, negotiatedProtocol: chosen))
                 }
             }
         )
@@ -130,6 +134,13 @@ struct NIOWebSocketTransport: WebSocketTransport {
         }
         upgraded.whenComplete { _ in timeout.cancel() }
         return upgraded
+    }
+
+    /// The channel's watermarks, whatever the configuration holds (NIO traps on low < 1 or
+    /// low > high): a low watermark above the high one is taken as the high one.
+    static func waterMark(_ configuration: WebSocketConfiguration) -> ChannelOptions.Types.WriteBufferWaterMark {
+        let high = max(configuration.sendBufferHighWatermark, 1)
+        return .init(low: min(max(configuration.sendBufferLowWatermark, 1), high), high: high)
     }
 
     static func makeSSLContext(_ trust: TLSTrust) throws -> NIOSSLContext {
@@ -194,21 +205,130 @@ private final class ResponseStatusRecorder: ChannelInboundHandler, RemovableChan
     }
 }
 
+/// What a connection accepted and has not handed to the channel yet: appended by the sending
+/// threads, taken by the event loop in one piece per turn, so writes are coalesced and flushed
+/// once per batch.
+final class Outbox: Sendable {
+    enum Entry {
+        case message(WebSocketMessage)
+        case flush(@Sendable (Result<Void, any Error>) -> Void)
+    }
+
+    private struct State {
+        var entries = CircularBuffer<Entry>()
+        var bytes = 0
+        /// A drain is on its way: scheduled on the event loop, or waiting for the channel to
+        /// become writable.
+        var drainScheduled = false
+        var aboveHigh = false
+        var closed = false
+        /// Messages accepted after the connection closed: never written.
+        var refused = 0
+    }
+
+    private let state = NIOLockedValueBox(State())
+    let highWatermark: Int
+
+    init(highWatermark: Int) {
+        self.highWatermark = max(highWatermark, 1)
+    }
+
+    /// Appends a message. Returns whether a drain must be scheduled, and whether the buffer is
+    /// above its high watermark.
+    func append(_ message: WebSocketMessage) -> (scheduleDrain: Bool, aboveHigh: Bool) {
+        let size = message.byteCount
+        return state.withLockedValue { state in
+            guard !state.closed else {
+                state.refused += 1
+                return (false, false)
+            }
+            state.entries.append(.message(message))
+            state.bytes += size
+            if state.bytes > highWatermark { state.aboveHigh = true }
+            defer { state.drainScheduled = true }
+            return (!state.drainScheduled, state.aboveHigh)
+        }
+    }
+
+    /// Appends a flush marker; false when the connection is closed (the completion has failed).
+    func appendFlush(_ completion: @escaping @Sendable (Result<Void, any Error>) -> Void) -> Bool {
+        let outcome: Bool? = state.withLockedValue { state in
+            guard !state.closed else { return nil }
+            state.entries.append(.flush(completion))
+            defer { state.drainScheduled = true }
+            return !state.drainScheduled
+        }
+        guard let outcome else {
+            completion(.failure(WebSocketError(.connectionLost, "the connection is closed")))
+            return false
+        }
+        return outcome
+    }
+
+    /// Whether the buffer is above its high watermark.
+    var isAboveHighWatermark: Bool { state.withLockedValue { $0.aboveHigh } }
+
+    /// Takes up to `limit` entries; whether the buffer had been above its high watermark and is
+    /// now at or below its low one (then the senders held back may go on); and whether entries
+    /// remain (then the drain stays scheduled and must run again).
+    func take(upTo limit: Int, lowWatermark: Int) -> (entries: [Entry], drained: Bool, more: Bool) {
+        state.withLockedValue { state in
+            var taken: [Entry] = []
+            taken.reserveCapacity(min(limit, state.entries.count))
+            while taken.count < limit, let entry = state.entries.popFirst() {
+                if case .message(let message) = entry { state.bytes -= message.byteCount }
+                taken.append(entry)
+            }
+            var drained = false
+            if state.aboveHigh, state.bytes <= lowWatermark {
+                state.aboveHigh = false
+                drained = true
+            }
+            let more = !state.entries.isEmpty
+            state.drainScheduled = more
+            return (taken, drained, more)
+        }
+    }
+
+    /// Refuses every later message; returns what was never taken, and how many were refused.
+    func close() -> (entries: CircularBuffer<Entry>, refused: Int) {
+        state.withLockedValue { state in
+            state.closed = true
+            let left = state.entries
+            state.entries = CircularBuffer()
+            state.bytes = 0
+            state.aboveHigh = false
+            return (left, state.refused)
+        }
+    }
+}
+
 /// An open connection of the NIO transport.
 final class NIOWebSocketConnection: WebSocketTransportConnection {
     let channel: any Channel
     private let handler: NIOLoopBound<WebSocketClientHandler>
+    private let outbox: Outbox
     let negotiatedProtocol: String?
 
-    init(channel: any Channel, handler: WebSocketClientHandler, negotiatedProtocol: String?) {
+    init(channel: any Channel, handler: WebSocketClientHandler, outbox: Outbox, negotiatedProtocol: String?) {
         self.channel = channel
         self.handler = NIOLoopBound(handler, eventLoop: channel.eventLoop)
+        self.outbox = outbox
         self.negotiatedProtocol = negotiatedProtocol
     }
 
-    func write(_ message: WebSocketMessage, completion: (@Sendable (Result<Void, any Error>) -> Void)?) {
-        onLoop { $0.send(message, completion: completion) }
+    func write(_ message: WebSocketMessage) -> Bool {
+        let (schedule, above) = outbox.append(message)
+        if schedule { onLoop { $0.drain() } }
+        return above
     }
+
+    func flush(_ completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
+        if outbox.appendFlush(completion) { onLoop { $0.drain() } }
+    }
+
+    /// Whether the outbound buffer is above its high watermark.
+    var isAboveHighWatermark: Bool { outbox.isAboveHighWatermark }
 
     func ping(_ payload: [UInt8]) {
         onLoop { $0.sendPing(payload) }
@@ -223,31 +343,51 @@ final class NIOWebSocketConnection: WebSocketTransportConnection {
         channel.eventLoop.execute { channel.close(mode: .all, promise: nil) }
     }
 
+    func resumeReading() {
+        onLoop { $0.resumeReading() }
+    }
+
     /// Runs `body` on the event loop, always later, never inside the caller: the socket calls
     /// these methods while holding its lock, and a synchronous close would call back into it.
-    /// Submissions run in the order they were made.
     private func onLoop(_ body: @escaping @Sendable (WebSocketClientHandler) -> Void) {
         let handler = self.handler
         channel.eventLoop.execute { body(handler.value) }
     }
 }
 
-/// The channel handler that runs ``WebSocketFrameStateMachine`` on the event loop.
-final class WebSocketClientHandler: ChannelInboundHandler {
+/// The channel handler that runs ``WebSocketFrameStateMachine`` on the event loop, drains the
+/// ``Outbox`` while the channel is writable, and holds back reads while the consumers are behind.
+final class WebSocketClientHandler: ChannelDuplexHandler {
     typealias InboundIn = WebSocketFrame
+    typealias OutboundIn = WebSocketFrame
     typealias OutboundOut = WebSocketFrame
 
     private var stateMachine: WebSocketFrameStateMachine
     private let closeTimeout: TimeAmount
+    private let outbox: Outbox
+    /// Senders held back by the outbox go on once it is down to this many bytes.
+    private let lowWatermark: Int
     private let delegate: any WebSocketTransportDelegate
     private var context: ChannelHandlerContext?
     private var peerClose: (code: WebSocketCloseCode, reason: String)?
     private var failure: WebSocketError?
     private var reported = false
+    private var maskingKeys = MaskingKeys()
+    /// Messages handed to the channel, and confirmed written, since the connection opened.
+    private var handed = 0
+    private var confirmed = 0
+    /// Messages taken from the outbox once the connection was closing: never written.
+    private var droppedWhileClosing = 0
+    /// Flushes waiting for the messages handed before them to be written, oldest first.
+    private var flushWaiters: [(upTo: Int, completion: @Sendable (Result<Void, any Error>) -> Void)] = []
+    /// A read the consumers held back.
+    private var readHeld = false
 
-    init(maxMessageBytes: Int, closeTimeout: TimeAmount, delegate: any WebSocketTransportDelegate) {
+    init(maxMessageBytes: Int, closeTimeout: TimeAmount, outbox: Outbox, lowWatermark: Int, delegate: any WebSocketTransportDelegate) {
+        self.lowWatermark = lowWatermark
         self.stateMachine = WebSocketFrameStateMachine(maxMessageBytes: maxMessageBytes)
         self.closeTimeout = closeTimeout
+        self.outbox = outbox
         self.delegate = delegate
     }
 
@@ -288,37 +428,98 @@ final class WebSocketClientHandler: ChannelInboundHandler {
         context.fireChannelInactive()
     }
 
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable { drain() }
+        context.fireChannelWritabilityChanged()
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if delegate.transportShouldRead() {
+            context.read()
+        } else {
+            readHeld = true
+        }
+    }
+
     // MARK: Requests from the socket, on the event loop
 
-    func send(_ message: WebSocketMessage, completion: (@Sendable (Result<Void, any Error>) -> Void)?) {
-        guard let context, stateMachine.canSend else {
-            completion?(.failure(WebSocketError(.notConnected, "the connection is closing")))
-            return
+    /// Hands what the outbox holds to the channel, with one flush; `force` writes even when the
+    /// channel is not writable (before a close frame).
+    func drain(force: Bool = false) {
+        guard let context else { return }
+        // Not writable: the drain stays scheduled, and channelWritabilityChanged runs it.
+        guard force || context.channel.isWritable else { return }
+        // A bounded batch per event-loop turn, so one busy connection does not hold back the
+        // others on its loop; the rest goes in the next turn (all of it before a close).
+        let (entries, drained, more) = outbox.take(upTo: force ? .max : Self.batchLimit, lowWatermark: lowWatermark)
+        var last: WebSocketFrame?
+        for entry in entries {
+            switch entry {
+            case .message(let message):
+                guard stateMachine.canSend else {
+                    droppedWhileClosing += 1
+                    continue
+                }
+                if let previous = last { context.write(wrapOutboundOut(previous), promise: nil) }
+                last = frame(for: message, allocator: context.channel.allocator)
+                handed += 1
+            case .flush(let completion):
+                flushWaiters.append((handed, completion))
+            }
         }
-        let frame: WebSocketFrame
+        if let last {
+            let batchEnd = handed
+            let promise = context.eventLoop.makePromise(of: Void.self)
+            context.writeAndFlush(wrapOutboundOut(last), promise: promise)
+            promise.futureResult.assumeIsolated().whenSuccess { self.confirm(upTo: batchEnd) }
+        } else {
+            confirm(upTo: confirmed)
+        }
+        if drained { delegate.transportDidDrain() }
+        if more {
+            let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+            context.eventLoop.execute { handler.value.drain() }
+        }
+    }
+
+    /// The most messages written in one event-loop turn.
+    static let batchLimit = 256
+
+    private func frame(for message: WebSocketMessage, allocator: ByteBufferAllocator) -> WebSocketFrame {
         switch message {
         case .string(let text):
-            frame = WebSocketFrame(fin: true, opcode: .text, maskKey: .random(), data: context.channel.allocator.buffer(string: text))
+            WebSocketFrame(fin: true, opcode: .text, maskKey: maskingKeys.next(), data: allocator.buffer(string: text))
         case .data(let data):
-            frame = WebSocketFrame(fin: true, opcode: .binary, maskKey: .random(), data: context.channel.allocator.buffer(bytes: data))
+            WebSocketFrame(fin: true, opcode: .binary, maskKey: maskingKeys.next(), data: allocator.buffer(bytes: data))
         }
-        let promise: EventLoopPromise<Void>? = completion.map { completion in
-            let promise = context.eventLoop.makePromise(of: Void.self)
-            promise.futureResult.whenComplete { completion($0.mapError { $0 as any Error }) }
-            return promise
-        }
-        context.writeAndFlush(wrapOutboundOut(frame), promise: promise)
+    }
+
+    /// Every message up to `count` is written: completes the flushes waiting for them.
+    private func confirm(upTo count: Int) {
+        confirmed = max(confirmed, count)
+        guard let first = flushWaiters.first, first.upTo <= confirmed else { return }
+        let done = flushWaiters.prefix { $0.upTo <= confirmed }
+        flushWaiters.removeFirst(done.count)
+        for waiter in done { waiter.completion(.success(())) }
     }
 
     func sendPing(_ payload: [UInt8]) {
         guard let context, stateMachine.canSend else { return }
-        let frame = WebSocketFrame(fin: true, opcode: .ping, maskKey: .random(), data: context.channel.allocator.buffer(bytes: payload.prefix(125)))
+        let frame = WebSocketFrame(fin: true, opcode: .ping, maskKey: maskingKeys.next(), data: context.channel.allocator.buffer(bytes: payload.prefix(125)))
         context.writeAndFlush(wrapOutboundOut(frame), promise: nil)
     }
 
     func close(code: WebSocketCloseCode, reason: String) {
         guard let context else { return }
+        // What was sent before the close goes first, writable or not.
+        drain(force: true)
         perform(stateMachine.close(code: code, reason: reason), context: context)
+    }
+
+    func resumeReading() {
+        guard readHeld, let context, delegate.transportShouldRead() else { return }
+        readHeld = false
+        context.read()
     }
 
     // MARK: Actions
@@ -330,7 +531,7 @@ final class WebSocketClientHandler: ChannelInboundHandler {
         case .deliver(let message):
             delegate.transportDidReceive(message)
         case .sendPong(let payload):
-            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, maskKey: .random(), data: payload)), promise: nil)
+            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, maskKey: maskingKeys.next(), data: payload)), promise: nil)
         case .pongReceived(let payload):
             delegate.transportDidReceivePong(payload)
         case .replyToClose(let reply, let peerCode, let reason):
@@ -358,7 +559,7 @@ final class WebSocketClientHandler: ChannelInboundHandler {
             payload.writeInteger(code.rawValue)
             payload.writeBytes(reason.utf8.prefix(123))
         }
-        context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, maskKey: .random(), data: payload)), promise: nil)
+        context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, maskKey: maskingKeys.next(), data: payload)), promise: nil)
     }
 
     /// The server should end the TCP connection after the close handshake; if it does not
@@ -373,7 +574,19 @@ final class WebSocketClientHandler: ChannelInboundHandler {
     private func report() {
         guard !reported else { return }
         reported = true
-        delegate.transportDidClose(code: peerClose?.code, reason: peerClose?.reason ?? "", error: failure)
+        let (left, refused) = outbox.close()
+        var unwritten = refused + droppedWhileClosing + (handed - confirmed)
+        let lost = WebSocketError(.connectionLost, "the connection closed before the messages were written")
+        for entry in left {
+            switch entry {
+            case .message: unwritten += 1
+            case .flush(let completion): completion(.failure(lost))
+            }
+        }
+        let waiters = flushWaiters
+        flushWaiters = []
+        for waiter in waiters { waiter.completion(.failure(lost)) }
+        delegate.transportDidClose(code: peerClose?.code, reason: peerClose?.reason ?? "", error: failure, unwrittenMessages: unwritten)
     }
 }
 

@@ -11,9 +11,17 @@ public struct SSEConfiguration: Sendable {
     public var maxEventBytes: Int
     /// Which certificates `https://` trusts. Default: the system's roots.
     public var tlsTrust: TLSTrust
-    /// How many events each consumer stream buffers before it drops new ones (and logs a
-    /// warning). Default 65,536.
+    /// How many unread events a lossless consumer stream may hold before the manager stops
+    /// reading the response body (see ``StreamBuffering/lossless``); reading resumes at half.
+    /// Default 65,536.
     public var streamBufferLimit: Int
+    /// The same limit in bytes of event data. Default 8 MiB.
+    public var streamBufferBytes: Int
+    /// How ``ServerSentEventManager/events`` buffers for a reader that falls behind. Default
+    /// ``StreamBuffering/lossless``: nothing dropped, the body read no further until the reader
+    /// catches up, so TCP holds the server back. ``ServerSentEventManager/stateEvents`` keeps the
+    /// newest states and never holds the stream back.
+    public var streamBuffering: StreamBuffering
     /// Where the manager logs. Default: a logger labelled `duplex.sse`.
     public var logger: Logger
 
@@ -24,6 +32,8 @@ public struct SSEConfiguration: Sendable {
         maxEventBytes: Int = 16 * 1024 * 1024,
         tlsTrust: TLSTrust = .systemRoots,
         streamBufferLimit: Int = 65_536,
+        streamBufferBytes: Int = 8 * 1024 * 1024,
+        streamBuffering: StreamBuffering = .lossless,
         logger: Logger = Logger(label: "duplex.sse")
     ) {
         self.connectTimeout = connectTimeout
@@ -31,6 +41,8 @@ public struct SSEConfiguration: Sendable {
         self.maxEventBytes = maxEventBytes
         self.tlsTrust = tlsTrust
         self.streamBufferLimit = streamBufferLimit
+        self.streamBufferBytes = streamBufferBytes
+        self.streamBuffering = streamBuffering
         self.logger = logger
     }
 }

@@ -18,6 +18,8 @@ final class ServerSentEventCore: Sendable {
     private let clock: any Clock<Duration>
     let events: Broadcaster<ServerSentEvent>
     let states: Broadcaster<SSEState>
+    /// Closed while a lossless consumer of ``events`` is behind: the body is read no further.
+    let gate = DemandGate()
     private let client: Result<HTTPClient, SSEError>
 
     private struct State {
@@ -38,8 +40,21 @@ final class ServerSentEventCore: Sendable {
         self.retryPolicy = retryPolicy
         self.configuration = configuration
         self.clock = clock
-        self.events = Broadcaster(limit: configuration.streamBufferLimit, label: "sse.events", logger: configuration.logger)
-        self.states = Broadcaster(limit: configuration.streamBufferLimit, label: "sse.stateEvents", logger: configuration.logger)
+        self.events = Broadcaster(
+            limit: configuration.streamBufferLimit,
+            byteLimit: configuration.streamBufferBytes,
+            cost: { $0.data.utf8.count },
+            buffering: configuration.streamBuffering,
+            gate: gate,
+            label: "sse.events",
+            logger: configuration.logger
+        )
+        self.states = Broadcaster(
+            limit: configuration.streamBufferLimit,
+            buffering: .newest(configuration.streamBufferLimit),
+            label: "sse.stateEvents",
+            logger: configuration.logger
+        )
         box.withLockedValue { $0.lastEventID = lastEventID }
         do {
             var httpConfiguration = HTTPClient.Configuration(
@@ -231,6 +246,9 @@ final class ServerSentEventCore: Sendable {
                     state.lastEventID = id
                     state.serverRetryMilliseconds = retry
                 }
+                // A reader behind: read no more of the body (AsyncHTTPClient then stops reading
+                // the socket) until it catches up.
+                await gate.waitUntilOpen()
             }
             parser.finish()
             return Task.isCancelled ? .cancelled : .ended(delivered: delivered)

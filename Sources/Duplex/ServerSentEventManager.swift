@@ -69,8 +69,14 @@ public final class ServerSentEventManager: Sendable {
         core.terminate()
     }
 
-    /// A new stream of every event from now on; each consumer gets its own.
+    /// A new stream of every event from now on; each consumer gets its own. Lossless by
+    /// default: a reader that falls behind holds the stream back (see ``StreamBuffering``).
     public var events: AsyncStream<ServerSentEvent> { core.events.makeStream() }
+
+    /// A new stream of every event from now on, buffered as `buffering` says.
+    public func events(buffering: StreamBuffering) -> AsyncStream<ServerSentEvent> {
+        core.events.makeStream(buffering: buffering)
+    }
 
     /// A new stream of the current state, then every change; each consumer gets its own.
     public var stateEvents: AsyncStream<SSEState> { core.makeStateStream() }

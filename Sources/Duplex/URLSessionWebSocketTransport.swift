@@ -160,15 +160,16 @@ final class URLSessionWebSocketConnection: WebSocketTransportConnection, @unchec
         delegate.transportDidClose(code: code, reason: reason, error: error)
     }
 
-    func write(_ message: WebSocketMessage, completion: (@Sendable (Result<Void, any Error>) -> Void)?) {
+    /// URLSession buffers sends itself and has no watermark to report: never above it. A failed
+    /// send fails the task, which the receive loop reports.
+    func write(_ message: WebSocketMessage) -> Bool {
         let outgoing: URLSessionWebSocketTask.Message
         switch message {
         case .string(let text): outgoing = .string(text)
         case .data(let data): outgoing = .data(data)
         }
-        task.send(outgoing) { error in
-            completion?(error.map { .failure($0) } ?? .success(()))
-        }
+        task.send(outgoing) { _ in }
+        return false
     }
 
     func ping(_ payload: [UInt8]) {

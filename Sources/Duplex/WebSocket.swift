@@ -37,10 +37,23 @@ public import Foundation
 /// reopened after the strategy's delay, and sends made meanwhile wait in a bounded queue that is
 /// written, in order, first thing on the new connection.
 ///
+/// Sending is pipelined: ``send(_:)`` returns once the message is in the connection's outbound
+/// buffer, which the event loop writes in batches, one flush per batch. Above
+/// ``WebSocketConfiguration/sendBufferHighWatermark`` bytes not yet written, `send` waits for
+/// the buffer to drain: nothing is dropped and memory stays bounded. ``flush()`` waits until
+/// everything sent so far is written. If the connection ends before some accepted messages were
+/// written, they are not resent (nothing arrives twice): an ``WebSocketEvent/error(_:)`` event
+/// says how many, and the next `send` or `flush` throws it.
+///
 /// Streams: ``events``, ``messages``, ``stateEvents`` and ``pingRoundTrips`` give each caller its
-/// own stream, and every element reaches every stream. Each stream buffers at most
-/// ``WebSocketConfiguration/streamBufferLimit`` unread elements; past that, new elements are
-/// dropped for that stream only, and a warning is logged.
+/// own stream, and every element reaches every stream, in order. ``messages`` and ``events`` are
+/// lossless by default (``StreamBuffering/lossless``): when a reader falls behind by
+/// ``WebSocketConfiguration/streamBufferLimit`` elements or
+/// ``WebSocketConfiguration/streamBufferBytes`` bytes, the socket stops reading from the
+/// network, so TCP holds the server back, and reads again once the reader has caught up by half.
+/// Ask for ``messages(buffering:)`` or ``events(buffering:)`` with ``StreamBuffering/newest(_:)``
+/// for a reader that wants only the latest values. ``stateEvents`` and ``pingRoundTrips`` are
+/// status streams: they keep the newest elements and never hold the connection back.
 public final class WebSocket: WebSocketProtocol {
     let core: WebSocketCore
 
@@ -89,6 +102,18 @@ public final class WebSocket: WebSocketProtocol {
     public var events: AsyncStream<WebSocketEvent> { core.events.makeStream() }
 
     public var messages: AsyncStream<WebSocketMessage> { core.messages.makeStream() }
+
+    /// A new stream of every event from now on, buffered as `buffering` says.
+    public func events(buffering: StreamBuffering) -> AsyncStream<WebSocketEvent> {
+        core.events.makeStream(buffering: buffering)
+    }
+
+    /// A new stream of every message from now on, buffered as `buffering` says: with
+    /// ``StreamBuffering/newest(_:)``, a slow reader sees the latest messages and never holds the
+    /// socket back.
+    public func messages(buffering: StreamBuffering) -> AsyncStream<WebSocketMessage> {
+        core.messages.makeStream(buffering: buffering)
+    }
 
     public var stateEvents: AsyncStream<WebSocketState> { core.makeStateStream() }
 
@@ -165,12 +190,25 @@ public final class WebSocket: WebSocketProtocol {
         try await core.ping(timeout: timeout)
     }
 
-    /// Sends a message. While reconnecting, it is queued and this returns at once.
+    /// Sends a message: returns once it is in the connection's outbound buffer, before it is
+    /// written, and waits only while that buffer is above
+    /// ``WebSocketConfiguration/sendBufferHighWatermark``. While reconnecting, it is queued and
+    /// this returns at once. Messages are written in the order `send` is called.
     /// - Throws: ``WebSocketError``: ``WebSocketError/Code/notConnected`` when the socket is not
     ///   connected or reconnecting, ``WebSocketError/Code/sendQueueFull`` when the queue is full,
     ///   ``WebSocketError/Code/terminated`` after ``terminate()``, or
-    ///   ``WebSocketError/Code/connectionLost`` when the write failed.
+    ///   ``WebSocketError/Code/connectionLost`` when messages sent earlier were not written
+    ///   before their connection ended (this message is then not sent).
     public func send(_ message: WebSocketMessage) async throws {
         try await core.send(message)
+    }
+
+    /// Waits until every message sent so far is written to the network. Written is not
+    /// received: for end-to-end delivery, have the peer acknowledge (as ``ChatClient`` does).
+    /// - Throws: ``WebSocketError``: ``WebSocketError/Code/notConnected`` when the socket is not
+    ///   connected (messages queued for a reconnection are not written yet), or
+    ///   ``WebSocketError/Code/connectionLost`` when the connection ended first.
+    public func flush() async throws {
+        try await core.flush()
     }
 }

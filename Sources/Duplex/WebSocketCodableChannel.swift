@@ -45,43 +45,42 @@ public final class WebSocketCodableChannel<Sending: Encodable & Sendable, Receiv
     }
 
     /// The messages from now on, decoded. It throws at the first message that does not decode,
-    /// and finishes when the socket terminates.
+    /// and finishes when the socket terminates. Pulled, so it is as lossless as
+    /// ``WebSocket/messages``: a slow reader holds the socket back, nothing is buffered here.
     public func receive() -> AsyncThrowingStream<Receiving, any Error> {
-        let results = receiveResults()
-        return AsyncThrowingStream { continuation in
-            let task = Task {
-                for await result in results {
-                    switch result {
-                    case .success(let value): continuation.yield(value)
-                    case .failure(let error):
-                        continuation.finish(throwing: error)
-                        return
-                    }
-                }
-                continuation.finish()
-            }
-            continuation.onTermination = { _ in task.cancel() }
+        let results = MessageIterator(socket.messages.makeAsyncIterator(), decoder: makeDecoder())
+        return AsyncThrowingStream {
+            try await results.next()?.get()
         }
     }
 
     /// The messages from now on, each decoded or with the error that stopped it.
     public func receiveResults() -> AsyncStream<Result<Receiving, WebSocketError>> {
-        let messages = socket.messages
-        let makeDecoder = self.makeDecoder
-        return AsyncStream { continuation in
-            let task = Task {
-                let decoder = makeDecoder()
-                for await message in messages {
-                    do {
-                        continuation.yield(.success(try message.decode(Receiving.self, decoder: decoder)))
-                    } catch {
-                        let preview = String(decoding: message.data.prefix(80), as: UTF8.self)
-                        continuation.yield(.failure(WebSocketError(.decodingFailed, "a message did not decode as \(Receiving.self): \(error) (message: \(preview))")))
-                    }
-                }
-                continuation.finish()
+        let results = MessageIterator(socket.messages.makeAsyncIterator(), decoder: makeDecoder())
+        return AsyncStream {
+            await results.next()
+        }
+    }
+
+    /// One reader's position in the socket's messages, decoding as it goes. Only the stream that
+    /// owns it calls `next()`, one call at a time.
+    private final class MessageIterator: @unchecked Sendable {
+        private var iterator: AsyncStream<WebSocketMessage>.Iterator
+        private let decoder: JSONDecoder
+
+        init(_ iterator: AsyncStream<WebSocketMessage>.Iterator, decoder: JSONDecoder) {
+            self.iterator = iterator
+            self.decoder = decoder
+        }
+
+        func next() async -> Result<Receiving, WebSocketError>? {
+            guard let message = await iterator.next() else { return nil }
+            do {
+                return .success(try message.decode(Receiving.self, decoder: decoder))
+            } catch {
+                let preview = String(decoding: message.data.prefix(80), as: UTF8.self)
+                return .failure(WebSocketError(.decodingFailed, "a message did not decode as \(Receiving.self): \(error) (message: \(preview))"))
             }
-            continuation.onTermination = { _ in task.cancel() }
         }
     }
 }

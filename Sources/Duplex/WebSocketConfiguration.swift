@@ -26,9 +26,22 @@ public struct WebSocketConfiguration: Sendable {
     public var closeTimeout: Duration
     /// Which certificates `wss://` trusts. Default: the system's roots.
     public var tlsTrust: TLSTrust
-    /// How many events each consumer stream buffers before it drops new ones (and logs a
-    /// warning). Default 65,536.
+    /// How many unread elements a lossless consumer stream may hold before the socket stops
+    /// reading from the network (see ``StreamBuffering/lossless``); reading resumes at half.
+    /// Default 65,536.
     public var streamBufferLimit: Int
+    /// The same limit in bytes of message payload. Default 8 MiB.
+    public var streamBufferBytes: Int
+    /// How ``WebSocket/messages`` and ``WebSocket/events`` buffer for a reader that falls behind.
+    /// Default ``StreamBuffering/lossless``: nothing dropped, the sender held back. The status
+    /// streams (``WebSocket/stateEvents``, ``WebSocket/pingRoundTrips``) keep the newest
+    /// ``streamBufferLimit`` elements whatever this says: they never hold the connection back.
+    public var streamBuffering: StreamBuffering
+    /// Above this many bytes accepted by ``WebSocket/send(_:)`` and not yet written, `send`
+    /// suspends until the buffer drains below ``sendBufferLowWatermark``. Default 1 MiB.
+    public var sendBufferHighWatermark: Int
+    /// Where suspended sends go on. Default 256 KiB.
+    public var sendBufferLowWatermark: Int
     /// The transport. Default: ``WebSocketTransportKind/nio``.
     public var transport: WebSocketTransportKind
     /// Where the socket logs. Default: a logger labelled `duplex.websocket`.
@@ -44,6 +57,10 @@ public struct WebSocketConfiguration: Sendable {
         closeTimeout: Duration = .seconds(5),
         tlsTrust: TLSTrust = .systemRoots,
         streamBufferLimit: Int = 65_536,
+        streamBufferBytes: Int = 8 * 1024 * 1024,
+        streamBuffering: StreamBuffering = .lossless,
+        sendBufferHighWatermark: Int = 1024 * 1024,
+        sendBufferLowWatermark: Int = 256 * 1024,
         transport: WebSocketTransportKind = .nio,
         logger: Logger = Logger(label: "duplex.websocket")
     ) {
@@ -55,6 +72,10 @@ public struct WebSocketConfiguration: Sendable {
         self.closeTimeout = closeTimeout
         self.tlsTrust = tlsTrust
         self.streamBufferLimit = streamBufferLimit
+        self.streamBufferBytes = streamBufferBytes
+        self.streamBuffering = streamBuffering
+        self.sendBufferHighWatermark = max(sendBufferHighWatermark, 1)
+        self.sendBufferLowWatermark = min(max(sendBufferLowWatermark, 0), max(sendBufferHighWatermark, 1))
         self.transport = transport
         self.logger = logger
     }

@@ -7,6 +7,11 @@ import NIOConcurrencyHelpers
 ///
 /// Actions are performed under the lock, so events and states reach every stream in one order;
 /// nothing done under the lock calls back into it (transport calls return at once).
+///
+/// Sends are pipelined: ``send(_:)`` hands the message to the connection's outbound buffer and
+/// returns, unless the buffer is above its high watermark; then it waits for the buffer to drain.
+/// Receives are lossless: while a consumer of ``messages``, ``events`` or ``connectionMessages``
+/// is behind, ``gate`` is closed and the transport stops reading.
 final class WebSocketCore: Sendable {
     let request: WebSocketRequest
     let configuration: WebSocketConfiguration
@@ -19,6 +24,8 @@ final class WebSocketCore: Sendable {
     let connectionMessages: Broadcaster<(generation: UInt64, message: WebSocketMessage)>
     let states: Broadcaster<WebSocketState>
     let roundTrips: Broadcaster<Duration>
+    /// Closed while a lossless consumer is behind: the transport then holds back its reads.
+    let gate = DemandGate()
 
     private struct State {
         var lifecycle: WebSocketLifecycle
@@ -39,6 +46,16 @@ final class WebSocketCore: Sendable {
         /// Pings sent by ``WebSocket/ping(timeout:)``, by payload, waiting for their pong.
         var manualPings: [[UInt8]: (sentAt: ContinuousClock.Instant, continuation: CheckedContinuation<Duration, any Error>)] = [:]
         var manualPingCount: UInt64 = 0
+        /// The connection's outbound buffer went above its high watermark and has not drained.
+        var aboveHighWatermark = false
+        /// Sends waiting for the outbound buffer to drain.
+        var drainWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+        var nextDrainWaiter: UInt64 = 0
+        /// How many times a send waited for the buffer to drain, and who waits to hear of it.
+        var sendSuspensions = 0
+        var suspensionWatchers: [CheckedContinuation<Void, Never>] = []
+        /// Messages of a lost connection that were not written: the next send or flush throws it.
+        var sendFailure: WebSocketError?
     }
 
     private let state: NIOLockedValueBox<State>
@@ -50,14 +67,38 @@ final class WebSocketCore: Sendable {
         self.clock = clock
         let logger = configuration.logger
         let limit = configuration.streamBufferLimit
-        self.events = Broadcaster(limit: limit, label: "events", logger: logger)
-        self.messages = Broadcaster(limit: limit, label: "messages", logger: logger)
-        self.connectionMessages = Broadcaster(limit: limit, label: "connectionMessages", logger: logger)
-        self.states = Broadcaster(limit: limit, label: "stateEvents", logger: logger)
-        self.roundTrips = Broadcaster(limit: limit, label: "pingRoundTrips", logger: logger)
+        let bytes = configuration.streamBufferBytes
+        let buffering = configuration.streamBuffering
+        self.events = Broadcaster(
+            limit: limit,
+            byteLimit: bytes,
+            cost: { event in if case .message(let message) = event { message.byteCount } else { 0 } },
+            buffering: buffering,
+            gate: gate,
+            label: "events",
+            logger: logger
+        )
+        self.messages = Broadcaster(limit: limit, byteLimit: bytes, cost: { $0.byteCount }, buffering: buffering, gate: gate, label: "messages", logger: logger)
+        self.connectionMessages = Broadcaster(
+            limit: limit,
+            byteLimit: bytes,
+            cost: { $0.message.byteCount },
+            buffering: .lossless,
+            gate: gate,
+            label: "connectionMessages",
+            logger: logger
+        )
+        self.states = Broadcaster(limit: limit, buffering: .newest(limit), label: "stateEvents", logger: logger)
+        self.roundTrips = Broadcaster(limit: limit, buffering: .newest(limit), label: "pingRoundTrips", logger: logger)
         self.state = NIOLockedValueBox(
             State(lifecycle: WebSocketLifecycle(strategy: configuration.reconnection, maxQueuedSends: configuration.maxQueuedSends))
         )
+        gate.onOpen { [weak self] in self?.resumeReading() }
+    }
+
+    /// The consumers caught up: the current connection reads again.
+    private func resumeReading() {
+        state.withLockedValue { $0.connection?.connection }?.resumeReading()
     }
 
     var currentState: WebSocketState { state.withLockedValue { $0.lifecycle.state } }
@@ -119,26 +160,36 @@ final class WebSocketCore: Sendable {
         }
     }
 
+    private enum SendOutcome {
+        case done
+        case waitForDrain
+        case fail(any Error)
+    }
+
+    /// Hands `message` to the connection's outbound buffer, or to the reconnection queue; waits
+    /// only while the buffer is above its high watermark.
     func send(_ message: WebSocketMessage) async throws {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            state.withLockedValue { state in
-                switch state.lifecycle.send(message) {
-                case .write:
-                    guard let connection = state.connection?.connection else {
-                        continuation.resume(throwing: WebSocketError(.notConnected, "the connection is gone"))
-                        return
-                    }
-                    connection.write(message) { result in
-                        continuation.resume(with: result.mapError { error in
-                            error as? WebSocketError ?? WebSocketError(.connectionLost, "the message could not be written: \(error)")
-                        })
-                    }
-                case .queued:
-                    continuation.resume()
-                case .fail(let error):
-                    continuation.resume(throwing: error)
-                }
+        let outcome: SendOutcome = state.withLockedValue { state in
+            if let failure = state.sendFailure {
+                state.sendFailure = nil
+                return .fail(failure)
             }
+            switch state.lifecycle.send(message) {
+            case .write:
+                guard let current = state.connection?.connection else {
+                    return .fail(WebSocketError(.notConnected, "the connection is gone"))
+                }
+                return accept(message, on: current, in: &state)
+            case .queued:
+                return .done
+            case .fail(let error):
+                return .fail(error)
+            }
+        }
+        switch outcome {
+        case .done: return
+        case .waitForDrain: await waitForDrain()
+        case .fail(let error): throw error
         }
     }
 
@@ -146,21 +197,92 @@ final class WebSocketCore: Sendable {
     /// later connection.
     /// - Throws: ``WebSocketError/Code/notConnected`` when that connection is not the open one.
     func send(_ message: WebSocketMessage, onConnection generation: UInt64) async throws {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            state.withLockedValue { state in
-                guard case .connected(let live) = state.lifecycle.phase, live == generation,
-                    let current = state.connection, current.generation == generation
-                else {
-                    continuation.resume(throwing: WebSocketError(.notConnected, "the connection is gone"))
-                    return
-                }
-                current.connection.write(message) { result in
-                    continuation.resume(with: result.mapError { error in
-                        error as? WebSocketError ?? WebSocketError(.connectionLost, "the message could not be written: \(error)")
-                    })
-                }
+        let outcome: SendOutcome = state.withLockedValue { state in
+            guard case .connected(let live) = state.lifecycle.phase, live == generation,
+                let current = state.connection, current.generation == generation
+            else {
+                return .fail(WebSocketError(.notConnected, "the connection is gone"))
             }
+            return accept(message, on: current.connection, in: &state)
         }
+        switch outcome {
+        case .done: return
+        case .waitForDrain: await waitForDrain()
+        case .fail(let error): throw error
+        }
+    }
+
+    private func accept(_ message: WebSocketMessage, on connection: any WebSocketTransportConnection, in state: inout State) -> SendOutcome {
+        guard connection.write(message) else { return .done }
+        state.aboveHighWatermark = true
+        return .waitForDrain
+    }
+
+    /// Returns once the outbound buffer drained, the connection ended, or the task is cancelled.
+    private func waitForDrain() async {
+        let id = state.withLockedValue { state in
+            state.nextDrainWaiter += 1
+            return state.nextDrainWaiter
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let drained = state.withLockedValue { state in
+                    guard state.aboveHighWatermark, !Task.isCancelled else { return true }
+                    state.drainWaiters[id] = continuation
+                    state.sendSuspensions += 1
+                    for watcher in state.suspensionWatchers { watcher.resume() }
+                    state.suspensionWatchers = []
+                    return false
+                }
+                if drained { continuation.resume() }
+            }
+        } onCancel: {
+            state.withLockedValue { $0.drainWaiters.removeValue(forKey: id) }?.resume()
+        }
+    }
+
+    /// How many times a send waited for the outbound buffer to drain.
+    package var sendSuspensions: Int { state.withLockedValue { $0.sendSuspensions } }
+
+    /// Returns once a send has waited for the outbound buffer to drain (for tests: wrap it in a
+    /// timeout).
+    package func waitUntilSendSuspended() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let already = state.withLockedValue { state in
+                if state.sendSuspensions > 0 { return true }
+                state.suspensionWatchers.append(continuation)
+                return false
+            }
+            if already { continuation.resume() }
+        }
+    }
+
+    /// Waits until every message sent so far on the open connection is written to the network.
+    func flush() async throws {
+        let connection: any WebSocketTransportConnection = try state.withLockedValue { state in
+            if let failure = state.sendFailure {
+                state.sendFailure = nil
+                throw failure
+            }
+            guard case .connected = state.lifecycle.phase, let current = state.connection?.connection else {
+                let queued = state.lifecycle.queuedCount
+                throw WebSocketError(
+                    .notConnected,
+                    queued > 0 ? "not connected: \(queued) queued message\(queued == 1 ? " waits" : "s wait") for the reconnection" : "not connected"
+                )
+            }
+            return current
+        }
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            connection.flush { continuation.resume(with: $0) }
+        }
+    }
+
+    /// Resumes every send waiting for the buffer to drain.
+    private func releaseDrainWaiters(in state: inout State) {
+        state.aboveHighWatermark = false
+        for waiter in state.drainWaiters.values { waiter.resume() }
+        state.drainWaiters = [:]
     }
 
     /// Sends one ping now and waits for its pong.
@@ -251,13 +373,32 @@ final class WebSocketCore: Sendable {
         }
     }
 
-    func closed(generation: UInt64, code: WebSocketCloseCode?, reason: String, error: WebSocketError?) {
+    func drained(generation: UInt64) {
         state.withLockedValue { state in
+            guard state.connection?.generation == generation else { return }
+            releaseDrainWaiters(in: &state)
+        }
+    }
+
+    func closed(generation: UInt64, code: WebSocketCloseCode?, reason: String, error: WebSocketError?, unwritten: Int) {
+        state.withLockedValue { state in
+            if unwritten > 0 {
+                // Never silent: reported now, and thrown by the next send or flush.
+                let failure = WebSocketError(
+                    .connectionLost,
+                    "\(unwritten) sent message\(unwritten == 1 ? " was" : "s were") not written before the connection ended"
+                )
+                state.sendFailure = failure
+                events.yield(.error(failure))
+            }
             if case .connecting(let pending, _, _) = state.lifecycle.phase, pending == generation {
                 state.earlyClose = (generation, code, reason, error)
                 return
             }
-            if state.connection?.generation == generation { state.connection = nil }
+            if state.connection?.generation == generation {
+                state.connection = nil
+                releaseDrainWaiters(in: &state)
+            }
             perform(state.lifecycle.connectionClosed(generation: generation, code: code, reason: reason, error: error), in: &state)
         }
     }
@@ -274,6 +415,7 @@ final class WebSocketCore: Sendable {
             case .abortConnection:
                 state.connection?.connection.abort()
                 state.connection = nil
+                releaseDrainWaiters(in: &state)
             case .discardConnection:
                 break
             case .scheduleReconnect(let attempt, let delay):
@@ -287,8 +429,8 @@ final class WebSocketCore: Sendable {
                 state.reconnectTask?.cancel()
                 state.reconnectTask = nil
             case .flush(let queued):
-                for message in queued {
-                    state.connection?.connection.write(message, completion: nil)
+                for message in queued where state.connection?.connection.write(message) == true {
+                    state.aboveHighWatermark = true
                 }
             case .startPinging:
                 startPinging(in: &state)
@@ -415,7 +557,15 @@ final class ConnectionDelegate: WebSocketTransportDelegate {
         core?.receivedPong(payload, generation: generation)
     }
 
-    func transportDidClose(code: WebSocketCloseCode?, reason: String, error: WebSocketError?) {
-        core?.closed(generation: generation, code: code, reason: reason, error: error)
+    func transportShouldRead() -> Bool {
+        core?.gate.isOpen ?? true
+    }
+
+    func transportDidDrain() {
+        core?.drained(generation: generation)
+    }
+
+    func transportDidClose(code: WebSocketCloseCode?, reason: String, error: WebSocketError?, unwrittenMessages: Int) {
+        core?.closed(generation: generation, code: code, reason: reason, error: error, unwritten: unwrittenMessages)
     }
 }

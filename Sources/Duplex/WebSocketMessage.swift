@@ -52,3 +52,13 @@ public enum WebSocketMessage: Sendable, Hashable {
         try decoder.decode(type, from: data)
     }
 }
+
+extension WebSocketMessage {
+    /// The payload's size in bytes, without copying it.
+    var byteCount: Int {
+        switch self {
+        case .string(let text): text.utf8.count
+        case .data(let data): data.count
+        }
+    }
+}

@@ -24,15 +24,34 @@ public protocol WebSocketTransport: Sendable {
 public protocol WebSocketTransportConnection: Sendable {
     /// The subprotocol the server chose, if any.
     var negotiatedProtocol: String? { get }
-    /// Queues a message; `completion` runs once it is written, or with the error that stopped it.
-    /// Messages are written in the order this is called.
-    func write(_ message: WebSocketMessage, completion: (@Sendable (Result<Void, any Error>) -> Void)?)
+    /// Accepts a message into the connection's outbound buffer and returns at once. Messages are
+    /// written in the order they are accepted, coalesced where the transport can.
+    /// - Returns: true when the outbound buffer is now above its high watermark: the socket then
+    ///   holds its sender until ``WebSocketTransportDelegate/transportDidDrain()``.
+    func write(_ message: WebSocketMessage) -> Bool
+    /// Calls `completion` once every message accepted so far is written to the network, or with
+    /// the error that stopped them.
+    func flush(_ completion: @escaping @Sendable (Result<Void, any Error>) -> Void)
     /// Sends a ping with this payload (at most 125 bytes).
     func ping(_ payload: [UInt8])
-    /// Starts the close handshake; the connection ends when the peer answers or the close timeout passes.
+    /// Starts the close handshake, after the messages already accepted; the connection ends when
+    /// the peer answers or the close timeout passes.
     func close(code: WebSocketCloseCode, reason: String)
     /// Drops the connection at once, with no close frame.
     func abort()
+    /// The consumers caught up: read again if reading was held back (see
+    /// ``WebSocketTransportDelegate/transportShouldRead()``).
+    func resumeReading()
+}
+
+extension WebSocketTransportConnection {
+    /// Completes at once: for transports that cannot tell when a write reached the network.
+    public func flush(_ completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
+        completion(.success(()))
+    }
+
+    /// Does nothing: for transports that cannot hold back their reads.
+    public func resumeReading() {}
 }
 
 /// Receives what happens on a transport connection.
@@ -41,7 +60,20 @@ public protocol WebSocketTransportDelegate: AnyObject, Sendable {
     func transportDidReceive(_ message: WebSocketMessage)
     /// A pong arrived with this payload.
     func transportDidReceivePong(_ payload: [UInt8])
+    /// Whether the consumers want more: when false, the transport should stop reading from the
+    /// network until ``WebSocketTransportConnection/resumeReading()``.
+    func transportShouldRead() -> Bool
+    /// The outbound buffer, once above its high watermark, has drained below its low one.
+    func transportDidDrain()
     /// The connection ended: the peer's close code and reason (nil code when it sent no close
-    /// frame), and the error that ended it, if one did. Called once, last.
-    func transportDidClose(code: WebSocketCloseCode?, reason: String, error: WebSocketError?)
+    /// frame), the error that ended it, if one did, and how many accepted messages were not
+    /// confirmed written. Called once, last.
+    func transportDidClose(code: WebSocketCloseCode?, reason: String, error: WebSocketError?, unwrittenMessages: Int)
+}
+
+extension WebSocketTransportDelegate {
+    /// Reports a close with no count of unwritten messages.
+    public func transportDidClose(code: WebSocketCloseCode?, reason: String, error: WebSocketError?) {
+        transportDidClose(code: code, reason: reason, error: error, unwrittenMessages: 0)
+    }
 }

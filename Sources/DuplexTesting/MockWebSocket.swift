@@ -39,7 +39,7 @@ public final class MockWebSocket: WebSocketProtocol {
         let logger = Logger(label: "duplex.mock")
         self.events_ = Broadcaster(limit: 65_536, label: "events", logger: logger)
         self.messages_ = Broadcaster(limit: 65_536, label: "messages", logger: logger)
-        self.states = Broadcaster(limit: 65_536, label: "stateEvents", logger: logger)
+        self.states = Broadcaster(limit: 65_536, buffering: .newest(65_536), label: "stateEvents", logger: logger)
         self.current = NIOLockedValueBox(.connected(protocol: nil))
         self.link = link
     }

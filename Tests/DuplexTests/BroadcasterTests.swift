@@ -4,7 +4,7 @@ import Testing
 
 @testable import Duplex
 
-@Suite("Broadcaster: per-consumer streams, bounded buffers")
+@Suite("Broadcaster: per-consumer streams, lossless with a demand gate, or bounded by dropping")
 struct BroadcasterTests {
     /// A log handler that keeps every message.
     struct Capture: LogHandler {
@@ -18,29 +18,118 @@ struct BroadcasterTests {
         func log(event: LogEvent) { lines.withLockedValue { $0.append("\(event.message)") } }
     }
 
-    @Test("every consumer gets every element; a full consumer drops new ones alone, and the log is not flooded")
-    func boundedBuffers() async {
+    @Test("lossless: a consumer that stops reading closes the gate at the limit, loses nothing, and opens it again at half")
+    func losslessGate() async {
+        let gate = DemandGate()
+        let opened = NIOLockedValueBox(0)
+        gate.onOpen { opened.withLockedValue { $0 += 1 } }
+        let broadcaster = Broadcaster<Int>(limit: 100, gate: gate, label: "numbers", logger: Logger(label: "test"))
+        let reader = broadcaster.makeStream()
+        for n in 0..<99 { broadcaster.yield(n) }
+        #expect(gate.isOpen, "under the limit")
+        broadcaster.yield(99)
+        #expect(!gate.isOpen, "100 unread: the producer is held back")
+        // A producer that read more before it noticed: still kept, never dropped.
+        for n in 100..<150 { broadcaster.yield(n) }
+        var iterator = reader.makeAsyncIterator()
+        var seen: [Int] = []
+        for _ in 0..<99 { if let value = await iterator.next() { seen.append(value) } }
+        #expect(!gate.isOpen, "51 unread: not yet back under half")
+        if let value = await iterator.next() { seen.append(value) }
+        #expect(gate.isOpen, "50 unread: open again")
+        #expect(opened.withLockedValue { $0 } == 1)
+        for _ in 0..<50 { if let value = await iterator.next() { seen.append(value) } }
+        #expect(seen == Array(0..<150))
+        #expect(broadcaster.droppedCount == 0)
+    }
+
+    @Test("lossless in bytes: a consumer behind by the byte limit closes the gate")
+    func losslessBytes() async {
+        let gate = DemandGate()
+        let broadcaster = Broadcaster<String>(limit: 1000, byteLimit: 1000, cost: { $0.utf8.count }, gate: gate, label: "text", logger: Logger(label: "test"))
+        let reader = broadcaster.makeStream()
+        for _ in 0..<9 { broadcaster.yield(String(repeating: "x", count: 100)) }
+        #expect(gate.isOpen)
+        broadcaster.yield(String(repeating: "x", count: 100))
+        #expect(!gate.isOpen, "1000 bytes unread")
+        var iterator = reader.makeAsyncIterator()
+        for _ in 0..<5 { _ = await iterator.next() }
+        #expect(gate.isOpen, "500 bytes unread")
+    }
+
+    @Test("a consumer that lets go of its stream, or is cancelled, no longer holds the producer back")
+    func releasedConsumer() async {
+        let gate = DemandGate()
+        let broadcaster = Broadcaster<Int>(limit: 10, gate: gate, label: "numbers", logger: Logger(label: "test"))
+        var stalled: AsyncStream<Int>? = broadcaster.makeStream()
+        for n in 0..<20 { broadcaster.yield(n) }
+        #expect(!gate.isOpen)
+        #expect(stalled != nil)
+        stalled = nil
+        #expect(gate.isOpen, "the stream is gone, and its consumer with it")
+        #expect(broadcaster.consumerCount == 0)
+
+        let waiting = broadcaster.makeStream()
+        let task = Task { () -> [Int] in
+            var values: [Int] = []
+            for await value in waiting { values.append(value) }
+            return values
+        }
+        task.cancel()
+        let values = await task.value
+        #expect(values.isEmpty || values.allSatisfy { $0 >= 0 })
+        #expect(broadcaster.consumerCount == 0, "a cancelled reader is removed")
+    }
+
+    @Test("a producer waiting on the gate goes on once the reader catches up")
+    func asyncProducerWaits() async throws {
+        let gate = DemandGate()
+        let broadcaster = Broadcaster<Int>(limit: 10, gate: gate, label: "numbers", logger: Logger(label: "test"))
+        let reader = broadcaster.makeStream()
+        let producer = Task {
+            for n in 0..<1000 {
+                broadcaster.yield(n)
+                await gate.waitUntilOpen()
+            }
+            broadcaster.finish()
+        }
+        var seen: [Int] = []
+        for await value in reader {
+            seen.append(value)
+            #expect(broadcaster.bufferedCount <= 10, "the producer waits instead of piling up")
+        }
+        await producer.value
+        #expect(seen == Array(0..<1000))
+    }
+
+    @Test("oldest(n) keeps the first n and drops new ones for that consumer alone; newest(n) keeps the last n; the log is not flooded")
+    func droppingPolicies() async {
         let lines = NIOLockedValueBox<[String]>([])
         let logger = Logger(label: "test") { _ in Capture(lines: lines) }
-        let broadcaster = Broadcaster<Int>(limit: 100, label: "numbers", logger: logger)
+        let gate = DemandGate()
+        let broadcaster = Broadcaster<Int>(limit: 100, gate: gate, label: "numbers", logger: logger)
         let reader = broadcaster.makeStream()
-        let stalled = broadcaster.makeStream()  // never read
+        let oldest = broadcaster.makeStream(buffering: .oldest(100))  // never read until the end
+        let newest = broadcaster.makeStream(buffering: .newest(10))  // never read until the end
         var seen: [Int] = []
+        var iterator = reader.makeAsyncIterator()
         for n in 0..<25_100 {
             broadcaster.yield(n)
-            // the reader keeps up: drain what is buffered every 50 elements
             if n % 50 == 49 {
-                var iterator = reader.makeAsyncIterator()
                 for _ in 0..<50 { if let value = await iterator.next() { seen.append(value) } }
             }
         }
+        #expect(gate.isOpen, "dropping consumers never hold the producer back")
         #expect(seen == Array(0..<25_100), "a consumer that keeps up loses nothing")
-        #expect(broadcaster.droppedCount == 25_000, "the stalled consumer kept its first 100 and dropped the rest")
-        #expect(lines.withLockedValue { $0.count } == 3, "the first drop, then one line per 10,000")
+        #expect(broadcaster.droppedCount == 25_000 + 25_090)
+        #expect(lines.withLockedValue { $0.count } == 6, "the first drop, then one line per 10,000")
         broadcaster.finish()
         var kept: [Int] = []
-        for await value in stalled { kept.append(value) }
+        for await value in oldest { kept.append(value) }
         #expect(kept == Array(0..<100))
+        var latest: [Int] = []
+        for await value in newest { latest.append(value) }
+        #expect(latest == Array(25_090..<25_100))
     }
 
     @Test("a stream asked for after finish is already finished; a stream can start with a value")

@@ -12,7 +12,7 @@ struct EpochTests {
     static let fast = WebSocketConfiguration(
         ping: PingConfig(pingInterval: .milliseconds(500), maxPingFailures: 2),
         reconnection: .fixedDelay(.milliseconds(50)),
-        connectTimeout: .seconds(2)
+        connectTimeout: .seconds(10)
     )
 
     @Test("ChatSession: a welcome in another epoch resets the position, reports the reset once, and resends")
@@ -239,7 +239,7 @@ struct ProcessRestartTests {
             let sse = ServerSentEventManager(
                 url: URL(string: "http://127.0.0.1:\(port)/chat/watched/events")!,
                 retryPolicy: RetryPolicy(initialDelay: 0.05, maxDelay: 0.2, jitter: 0, minimumDelay: 0.05),
-                configuration: .init(connectTimeout: .seconds(2))
+                configuration: .init(connectTimeout: .seconds(10))
             )
             let events = sse.events
             try await sse.connect()

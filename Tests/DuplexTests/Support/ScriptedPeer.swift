@@ -19,6 +19,13 @@ final class ScriptedPeer: Sendable {
         var closeOnConnect: (code: UInt16, reason: String)?
         /// Drop the TCP connection right after the handshake, with no close frame.
         var dropOnConnect = false
+        /// Drop the TCP connection once this many text messages arrived on it.
+        var dropAfterTexts: Int?
+        /// Right after the handshake, send this many text messages `"N:xxx…"` of `bytes` bytes,
+        /// as fast as the channel stays writable (so TCP backpressure holds it back).
+        var flood: (count: Int, bytes: Int)?
+        /// Read nothing after the handshake until ``ScriptedPeer/releaseReads()``.
+        var holdReads = false
     }
 
     private let channel: any Channel
@@ -32,6 +39,82 @@ final class ScriptedPeer: Sendable {
         var pingsByConnection: [Int: Int] = [:]
         var messages: [String] = []
         var pingWaiters: [(connection: Int, count: Int, continuation: CheckedContinuation<Void, Never>)] = []
+        var textWaiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
+        /// Times a flooding connection found its channel not writable.
+        var heldBack = 0
+        var flooded = 0
+        var heldBackWaiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    /// Returns once a flooding connection was held back by TCP (its channel became unwritable).
+    /// Wrap it in a timeout.
+    func waitUntilHeldBack() async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let ready = counters.withLockedValue { counters -> Bool in
+                    if counters.heldBack > 0 || Task.isCancelled { return true }
+                    counters.heldBackWaiters.append(continuation)
+                    return false
+                }
+                if ready { continuation.resume() }
+            }
+        } onCancel: {
+            wakeAll()
+        }
+    }
+
+    /// Wakes every waiter: its task was cancelled (a test timed out).
+    private func wakeAll() {
+        let waiters = counters.withLockedValue { counters in
+            defer {
+                counters.heldBackWaiters = []
+                counters.textWaiters = []
+            }
+            return counters.heldBackWaiters + counters.textWaiters.map(\.continuation)
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// How many messages the flooding connections wrote, in all.
+    var floodedCount: Int { counters.withLockedValue { $0.flooded } }
+
+    fileprivate func countFlooded(_ count: Int) {
+        counters.withLockedValue { $0.flooded += count }
+    }
+
+    /// How many times flooding connections were held back.
+    var heldBackCount: Int { counters.withLockedValue { $0.heldBack } }
+
+    /// Returns once `count` text messages arrived, over all connections. Wrap it in a timeout.
+    func waitForTexts(_ count: Int) async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let ready = counters.withLockedValue { counters -> Bool in
+                    if counters.messages.count >= count || Task.isCancelled { return true }
+                    counters.textWaiters.append((count, continuation))
+                    return false
+                }
+                if ready { continuation.resume() }
+            }
+        } onCancel: {
+            wakeAll()
+        }
+    }
+
+    /// Starts reading on every connection that holds its reads.
+    func releaseReads() {
+        for child in children.withLockedValue({ Array($0.values) }) {
+            child.setOption(ChannelOptions.autoRead, value: true).whenSuccess { child.read() }
+        }
+    }
+
+    fileprivate func floodHeldBack() {
+        let waiters = counters.withLockedValue { counters in
+            counters.heldBack += 1
+            defer { counters.heldBackWaiters = [] }
+            return counters.heldBackWaiters
+        }
+        for waiter in waiters { waiter.resume() }
     }
 
     var connectionCount: Int { counters.withLockedValue { $0.connections } }
@@ -73,6 +156,10 @@ final class ScriptedPeer: Sendable {
                     counters.connections += 1
                     return counters.connections
                 }
+                // Known from the accept on, so dropAll() reaches a connection whose upgrade is
+                // still being answered.
+                peer.opened(child)
+                child.closeFuture.whenComplete { _ in peer.closed(child) }
                 let script = behaviour(number)
                 let upgrader = NIOWebSocketServerUpgrader(
                     shouldUpgrade: { channel, _ in
@@ -124,7 +211,13 @@ final class ScriptedPeer: Sendable {
 
     fileprivate func count(ping connection: Int? = nil, text: String? = nil) {
         let ready = counters.withLockedValue { counters -> [CheckedContinuation<Void, Never>] in
-            if let text { counters.messages.append(text) }
+            if let text {
+                counters.messages.append(text)
+                let reached = counters.messages.count
+                let done = counters.textWaiters.filter { $0.count <= reached }
+                counters.textWaiters.removeAll { $0.count <= reached }
+                if !done.isEmpty { return done.map(\.continuation) }
+            }
             guard let connection else { return [] }
             counters.pings += 1
             counters.pingsByConnection[connection, default: 0] += 1
@@ -144,6 +237,8 @@ private final class PeerHandler: ChannelInboundHandler {
     let peer: ScriptedPeer
     let script: ScriptedPeer.Behaviour
     let number: Int
+    private var texts = 0
+    private var flooded = 0
 
     init(peer: ScriptedPeer, script: ScriptedPeer.Behaviour, number: Int) {
         self.peer = peer
@@ -152,8 +247,17 @@ private final class PeerHandler: ChannelInboundHandler {
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        peer.opened(context.channel)
-        if script.dropOnConnect {
+        if script.holdReads || script.flood != nil {
+            // Small socket buffers, so that a few MiB are enough to fill them.
+            context.channel.setOption(ChannelOptions.socketOption(.so_sndbuf), value: 16 * 1024).whenComplete { _ in }
+            context.channel.setOption(ChannelOptions.socketOption(.so_rcvbuf), value: 16 * 1024).whenComplete { _ in }
+        }
+        if script.holdReads {
+            context.channel.setOption(ChannelOptions.autoRead, value: false).whenComplete { _ in }
+        }
+        if script.flood != nil {
+            flood(context: context)
+        } else if script.dropOnConnect {
             context.close(promise: nil)
         } else if let (code, reason) = script.closeOnConnect {
             var payload = context.channel.allocator.buffer(capacity: 2 + reason.utf8.count)
@@ -164,8 +268,27 @@ private final class PeerHandler: ChannelInboundHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        peer.closed(context.channel)
         context.fireChannelInactive()
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable, script.flood != nil { flood(context: context) }
+        context.fireChannelWritabilityChanged()
+    }
+
+    /// Writes flood messages while the channel is writable.
+    private func flood(context: ChannelHandlerContext) {
+        guard let (count, bytes) = script.flood, context.channel.isActive else { return }
+        let before = flooded
+        while flooded < count, context.channel.isWritable {
+            let head = "\(flooded):"
+            let text = head + String(repeating: "x", count: max(bytes - head.utf8.count, 0))
+            context.write(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .text, data: context.channel.allocator.buffer(string: text))), promise: nil)
+            flooded += 1
+        }
+        peer.countFlooded(flooded - before)
+        context.flush()
+        if flooded < count { peer.floodHeldBack() }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -180,6 +303,11 @@ private final class PeerHandler: ChannelInboundHandler {
         case .text:
             let text = String(buffer: payload)
             peer.count(text: text)
+            texts += 1
+            if let limit = script.dropAfterTexts, texts >= limit {
+                context.close(promise: nil)
+                return
+            }
             if script.echo {
                 context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .text, data: payload)), promise: nil)
             }

@@ -1,0 +1,81 @@
+import NIOConcurrencyHelpers
+
+/// Whether a producer may go on: closed while any lossless consumer of the broadcasters that
+/// share it is behind, open again once every one has caught up.
+///
+/// A socket's transport asks ``isOpen`` before each read from the network; an async producer
+/// (the SSE body pump, the chat pump) awaits ``waitUntilOpen()`` between elements.
+package final class DemandGate: Sendable {
+    private struct State {
+        var behind = 0
+        var nextWaiter: UInt64 = 0
+        var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+        var onOpen: (@Sendable () -> Void)?
+        var closeWatchers: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let state = NIOLockedValueBox(State())
+
+    package init() {}
+
+    /// True when no consumer is behind.
+    package var isOpen: Bool { state.withLockedValue { $0.behind == 0 } }
+
+    /// Called (outside every lock) each time the gate opens again.
+    package func onOpen(_ body: @escaping @Sendable () -> Void) {
+        state.withLockedValue { $0.onOpen = body }
+    }
+
+    func consumerFellBehind() {
+        let watchers = state.withLockedValue { state in
+            state.behind += 1
+            defer { state.closeWatchers = [] }
+            return state.closeWatchers
+        }
+        for watcher in watchers { watcher.resume() }
+    }
+
+    /// Returns once the gate has closed (now or later): for tests, wrapped in a timeout.
+    package func waitUntilClosed() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let closed = state.withLockedValue { state in
+                if state.behind > 0 { return true }
+                state.closeWatchers.append(continuation)
+                return false
+            }
+            if closed { continuation.resume() }
+        }
+    }
+
+    /// Returns the hook to call once the caller has released its locks, when the gate opened.
+    func consumerCaughtUp() -> (@Sendable () -> Void)? {
+        state.withLockedValue { state in
+            state.behind -= 1
+            guard state.behind == 0 else { return nil }
+            for waiter in state.waiters.values { waiter.resume() }
+            state.waiters = [:]
+            return state.onOpen ?? {}
+        }
+    }
+
+    /// Returns when the gate is open, or when the calling task is cancelled.
+    package func waitUntilOpen() async {
+        if isOpen { return }
+        let id = state.withLockedValue { state in
+            state.nextWaiter += 1
+            return state.nextWaiter
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let open = state.withLockedValue { state in
+                    if state.behind == 0 || Task.isCancelled { return true }
+                    state.waiters[id] = continuation
+                    return false
+                }
+                if open { continuation.resume() }
+            }
+        } onCancel: {
+            state.withLockedValue { $0.waiters.removeValue(forKey: id) }?.resume()
+        }
+    }
+}

@@ -1,0 +1,181 @@
+import DuplexSchema
+import DuplexTesting
+import Foundation
+import NIOConcurrencyHelpers
+import Testing
+
+@testable import Duplex
+
+/// The client's data path: pipelined sends with a bounded outbound buffer, lossless receive
+/// with TCP backpressure, honest reports of what was not written.
+@Suite("the client data path: backpressure both ways, nothing lost", .serialized)
+struct DataPathTests {
+    static func url(_ peer: ScriptedPeer) -> URL { URL(string: "ws://127.0.0.1:\(peer.port)/")! }
+
+    static func padded(_ n: Int, bytes: Int = 1024) -> String {
+        let head = "\(n):"
+        return head + String(repeating: "x", count: bytes - head.utf8.count)
+    }
+
+    @Test("a reader that stops reading holds the server back through TCP (its channel becomes unwritable), then gets every message in order")
+    func slowReaderLosesNothing() async throws {
+        let total = 3_000  // 3 MiB: more than the socket buffers hold while nobody reads
+        let peer = try await ScriptedPeer.start { _ in .init(echo: false, flood: (total, 1024)) }
+        var configuration = WebSocketConfiguration()
+        configuration.streamBufferLimit = 64
+        configuration.streamBufferBytes = 64 * 1024
+        let socket = WebSocket(url: Self.url(peer), configuration: configuration)
+        let messages = socket.messages
+        try await withTimeout(.seconds(60)) {
+            try await socket.connect()
+            // Nobody reads: the socket must stop reading, and TCP must stop the server.
+            await socket.core.gate.waitUntilClosed()
+            await peer.waitUntilHeldBack()
+            let buffered = socket.core.messages.bufferedCount
+            #expect(buffered >= 64, "the reader's buffer filled")
+            #expect(buffered < 2_000, "and stayed bounded (\(buffered) unread of \(total))")
+            #expect(peer.floodedCount < total, "the server could not write it all: TCP held it back")
+            var expected = 0
+            for await message in messages {
+                guard message.text?.hasPrefix("\(expected):") == true else {
+                    Issue.record("message \(expected) is \(message.text?.prefix(12) ?? "binary")")
+                    break
+                }
+                expected += 1
+                if expected == total { break }
+            }
+            #expect(expected == total)
+            #expect(socket.core.messages.droppedCount == 0)
+        }
+        await socket.terminate()
+        await peer.stop()
+    }
+
+    @Test("with newest(n), a reader sees the latest messages and never holds the server back")
+    func newestNeverHoldsBack() async throws {
+        let total = 5_000
+        let peer = try await ScriptedPeer.start { _ in .init(echo: false, flood: (total, 256)) }
+        var configuration = WebSocketConfiguration()
+        configuration.streamBufferLimit = 16
+        let socket = WebSocket(url: Self.url(peer), configuration: configuration)
+        let latest = socket.messages(buffering: .newest(10))
+        let complete = socket.messages  // a lossless reader that keeps up
+        try await withTimeout(.seconds(30)) {
+            try await socket.connect()
+            var count = 0
+            for await _ in complete {
+                count += 1
+                if count == total { break }
+            }
+            var seen: [String] = []
+            var iterator = latest.makeAsyncIterator()
+            for _ in 0..<10 { if let message = await iterator.next() { seen.append(String(message.text?.prefix { $0 != ":" } ?? "")) } }
+            #expect(seen == (total - 10..<total).map(String.init), "the last ten, the older ones dropped")
+        }
+        await socket.terminate()
+        await peer.stop()
+    }
+
+    @Test("send suspends above the high watermark while the server reads nothing, resumes once it reads, and every message arrives in order")
+    func sendSuspendsAboveWatermark() async throws {
+        let total = 3_000  // 3 MiB: more than the socket buffers hold while the server reads nothing
+        let peer = try await ScriptedPeer.start { _ in .init(echo: false, holdReads: true) }
+        var configuration = WebSocketConfiguration()
+        configuration.sendBufferHighWatermark = 64 * 1024
+        configuration.sendBufferLowWatermark = 16 * 1024
+        let socket = WebSocket(url: Self.url(peer), configuration: configuration)
+        try await withTimeout(.seconds(60)) {
+            try await socket.connect()
+            let sender = Task {
+                for n in 0..<total { try await socket.send(Self.padded(n)) }
+            }
+            await socket.core.waitUntilSendSuspended()
+            #expect(peer.receivedTexts.isEmpty, "the server has read nothing yet")
+            peer.releaseReads()
+            try await sender.value
+            try await socket.flush()
+            await peer.waitForTexts(total)
+            let received = peer.receivedTexts
+            #expect(received.count == total)
+            #expect(received.enumerated().allSatisfy { $0.element.hasPrefix("\($0.offset):") }, "in order")
+        }
+        await socket.terminate()
+        await peer.stop()
+    }
+
+    @Test("a message accepted but not written when the connection dies is reported in events, and the next send throws")
+    func unwrittenAreReported() async throws {
+        let peer = try await ScriptedPeer.start { _ in .init(echo: false, holdReads: true) }
+        var configuration = WebSocketConfiguration()
+        configuration.sendBufferHighWatermark = 64 * 1024
+        let socket = WebSocket(url: Self.url(peer), configuration: configuration)
+        let events = socket.events
+        try await withTimeout(.seconds(30)) {
+            try await socket.connect()
+            // 6 MiB cannot fit in the socket buffers of a server that reads nothing (4 MiB at
+            // most here): the write cannot finish, so the send returns with the message unwritten.
+            let big = Data(count: 6 * 1024 * 1024)
+            let sender = Task { try await socket.send(.data(big)) }
+            await socket.core.waitUntilSendSuspended()
+            peer.dropAll()
+            try await sender.value  // accepted: send returned before the write
+            let reported = try await events.first(within: .seconds(10)) { event in
+                if case .error(let error) = event { return error.message.contains("not written") }
+                return false
+            }
+            if case .error(let error) = reported {
+                #expect(error.code == .connectionLost)
+                #expect(error.message == "1 sent message was not written before the connection ended")
+            }
+            // The next send throws that error, once.
+            do {
+                try await socket.send("after the big one")
+                Issue.record("the next send should have thrown")
+            } catch let error as WebSocketError {
+                #expect(error.code == .connectionLost)
+                #expect(error.message.contains("not written"))
+            }
+            await #expect(throws: WebSocketError.self, "then, not connected") { try await socket.send("later") }
+        }
+        await socket.terminate()
+        await peer.stop()
+    }
+
+    @Test("pipelined sends keep their order across a reconnection: sends made while reconnecting all arrive, after the earlier ones, none twice")
+    func orderAcrossReconnection() async throws {
+        let peer = try await ScriptedPeer.start { number in .init(echo: false, dropAfterTexts: number == 1 ? 500 : nil) }
+        var configuration = WebSocketConfiguration()
+        configuration.reconnection = .fixedDelay(.milliseconds(50))
+        configuration.maxQueuedSends = 10_000
+        let socket = WebSocket(url: Self.url(peer), configuration: configuration)
+        let states = socket.stateEvents
+        try await withTimeout(.seconds(30)) {
+            try await socket.connect()
+            for n in 0..<1000 { try await socket.send(Self.padded(n, bytes: 64)) }
+            _ = try await states.first(within: .seconds(10)) { state in
+                if case .disconnected = state { return true }
+                return false
+            }
+            // Sent while reconnecting, and then on the new connection.
+            var n = 1000
+            while n < 2000 {
+                do {
+                    try await socket.send(Self.padded(n, bytes: 64))
+                    n += 1
+                } catch let error as WebSocketError where error.code == .connectionLost {
+                    continue  // earlier messages were not written; this send was not made
+                }
+            }
+            while !(peer.receivedTexts.last?.hasPrefix("1999:") ?? false) {
+                await peer.waitForTexts(peer.receivedTexts.count + 1)
+            }
+            let numbers = peer.receivedTexts.compactMap { Int($0.prefix { $0 != ":" }) }
+            #expect(zip(numbers, numbers.dropFirst()).allSatisfy { $0 < $1 }, "strictly increasing: no duplicate, no reordering")
+            #expect(numbers.filter { $0 >= 1000 } == Array(1000..<2000), "every send made while reconnecting arrived, in order")
+            #expect(numbers.prefix(500) == Array(0..<500)[...], "the first connection's messages came first")
+            #expect(peer.connectionCount == 2)
+        }
+        await socket.terminate()
+        await peer.stop()
+    }
+}
