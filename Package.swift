@@ -23,6 +23,9 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
+        // Benchmarks only: swift-websocket's WSClient, a peer client (already a dependency of
+        // hummingbird-websocket).
+        .package(url: "https://github.com/hummingbird-project/swift-websocket.git", from: "1.6.2"),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-collections.git", from: "1.6.0"),
@@ -140,6 +143,12 @@ let package = Package(
             name: "client-echo-benchmark",
             dependencies: ["Duplex", "DuplexServer", "DuplexTesting"],
             path: "Benchmarks/ClientEchoBenchmark",
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "client-peers-benchmark",
+            dependencies: ["Duplex", .product(name: "WSClient", package: "swift-websocket"), .product(name: "Logging", package: "swift-log")],
+            path: "Benchmarks/ClientPeersBenchmark",
             swiftSettings: swiftSettings
         ),
         .executableTarget(

@@ -1,5 +1,8 @@
-"""The Python websockets side of Benchmarks/Sources/ClientEchoBenchmark: the same measures
-against the same server. Usage: python_echo_client.py URL MESSAGES ROUNDTRIPS"""
+"""The Python websockets side of Benchmarks/ClientEchoBenchmark: the same measures against the
+same server. Usage: python_echo_client.py URL MESSAGES ROUNDTRIPS
+
+With --throughput, one run for Benchmarks/client_peers.sh, printing
+`python-websockets CONNECTIONS MESSAGES/S`: python_echo_client.py --throughput URL MESSAGES CONNECTIONS"""
 import asyncio
 import sys
 import time
@@ -49,4 +52,12 @@ async def main(url, total, trips):
     print(f"  round trip ({trips} sequential):  p50 {p50:.1f} µs, p99 {p99:.1f} µs")
 
 
-asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
+async def one_run(url, total, connections):
+    rate = await throughput(url, total, connections)
+    print("python-websockets", connections, round(rate))
+
+
+if sys.argv[1] == "--throughput":
+    asyncio.run(one_run(sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
+else:
+    asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))

@@ -138,25 +138,31 @@ package final class Broadcaster<Element: Sendable>: Sendable {
     /// Takes the consumer's next element, under the lock; when none waits, stores `waiter`.
     private func take(_ id: UInt64, waiter: CheckedContinuation<Element?, Never>?) -> (Take, (@Sendable () -> Void)?) {
         state.withLockedValue { state in
-            guard var consumer = state.consumers[id] else { return (.end, nil) }
-            guard let element = consumer.buffer.popFirst() else {
-                if state.finished {
-                    state.consumers[id] = nil
-                    return (.end, nil)
-                }
-                if let waiter { consumer.waiter = waiter }
-                state.consumers[id] = consumer
-                return (.empty, nil)
-            }
-            var opened: (@Sendable () -> Void)?
-            if let cost, case .lossless = consumer.buffering { consumer.bytes -= cost(element) }
-            if consumer.behind, consumer.buffer.count <= limit / 2, consumer.bytes <= byteLimit / 2 {
-                consumer.behind = false
-                opened = gate?.consumerCaughtUp()
-            }
-            state.consumers[id] = consumer
-            return (.element(element), opened)
+            guard state.consumers[id] != nil else { return (.end, nil) }
+            let finished = state.finished
+            // In place: a copy of the consumer would copy its whole buffer on every take.
+            let taken = take(from: &state.consumers[id]!, finished: finished, waiter: waiter)
+            if case .end = taken.0 { state.consumers[id] = nil }
+            return taken
         }
+    }
+
+    private func take(
+        from consumer: inout Consumer,
+        finished: Bool,
+        waiter: CheckedContinuation<Element?, Never>?
+    ) -> (Take, (@Sendable () -> Void)?) {
+        guard let element = consumer.buffer.popFirst() else {
+            if finished { return (.end, nil) }
+            if let waiter { consumer.waiter = waiter }
+            return (.empty, nil)
+        }
+        if let cost, case .lossless = consumer.buffering { consumer.bytes -= cost(element) }
+        if consumer.behind, consumer.buffer.count <= limit / 2, consumer.bytes <= byteLimit / 2 {
+            consumer.behind = false
+            return (.element(element), gate?.consumerCaughtUp())
+        }
+        return (.element(element), nil)
     }
 
     fileprivate func next(_ id: UInt64) async -> Element? {

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Client echo throughput, side by side: the Duplex client, swift-websocket's WSClient, Node `ws`
+# (Debian node-ws) and Python `websockets`, each against the same out-of-process Node `ws` echo
+# server. Server pinned to core 0, clients to core 1 (taskset); ROUNDS interleaved rounds; the
+# median per client and connection count. 64-byte text messages, MESSAGES per run.
+#
+#   Benchmarks/client_peers.sh [MESSAGES] [ROUNDS]
+#
+# Needs: node and node-ws, python3 with websockets, taskset (util-linux), a release build:
+#   swift build -c release --scratch-path .build-release --product client-peers-benchmark
+set -euo pipefail
+cd "$(dirname "$0")/.."
+messages=${1:-200000}
+rounds=${2:-3}
+swift_bench=.build-release/release/client-peers-benchmark
+[ -x "$swift_bench" ] || { echo "build it first: swift build -c release --scratch-path .build-release --product client-peers-benchmark" >&2; exit 1; }
+[ -f /usr/share/nodejs/ws/index.js ] || { echo "node-ws is missing (apt-get install node-ws)" >&2; exit 1; }
+python3 -c 'import websockets' || { echo "the Python package websockets is missing" >&2; exit 1; }
+
+server_out=$(mktemp)
+taskset -c 0 node Benchmarks/node_echo_server.js >"$server_out" &
+server=$!
+trap 'kill $server 2>/dev/null || true; rm -f "$server_out"' EXIT
+for _ in $(seq 1 50); do grep -q '^ws://' "$server_out" && break; sleep 0.1; done
+url=$(grep -m1 '^ws://' "$server_out")
+echo "Node ws echo server at $url (core 0); clients on core 1; $messages messages of 64 bytes per run"
+
+results=$(mktemp)
+for round in $(seq 1 "$rounds"); do
+    for connections in 1 100; do
+        taskset -c 1 "$swift_bench" duplex "$url" "$messages" "$connections" >>"$results"
+        taskset -c 1 "$swift_bench" wsclient "$url" "$messages" "$connections" >>"$results"
+        taskset -c 1 node Benchmarks/node_echo_client.js "$url" "$messages" "$connections" >>"$results"
+        taskset -c 1 python3 Benchmarks/python_echo_client.py --throughput "$url" "$messages" "$connections" >>"$results"
+    done
+    echo "round $round done" >&2
+done
+echo
+echo "| client | 1 connection (msgs/s) | 100 connections (msgs/s) | runs |"
+echo "|---|---|---|---|"
+for client in duplex wsclient node-ws python-websockets; do
+    median() { grep "^$client $1 " "$results" | awk '{print $3}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+    runs=$(grep -c "^$client 1 " "$results")
+    echo "| $client | $(median 1) | $(median 100) | $runs each |"
+done
+echo
+echo "all runs:"
+sort "$results"
+rm -f "$results"
