@@ -5,6 +5,11 @@ import Hummingbird
 import HummingbirdCore
 import HummingbirdWebSocket
 import NIOConcurrencyHelpers
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import NIOCore
 
 /// The Duplex loopback server: WebSocket echo, chat rooms and Server-Sent Events, for testing
@@ -68,7 +73,22 @@ public final class DuplexServer: Service, Sendable {
     public func run() async throws {
         var port = configuration.port
         do {
-            while let restart = try await serveUntilRestart(port: port) {
+            var rebindAttempts = 0
+            while true {
+                let next: Restart?
+                do {
+                    next = try await serveUntilRestart(port: port)
+                } catch where rebindAttempts < Self.maxRebindAttempts && Self.isAddressInUse(error) && lifecycle.withLockedValue({ $0.port }) != nil {
+                    // After a restart the port may be taken for a while: on a port from the
+                    // ephemeral range, an outgoing connection can get it as its local port while
+                    // the server is down. Try again until it is free (up to 30 s).
+                    rebindAttempts += 1
+                    if rebindAttempts == 1 { logger.warning("port in use after a restart: trying again every 100 ms", metadata: ["port": "\(port)"]) }
+                    try await Task.sleep(for: .milliseconds(100))
+                    continue
+                }
+                guard let restart = next else { break }
+                rebindAttempts = 0
                 // A restart: every connection was told 1001. One the old listener accepted as it
                 // stopped may still be open, unserved: close it, as a process that exits would.
                 channels.closeAll()
@@ -85,6 +105,16 @@ public final class DuplexServer: Service, Sendable {
             didStop(error: error)
             throw error
         }
+    }
+
+    /// How many times a restart tries to listen again on a port in use (every 100 ms).
+    static let maxRebindAttempts = 300
+
+    /// Whether `error` is the listener's EADDRINUSE, however the server stack wrapped it.
+    static func isAddressInUse(_ error: any Error) -> Bool {
+        if let error = error as? IOError, error.errnoCode == EADDRINUSE { return true }
+        let text = String(describing: error)
+        return text.contains("Address already in use") || text.contains("EADDRINUSE")
     }
 
     /// Stops listening, closing every connection with 1001 as a graceful shutdown does, and

@@ -1,4 +1,6 @@
 import DuplexServer
+import NIOCore
+import NIOPosix
 import DuplexTesting
 import Logging
 import ServiceLifecycle
@@ -53,6 +55,35 @@ struct ShutdownTests {
                         _ = try await second.port()
                     }
                 }
+            }
+        }
+    }
+}
+
+@Suite("restart on a port taken meanwhile")
+struct RestartRebindTests {
+    @Test("a restart whose port another socket takes while the server is down keeps trying, and listens again once the port is free")
+    func rebindsOnceThePortIsFree() async throws {
+        try await withTimeout(.seconds(30)) {
+            try await withDuplexServer { server in
+                let port = server.port
+                server.server.restart(downFor: .milliseconds(500))
+                // Take the port as soon as the server lets go of it (as an outgoing connection
+                // can, on a port from the ephemeral range).
+                var squatter: (any Channel)?
+                while squatter == nil {
+                    squatter = try? await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: port).get()
+                    if squatter == nil { try await Task.sleep(for: .milliseconds(2)) }  // polls for the port, within the timeout
+                }
+                // Hold it past the downtime, so the server's first attempts find it taken.
+                try await Task.sleep(for: .seconds(1.5))
+                try await squatter?.close()
+                var healthy = false
+                while !healthy {
+                    healthy = (try? await TestHTTPResponse.get(port: port, "/health") { response in response.status == 200 }) ?? false
+                    if !healthy { try await Task.sleep(for: .milliseconds(20)) }  // polls until it listens, within the timeout
+                }
+                #expect(healthy)
             }
         }
     }
