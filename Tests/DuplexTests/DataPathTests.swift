@@ -178,4 +178,33 @@ struct DataPathTests {
         await socket.terminate()
         await peer.stop()
     }
+
+    @Test("SSE: a reader that falls far behind a small limit still gets every event, in order (nothing dropped)")
+    func sseSlowReader() async throws {
+        let total = 2_000
+        let padding = String(repeating: "x", count: 1000)
+        let peer = try await ScriptedHTTPPeer.start { _ in
+            .init(chunks: (0..<total).map { "id: \($0)\ndata: \($0) \(padding)\n\n" }, stall: true)
+        }
+        let sse = ServerSentEventManager(
+            url: URL(string: "http://127.0.0.1:\(peer.port)/")!,
+            configuration: .init(streamBufferLimit: 16)
+        )
+        let events = sse.events
+        try await withTimeout(.seconds(30)) {
+            try await sse.connect()
+            // Nobody reads until the reader is behind by the limit.
+            await sse.core.gate.waitUntilClosed()
+            #expect(sse.core.events.bufferedCount >= 16)
+            var expected = 0
+            for await event in events {
+                #expect(event.id == "\(expected)")
+                expected += 1
+                if expected == total { break }
+            }
+            #expect(expected == total)
+        }
+        await sse.terminate()
+        await peer.stop()
+    }
 }
