@@ -2,7 +2,9 @@
 ///
 /// Every `pingInterval` the socket sends a ping with a unique payload. A pong with that payload
 /// within `pongTimeout` resets the failure count and measures the round-trip time; no pong counts
-/// one failure. After `maxPingFailures` failures in a row the connection is torn down, the state
+/// one failure, unless messages arrived meanwhile (the peer is alive; its pong is queued behind
+/// them) or the socket was holding back its reads for slow readers (see ``StreamBuffering``).
+/// After `maxPingFailures` failures in a row the connection is torn down, the state
 /// becomes `.disconnected(.pingFailed)`, `onPingFailed` runs, and automatic reconnection (if
 /// configured) takes over.
 ///
@@ -70,6 +72,13 @@ struct PingTracker: Sendable {
     }
 
     /// The pong timeout of the outstanding ping passed.
+    /// The pong timeout passed, but messages arrived meanwhile, or the socket held back its reads
+    /// for slow readers: a pong still queued behind data is no sign of a dead peer, so the ping
+    /// is forgotten, not counted.
+    mutating func pongTimeoutExcused() {
+        outstanding = nil
+    }
+
     mutating func pongTimeoutElapsed() -> Outcome? {
         guard outstanding != nil else { return nil }
         outstanding = nil

@@ -56,6 +56,9 @@ final class WebSocketCore: Sendable {
         var suspensionWatchers: [CheckedContinuation<Void, Never>] = []
         /// Messages of a lost connection that were not written: the next send or flush throws it.
         var sendFailure: WebSocketError?
+        /// Messages received, and how many had been when the outstanding keep-alive ping went out.
+        var receivedCount: UInt64 = 0
+        var receivedAtPing: UInt64 = 0
     }
 
     private let state: NIOLockedValueBox<State>
@@ -347,6 +350,7 @@ final class WebSocketCore: Sendable {
         state.withLockedValue { state in
             switch state.lifecycle.phase {
             case .connected(let live) where live == generation, .disconnecting(let live) where live == generation:
+                state.receivedCount &+= 1
                 messages.yield(message)
                 connectionMessages.yield((generation, message))
                 events.yield(.message(message))
@@ -514,6 +518,7 @@ final class WebSocketCore: Sendable {
             else { return false }
             connection.ping(tracker.nextPing(at: .now))
             state.pingTracker = tracker
+            state.receivedAtPing = state.receivedCount
             return true
         }
     }
@@ -522,6 +527,13 @@ final class WebSocketCore: Sendable {
     private func pongTimeoutElapsed(generation: UInt64) -> Bool {
         state.withLockedValue { state in
             guard state.lifecycle.liveGeneration == generation, var tracker = state.pingTracker else { return false }
+            // Messages arrived since the ping: the peer is alive, and its pong waits behind them.
+            // Or reads are held back for slow readers: the pong may sit unread in the socket.
+            guard gate.isOpen, state.receivedCount == state.receivedAtPing else {
+                tracker.pongTimeoutExcused()
+                state.pingTracker = tracker
+                return true
+            }
             let outcome = tracker.pongTimeoutElapsed()
             state.pingTracker = tracker
             switch outcome {

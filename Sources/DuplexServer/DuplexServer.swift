@@ -97,7 +97,10 @@ public final class DuplexServer: Service, Sendable {
                 refusal.setStopping(false)
                 if restart.amnesia { rooms.forgetAll() }
                 logger.notice("restarting", metadata: ["down for": "\(restart.downtime)", "port": "\(port)", "amnesia": "\(restart.amnesia)"])
+                // Hold the port while down, so that no outgoing connection takes it meanwhile.
+                let reservation = configuration.holdsPortWhileRestarting ? PortReservation(host: configuration.host, port: port) : nil
                 try await Task.sleep(for: restart.downtime)
+                reservation?.release()
             }
             channels.closeAll()
             didStop(error: nil)

@@ -48,6 +48,11 @@ public struct DuplexServerConfiguration: Sendable {
     /// every connection still open (a peer that never reads, say) is closed hard, the number is
     /// logged, and the server stops. Default 10 s.
     public var shutdownTimeout: Duration
+    /// Whether ``DuplexServer/restart(downFor:amnesia:)`` holds the port while down (bound, not
+    /// listening: connections are refused), so that no outgoing connection can take it as its
+    /// local port meanwhile. Default true; when the port is taken anyway, the restart tries to
+    /// listen again every 100 ms for up to 30 s.
+    public var holdsPortWhileRestarting = true
     /// How long a connection may take to send a complete request head: from when it opens, and
     /// from the first byte of each later request on a keep-alive connection. A connection that
     /// sends nothing, or headers at a trickle, is closed then (with 408 if it sent anything).

@@ -65,7 +65,9 @@ struct RestartRebindTests {
     @Test("a restart whose port another socket takes while the server is down keeps trying, and listens again once the port is free")
     func rebindsOnceThePortIsFree() async throws {
         try await withTimeout(.seconds(30)) {
-            try await withDuplexServer { server in
+            var configuration = DuplexServerConfiguration()
+            configuration.holdsPortWhileRestarting = false
+            try await withDuplexServer(configuration: configuration) { server in
                 let port = server.port
                 server.server.restart(downFor: .milliseconds(500))
                 // Take the port as soon as the server lets go of it (as an outgoing connection
@@ -78,6 +80,32 @@ struct RestartRebindTests {
                 // Hold it past the downtime, so the server's first attempts find it taken.
                 try await Task.sleep(for: .seconds(1.5))
                 try await squatter?.close()
+                var healthy = false
+                while !healthy {
+                    healthy = (try? await TestHTTPResponse.get(port: port, "/health") { response in response.status == 200 }) ?? false
+                    if !healthy { try await Task.sleep(for: .milliseconds(20)) }  // polls until it listens, within the timeout
+                }
+                #expect(healthy)
+            }
+        }
+    }
+
+    @Test("while a restart is down the port stays reserved: connections are refused, nothing else can take it, and the server listens on it again")
+    func holdsThePortWhileDown() async throws {
+        try await withTimeout(.seconds(30)) {
+            try await withDuplexServer { server in
+                let port = server.port
+                server.server.restart(downFor: .seconds(1))
+                // Wait until the server no longer answers: it is down.
+                while (try? await TestHTTPResponse.get(port: port, "/health") { $0.status }) != nil {
+                    try await Task.sleep(for: .milliseconds(5))  // polls for the restart, within the timeout
+                }
+                // Down (the listener closes as the shutdown starts; the port is held once it has
+                // ended, which for an idle server takes milliseconds): nobody else can take it.
+                try await Task.sleep(for: .milliseconds(300))
+                let squatter = try? await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: port).get()
+                #expect(squatter == nil, "the port was free while the server was down")
+                try? await squatter?.close()
                 var healthy = false
                 while !healthy {
                     healthy = (try? await TestHTTPResponse.get(port: port, "/health") { response in response.status == 200 }) ?? false

@@ -51,6 +51,35 @@ struct DataPathTests {
         await peer.stop()
     }
 
+    @Test("while the socket holds back its reads for a slow reader, unanswered pings do not count as a dead connection")
+    func pingsExcusedWhileReadsAreHeld() async throws {
+        let total = 3_000
+        let peer = try await ScriptedPeer.start { _ in .init(echo: false, flood: (total, 1024)) }
+        var configuration = WebSocketConfiguration()
+        configuration.streamBufferLimit = 64
+        configuration.ping = PingConfig(pingInterval: .milliseconds(100), maxPingFailures: 2, pongTimeout: .milliseconds(50))
+        let socket = WebSocket(url: Self.url(peer), configuration: configuration)
+        let messages = socket.messages
+        try await withTimeout(.seconds(30)) {
+            try await socket.connect()
+            await socket.core.gate.waitUntilClosed()
+            // Five pings while nothing is read: their pongs wait behind the flood, unread.
+            await peer.waitForPings(5, onConnection: 1)
+            #expect(!socket.core.gate.isOpen, "still held back")
+            #expect(socket.state == .connected(protocol: nil), "not torn down by unanswered pings")
+            var expected = 0
+            for await message in messages {
+                guard message.text?.hasPrefix("\(expected):") == true else { break }
+                expected += 1
+                if expected == total { break }
+            }
+            #expect(expected == total)
+            #expect(peer.connectionCount == 1)
+        }
+        await socket.terminate()
+        await peer.stop()
+    }
+
     @Test("with newest(n), a reader sees the latest messages and never holds the server back")
     func newestNeverHoldsBack() async throws {
         let total = 5_000
