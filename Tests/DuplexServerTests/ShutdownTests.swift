@@ -62,6 +62,12 @@ struct ShutdownTests {
 
 @Suite("restart on a port taken meanwhile")
 struct RestartRebindTests {
+    /// Whether the server answers /health within 2 s (a connection the stopping listener queued
+    /// but never serves counts as no answer).
+    static func answers(_ port: Int) async -> Bool {
+        (try? await withTimeout(.seconds(2)) { try await TestHTTPResponse.get(port: port, "/health") { $0.status == 200 } }) ?? false
+    }
+
     @Test("a restart whose port another socket takes while the server is down keeps trying, and listens again once the port is free")
     func rebindsOnceThePortIsFree() async throws {
         try await withTimeout(.seconds(30)) {
@@ -82,7 +88,7 @@ struct RestartRebindTests {
                 try await squatter?.close()
                 var healthy = false
                 while !healthy {
-                    healthy = (try? await TestHTTPResponse.get(port: port, "/health") { response in response.status == 200 }) ?? false
+                    healthy = await Self.answers(port)
                     if !healthy { try await Task.sleep(for: .milliseconds(20)) }  // polls until it listens, within the timeout
                 }
                 #expect(healthy)
@@ -97,7 +103,7 @@ struct RestartRebindTests {
                 let port = server.port
                 server.server.restart(downFor: .seconds(1))
                 // Wait until the server no longer answers: it is down.
-                while (try? await TestHTTPResponse.get(port: port, "/health") { $0.status }) != nil {
+                while await Self.answers(port) {
                     try await Task.sleep(for: .milliseconds(5))  // polls for the restart, within the timeout
                 }
                 // Down (the listener closes as the shutdown starts; the port is held once it has
@@ -108,7 +114,7 @@ struct RestartRebindTests {
                 try? await squatter?.close()
                 var healthy = false
                 while !healthy {
-                    healthy = (try? await TestHTTPResponse.get(port: port, "/health") { response in response.status == 200 }) ?? false
+                    healthy = await Self.answers(port)
                     if !healthy { try await Task.sleep(for: .milliseconds(20)) }  // polls until it listens, within the timeout
                 }
                 #expect(healthy)
