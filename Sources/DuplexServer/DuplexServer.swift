@@ -96,9 +96,9 @@ public final class DuplexServer: Service, Sendable {
                 connections.reopen()
                 refusal.setStopping(false)
                 if restart.amnesia { rooms.forgetAll() }
-                logger.notice("restarting", metadata: ["down for": "\(restart.downtime)", "port": "\(port)", "amnesia": "\(restart.amnesia)"])
                 // Hold the port while down, so that no outgoing connection takes it meanwhile.
                 let reservation = configuration.holdsPortWhileRestarting ? PortReservation(host: configuration.host, port: port) : nil
+                logger.notice("restarting", metadata: ["down for": "\(restart.downtime)", "port": "\(port)", "amnesia": "\(restart.amnesia)"])
                 try await Task.sleep(for: restart.downtime)
                 reservation?.release()
             }

@@ -64,6 +64,23 @@ struct ShutdownTests {
 struct RestartRebindTests {
     /// Whether the server answers /health within 2 s (a connection the stopping listener queued
     /// but never serves counts as no answer).
+    /// A logger that reports each message it logs on `lines`, so a test can wait for one.
+    static func watchedLogger() -> (Logger, AsyncStream<String>) {
+        let (lines, line) = AsyncStream.makeStream(of: String.self)
+        return (Logger(label: "watched") { _ in LineHandler(line: line) }, lines)
+    }
+
+    struct LineHandler: LogHandler {
+        let line: AsyncStream<String>.Continuation
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .info
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+        func log(event: LogEvent) { line.yield("\(event.message)") }
+    }
+
     static func answers(_ port: Int) async -> Bool {
         (try? await withTimeout(.seconds(2)) { try await TestHTTPResponse.get(port: port, "/health") { $0.status == 200 } }) ?? false
     }
@@ -73,7 +90,8 @@ struct RestartRebindTests {
         try await withTimeout(.seconds(30)) {
             var configuration = DuplexServerConfiguration()
             configuration.holdsPortWhileRestarting = false
-            try await withDuplexServer(configuration: configuration) { server in
+            let (logger, lines) = Self.watchedLogger()
+            try await withDuplexServer(configuration: configuration, logger: logger) { server in
                 let port = server.port
                 server.server.restart(downFor: .milliseconds(500))
                 // Take the port as soon as the server lets go of it (as an outgoing connection
@@ -83,8 +101,9 @@ struct RestartRebindTests {
                     squatter = try? await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: port).get()
                     if squatter == nil { try await Task.sleep(for: .milliseconds(2)) }  // polls for the port, within the timeout
                 }
-                // Hold it past the downtime, so the server's first attempts find it taken.
-                try await Task.sleep(for: .seconds(1.5))
+                // Hold it until the server finds it taken and says it tries again.
+                // first(within:) throws if the warning never comes: the retry must have happened.
+                _ = try await lines.first(within: .seconds(10)) { $0.contains("port in use after a restart") }
                 try await squatter?.close()
                 var healthy = false
                 while !healthy {
@@ -99,16 +118,12 @@ struct RestartRebindTests {
     @Test("while a restart is down the port stays reserved: connections are refused, nothing else can take it, and the server listens on it again")
     func holdsThePortWhileDown() async throws {
         try await withTimeout(.seconds(30)) {
-            try await withDuplexServer { server in
+            let (logger, lines) = Self.watchedLogger()
+            try await withDuplexServer(logger: logger) { server in
                 let port = server.port
                 server.server.restart(downFor: .seconds(1))
-                // Wait until the server no longer answers: it is down.
-                while await Self.answers(port) {
-                    try await Task.sleep(for: .milliseconds(5))  // polls for the restart, within the timeout
-                }
-                // Down (the listener closes as the shutdown starts; the port is held once it has
-                // ended, which for an idle server takes milliseconds): nobody else can take it.
-                try await Task.sleep(for: .milliseconds(300))
+                // "restarting" is logged once the port is held: from then on, nobody else can take it.
+                _ = try await lines.first(within: .seconds(10)) { $0 == "restarting" }
                 let squatter = try? await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: port).get()
                 #expect(squatter == nil, "the port was free while the server was down")
                 try? await squatter?.close()
