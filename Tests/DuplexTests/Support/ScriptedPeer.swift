@@ -292,6 +292,9 @@ private final class PeerHandler: ChannelInboundHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        // Dropped after dropAfterTexts: frames already decoded from that read are not counted,
+        // or they would land in receivedTexts after the next connection's.
+        if let limit = script.dropAfterTexts, texts >= limit { return }
         let frame = unwrapInboundIn(data)
         let payload = frame.unmaskedData
         switch frame.opcode {
