@@ -82,9 +82,11 @@ struct EchoCommand: AsyncParsableCommand {
             switch event {
             case .message(let message):
                 return message
-            case .disconnected(let code, let reason):
-                let status: Failure.Status = code == .abnormalClosure ? .connectionLost : .failed
-                throw Failure(status, "the server closed the connection (\(code.rawValue)\(reason.isEmpty ? "" : " \(reason)")) before reply \(index)")
+            case .disconnected(let code?, let reason):
+                let shown = reason.map { $0.isEmpty ? "" : " \($0)" } ?? ""
+                throw Failure(.failed, "the server closed the connection (\(code.rawValue)\(shown)) before reply \(index)")
+            case .disconnected(nil, _):
+                throw Failure(.connectionLost, "the connection was lost (1006, no close frame) before reply \(index)")
             case .error(let error):
                 throw Failure(error)
             case .connected:

@@ -89,7 +89,7 @@ struct WSCommand: AsyncParsableCommand {
             let sentClose = NIOLockedValueBox<(code: WebSocketCloseCode, reason: String)?>(nil)
             let reader = Task {
                 for await event in events {
-                    if case .disconnected(let code, let reason) = event { lastClose.withLockedValue { $0 = (code, reason) } }
+                    if case .disconnected(let code, let reason) = event { lastClose.withLockedValue { $0 = (code ?? .abnormalClosure, reason ?? "") } }
                     guard case .message(let message) = event else { continue }
                     switch message {
                     case .string(let text): console.print(text)

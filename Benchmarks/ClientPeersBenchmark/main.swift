@@ -32,7 +32,7 @@ let perConnection = total / connections
 
 /// The Duplex client: pipelined sends, a lossless message stream.
 func duplex(count: Int) async throws {
-    let socket = try WebSocket(url: url)
+    let socket = WebSocket(url: url)
     let messages = socket.messages
     try await socket.connect()
     try await withThrowingTaskGroup(of: Void.self) { group in
@@ -90,7 +90,7 @@ print(client, connections, Int(Double(perConnection * connections) / seconds))
 /// it can), checks every sequence number, and prints the rate, the loss and the peak RSS.
 /// Prints: `consume <MB/s> <lost> <out of order> <peak RSS MiB>`.
 func consume(url: String, bytes: Int, bytesPerSecond: Double) async throws {
-    let socket = try WebSocket(url: "\(url)?bytes=\(bytes)")
+    let socket = WebSocket(url: "\(url)?bytes=\(bytes)")
     let messages = socket.messages
     try await socket.connect()
     let start = ContinuousClock.now

@@ -10,52 +10,37 @@ public import Foundation
 /// A ``Duplex/ServerSentEventManager`` as Combine publishers (OpenCombine on Linux).
 ///
 /// ```swift
-/// let sse = ServerSentEventPublisherAdapter(url: URL(string: "http://127.0.0.1:8080/events")!)
+/// let sse = ServerSentEventPublisherAdapter(url: "http://127.0.0.1:8080/events")
 /// sse.events.sink { event in print(event.data) }.store(in: &cancellables)
 /// sse.stateEvents.sink { state in print(state) }.store(in: &cancellables)
 /// sse.connect().sink(receiveCompletion: { print($0) }, receiveValue: {}).store(in: &cancellables)
 /// ```
-public final class ServerSentEventPublisherAdapter: Sendable {
+public typealias ServerSentEventPublisherAdapter = PublisherAdapter<ServerSentEventManager>
+
+extension PublisherAdapter where Connection == ServerSentEventManager {
     /// The manager underneath.
-    public let manager: ServerSentEventManager
+    public var manager: ServerSentEventManager { connection }
 
     /// Wraps an existing manager.
-    public init(manager: ServerSentEventManager) {
-        self.manager = manager
+    public convenience init(manager: ServerSentEventManager) {
+        self.init(connection: manager)
     }
 
     /// Creates a manager for `url`.
     public convenience init(url: URL, retryPolicy: RetryPolicy = .init(), configuration: SSEConfiguration = .init()) {
-        self.init(manager: ServerSentEventManager(url: url, retryPolicy: retryPolicy, configuration: configuration))
+        self.init(connection: ServerSentEventManager(url: url, retryPolicy: retryPolicy, configuration: configuration))
+    }
+
+    /// Creates a manager for a URL string; a malformed one fails `connect()`.
+    public convenience init(url: String, retryPolicy: RetryPolicy = .init(), configuration: SSEConfiguration = .init()) {
+        self.init(connection: ServerSentEventManager(url: url, retryPolicy: retryPolicy, configuration: configuration))
+    }
+
+    /// Creates a manager for `request`.
+    public convenience init(request: SSERequest, retryPolicy: RetryPolicy = .init(), configuration: SSEConfiguration = .init()) {
+        self.init(connection: ServerSentEventManager(request: request, retryPolicy: retryPolicy, configuration: configuration))
     }
 
     /// Every event from subscription on.
-    public var events: AnyPublisher<ServerSentEvent, Never> {
-        let manager = self.manager
-        return AsyncStreamPublisher { manager.events }.eraseToAnyPublisher()
-    }
-
-    /// The current state, then every change.
-    public var stateEvents: AnyPublisher<SSEState, Never> {
-        let manager = self.manager
-        return AsyncStreamPublisher { manager.stateEvents }.eraseToAnyPublisher()
-    }
-
-    /// Connects when subscribed to; emits once and finishes, or fails with the error.
-    public func connect() -> AnyPublisher<Void, any Error> {
-        let manager = self.manager
-        return operationPublisher { try await manager.connect() }
-    }
-
-    /// Disconnects when subscribed to.
-    public func disconnect() -> AnyPublisher<Void, any Error> {
-        let manager = self.manager
-        return operationPublisher { await manager.disconnect() }
-    }
-
-    /// Terminates the manager: every publisher finishes.
-    public func terminate() {
-        let manager = self.manager
-        Task { await manager.terminate() }
-    }
+    public var events: AnyPublisher<ServerSentEvent, Never> { incoming }
 }

@@ -9,7 +9,7 @@
 /// code.isSendable      // true: may appear in a close frame
 /// WebSocketCloseCode.abnormalClosure.isSendable // false: reported locally only
 /// ```
-public struct WebSocketCloseCode: RawRepresentable, Hashable, Sendable, Codable, CustomStringConvertible {
+public struct WebSocketCloseCode: RawRepresentable, Hashable, Sendable, Codable, CustomStringConvertible, ExpressibleByIntegerLiteral {
     /// The numeric code.
     public var rawValue: UInt16
 
@@ -21,6 +21,11 @@ public struct WebSocketCloseCode: RawRepresentable, Hashable, Sendable, Codable,
     /// Creates a close code from its number.
     public init(_ rawValue: UInt16) {
         self.rawValue = rawValue
+    }
+
+    /// Creates a close code from a number literal: `close(code: 1001, reason: "bye")`.
+    public init(integerLiteral value: UInt16) {
+        self.rawValue = value
     }
 
     /// Creates an application close code (4000-4999), or returns nil for a number outside that range.

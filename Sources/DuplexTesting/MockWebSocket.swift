@@ -37,8 +37,10 @@ public final class MockWebSocket: WebSocketProtocol {
 
     private init(link: NIOLockedValueBox<Link>) {
         let logger = Logger(label: "duplex.mock")
-        self.events_ = Broadcaster(limit: 65_536, label: "events", logger: logger)
-        self.messages_ = Broadcaster(limit: 65_536, label: "messages", logger: logger)
+        // What arrives before anyone listens is kept for the first listener, as a socket's
+        // receive buffer would: seed code sends, then reads `events`.
+        self.events_ = Broadcaster(limit: 65_536, label: "events", logger: logger, keepsForFirstConsumer: 1_024)
+        self.messages_ = Broadcaster(limit: 65_536, label: "messages", logger: logger, keepsForFirstConsumer: 1_024)
         self.states = Broadcaster(limit: 65_536, buffering: .newest(65_536), label: "stateEvents", logger: logger)
         self.current = NIOLockedValueBox(.connected(protocol: nil))
         self.link = link
@@ -94,7 +96,6 @@ public final class MockWebSocket: WebSocketProtocol {
             return link.connected
         }
         guard wasConnected else { return }
-        set(.disconnecting)
         events_.yield(.disconnected(code: code, reason: reason))
         set(.disconnected(.manuallyDisconnected))
         if let peer {

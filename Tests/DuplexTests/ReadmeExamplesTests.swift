@@ -63,7 +63,7 @@ struct ReadmeExamplesTests {
                     switch event {
                     case .connected(let chosen): log.append("connected \(chosen ?? "-")")
                     case .message(let message): log.append("message \(message.text ?? "")")
-                    case .disconnected(let code, let reason): log.append("closed \(code.rawValue) \(reason)")
+                    case .disconnected(let code, let reason): log.append("closed \(code?.rawValue ?? 1006) \(reason ?? "")")
                     case .error(let error): log.append("error \(error)")
                     }
                     if log.count == 2 { break }

@@ -406,12 +406,12 @@ final class ChatClientCore: Sendable {
     /// Reconnects after a server's 1000, attempt after attempt: a server that closed with 1000
     /// because it was going down is often still down at the first attempt.
     private func rejoinAfterNormalClosure() async {
-        var attempt = 0
-        while let delay = strategy.delay(forAttempt: attempt) {
+        var schedule = ReconnectionSchedule(strategy: strategy)
+        while let (_, delay) = schedule.nextAttempt() {
             try? await Task.sleep(for: delay)
             if box.withLockedValue({ $0.left }) { return }
             switch socket.currentState {
-            case .connected, .connecting, .disconnecting: return
+            case .connected, .connecting: return
             case .disconnected(.terminated): return
             default: break
             }
@@ -419,9 +419,9 @@ final class ChatClientCore: Sendable {
                 try await socket.connect()
                 return
             } catch {
-                attempt += 1
+                continue
             }
         }
-        events.yield(.disconnected(.reconnectionGaveUp(attempts: attempt), reconnecting: false))
+        events.yield(.disconnected(.reconnectionGaveUp(attempts: schedule.attempts), reconnecting: false))
     }
 }

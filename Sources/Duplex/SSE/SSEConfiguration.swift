@@ -22,6 +22,10 @@ public struct SSEConfiguration: Sendable {
     /// catches up, so TCP holds the server back. ``ServerSentEventManager/stateEvents`` keeps the
     /// newest states and never holds the stream back.
     public var streamBuffering: StreamBuffering
+    /// Whether a 5xx or 429 answer is retried (honouring `Retry-After`, bounded by the
+    /// ``RetryPolicy``) instead of failing the stream for good. Default false, as the WHATWG
+    /// spec has it.
+    public var retryOnServerErrors: Bool
     /// Where the manager logs. Default: a logger labelled `duplex.sse`.
     public var logger: Logger
 
@@ -34,8 +38,10 @@ public struct SSEConfiguration: Sendable {
         streamBufferLimit: Int = 65_536,
         streamBufferBytes: Int = 8 * 1024 * 1024,
         streamBuffering: StreamBuffering = .lossless,
+        retryOnServerErrors: Bool = false,
         logger: Logger = Logger(label: "duplex.sse")
     ) {
+        self.retryOnServerErrors = retryOnServerErrors
         self.connectTimeout = connectTimeout
         self.readTimeout = readTimeout
         self.maxEventBytes = maxEventBytes

@@ -52,7 +52,7 @@ public struct SSEError: Error, Sendable, Equatable, CustomStringConvertible {
         /// The server answered 204 No Content: it asks the client to stop. Not retried.
         public static let noContent = Code("noContent")
         /// The server answered with a status other than 2xx; see ``status``. Not retried,
-        /// unless ``RetryPolicy/retryOnServerErrors`` covers it.
+        /// unless ``SSEConfiguration/retryOnServerErrors`` covers it.
         public static let badStatus = Code("badStatus")
         /// The response is not `text/event-stream`. Not retried.
         public static let badContentType = Code("badContentType")

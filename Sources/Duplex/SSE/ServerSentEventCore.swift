@@ -175,7 +175,7 @@ final class ServerSentEventCore: Sendable {
             lastEventID: box.withLockedValue { $0.lastEventID },
             configuration: .init(maxEventBytes: configuration.maxEventBytes)
         )
-        var attempt = 0
+        var schedule = ReconnectionSchedule(strategy: retryPolicy)
         while !Task.isCancelled {
             guard publish(.connecting, runID: runID) else { return }
             let outcome = await attemptOnce(client: client, parser: &parser, runID: runID)
@@ -186,9 +186,9 @@ final class ServerSentEventCore: Sendable {
                 return
             case .ended(let delivered):
                 reason = .streamEnded
-                if delivered { attempt = 0 }
+                if delivered { schedule.connectionProved() }
             case .failed(let error, let delivered, let retry):
-                if delivered { attempt = 0 }
+                if delivered { schedule.connectionProved() }
                 switch retry {
                 case .never:
                     configuration.logger.warning("SSE stream failed for good", metadata: ["error": "\(error)"])
@@ -201,14 +201,14 @@ final class ServerSentEventCore: Sendable {
                 }
                 reason = .streamError(error)
             }
-            guard let delay = retryAfter.map(retryPolicy.bounded(retryAfter:)) ?? retryPolicy.delay(attempt: attempt, serverRetryMilliseconds: parser.reconnectionTime) else {
-                let exhausted = SSEError(.retriesExhausted, retryPolicy.enabled ? "gave up after \(attempt) reconnection attempts" : "retries are disabled")
+            let suggested = parser.reconnectionTime.map { Duration.milliseconds($0) }
+            guard let (attempt, delay) = schedule.nextAttempt(suggested: suggested, overriding: retryAfter) else {
+                let exhausted = SSEError(.retriesExhausted, retryPolicy.enabled ? "gave up after \(schedule.attempts) reconnection attempts" : "retries are disabled")
                 finish(runID: runID, reason: reason, error: exhausted)
                 return
             }
             guard publish(.disconnected(reason), runID: runID) else { return }
             configuration.logger.info("SSE reconnecting", metadata: ["attempt": "\(attempt + 1)", "delay": "\(delay)", "reason": "\(reason)"])
-            attempt += 1
             do {
                 try await clock.sleep(for: delay)
             } catch {
@@ -268,7 +268,7 @@ final class ServerSentEventCore: Sendable {
         }
         guard (200..<300).contains(status) else {
             let error = SSEError(.badStatus, "the server answered HTTP \(status)", status: status)
-            if retryPolicy.retryOnServerErrors, retryPolicy.enabled, status >= 500 || status == 429 {
+            if configuration.retryOnServerErrors, retryPolicy.enabled, status >= 500 || status == 429 {
                 let after = response.headers.first(name: "Retry-After").flatMap(Self.retryAfter)
                 return .failed(error, delivered: false, retry: after.map { .after($0) } ?? .policy)
             }

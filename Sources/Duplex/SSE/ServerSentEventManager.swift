@@ -27,7 +27,7 @@ public import Foundation
 /// failure in a row) and reopens the stream, sending the last event id committed at dispatch as
 /// `Last-Event-ID` (none after an empty `id:`). A partial line or event from the dropped stream
 /// is discarded. A 204 answer stops for good; so does any other non-2xx answer or a content type
-/// other than `text/event-stream`, unless ``RetryPolicy/retryOnServerErrors`` covers a 5xx or
+/// other than `text/event-stream`, unless ``SSEConfiguration/retryOnServerErrors`` covers a 5xx or
 /// 429. No bytes for ``SSEConfiguration/readTimeout`` counts as a dead connection and reconnects.
 public final class ServerSentEventManager: Sendable {
     let core: ServerSentEventCore
@@ -37,10 +37,11 @@ public final class ServerSentEventManager: Sendable {
         self.init(request: SSERequest(url: url), retryPolicy: retryPolicy, configuration: configuration)
     }
 
-    /// Creates a manager for a URL string, as seed code writes it.
-    /// - Throws: ``SSEError`` with code ``SSEError/Code/invalidURL``.
-    public convenience init(url: String, retryPolicy: RetryPolicy = .init(), configuration: SSEConfiguration = .init()) throws {
-        self.init(request: try SSERequest(url: url), retryPolicy: retryPolicy, configuration: configuration)
+    /// Creates a manager for a URL string, as seed code writes it. A malformed URL, or one that
+    /// is not `http://` or `https://`, makes ``connect()`` throw ``SSEError`` with code
+    /// ``SSEError/Code/invalidURL``.
+    public convenience init(url: String, retryPolicy: RetryPolicy = .init(), configuration: SSEConfiguration = .init()) {
+        self.init(request: SSERequest(url: url), retryPolicy: retryPolicy, configuration: configuration)
     }
 
     /// Creates a manager for a request with extra headers.

@@ -29,6 +29,9 @@ package final class Broadcaster<Element: Sendable>: Sendable {
         var consumers: [UInt64: Consumer] = [:]
         var finished = false
         var dropped = 0
+        /// Elements kept for the first consumer, until there is one (see `keepsForFirstConsumer`).
+        var early = CircularBuffer<Element>()
+        var hadConsumer = false
     }
 
     private let state = NIOLockedValueBox(State())
@@ -39,6 +42,7 @@ package final class Broadcaster<Element: Sendable>: Sendable {
     private let gate: DemandGate?
     private let label: String
     private let logger: Logger
+    private let keepsForFirstConsumer: Int
 
     /// - Parameters:
     ///   - limit: how many unread elements a lossless consumer may hold before it holds the
@@ -47,6 +51,8 @@ package final class Broadcaster<Element: Sendable>: Sendable {
     ///   - buffering: the default for streams that do not ask for their own.
     ///   - gate: closed while a lossless consumer is behind; nil for a producer that cannot wait
     ///     (then lossless consumers simply grow).
+    ///   - keepsForFirstConsumer: until a first consumer asks, keep up to this many elements
+    ///     (the oldest) and hand them to it: an in-memory peer that has nothing to hold back.
     package init(
         limit: Int,
         byteLimit: Int = .max,
@@ -54,8 +60,10 @@ package final class Broadcaster<Element: Sendable>: Sendable {
         buffering: StreamBuffering = .lossless,
         gate: DemandGate? = nil,
         label: String,
-        logger: Logger
+        logger: Logger,
+        keepsForFirstConsumer: Int = 0
     ) {
+        self.keepsForFirstConsumer = keepsForFirstConsumer
         self.limit = max(limit, 2)
         self.byteLimit = max(byteLimit, 2)
         self.cost = cost
@@ -71,6 +79,11 @@ package final class Broadcaster<Element: Sendable>: Sendable {
             state.nextID += 1
             var consumer = Consumer(buffering: (buffering ?? self.buffering).kind)
             if let first { consumer.buffer.append(first) }
+            if !state.hadConsumer {
+                state.hadConsumer = true
+                consumer.buffer.append(contentsOf: state.early)
+                state.early = CircularBuffer()
+            }
             state.consumers[state.nextID] = consumer
             return state.nextID
         }
@@ -81,7 +94,10 @@ package final class Broadcaster<Element: Sendable>: Sendable {
     /// Sends `element` to every consumer, in the same order for all.
     package func yield(_ element: Element) {
         let logged = state.withLockedValue { state -> Int? in
-            guard !state.consumers.isEmpty else { return nil }
+            guard !state.consumers.isEmpty else {
+                if !state.hadConsumer, state.early.count < keepsForFirstConsumer { state.early.append(element) }
+                return nil
+            }
             var dropped = 0
             var index = state.consumers.values.startIndex
             while index != state.consumers.values.endIndex {

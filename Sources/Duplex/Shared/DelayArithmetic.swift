@@ -1,4 +1,4 @@
-/// Delay arithmetic that cannot trap: every delay a retry model computes goes through here, so a
+/// Delay arithmetic that cannot trap: every delay the retry model computes goes through here, so a
 /// hostile server value (`retry:`, `Retry-After`) or an extreme configuration ends in a bounded
 /// delay, never in an overflow.
 enum DelayArithmetic {
@@ -12,6 +12,11 @@ enum DelayArithmetic {
         return .nanoseconds(Int64((bounded * 1e9).rounded()))
     }
 
+    /// `duration` clamped to `0...longestSeconds`.
+    static func bounded(_ duration: Duration) -> Duration {
+        self.duration(seconds: seconds(duration))
+    }
+
     /// `value` within `range`; NaN becomes the upper bound.
     static func clamp(_ value: Double, to range: ClosedRange<Double>) -> Double {
         value.isNaN ? range.upperBound : min(max(value, range.lowerBound), range.upperBound)
@@ -23,19 +28,20 @@ enum DelayArithmetic {
         return Double(seconds) + Double(attoseconds) * 1e-18
     }
 
-    /// `base × multiplier^attempt`, capped at `limit`, varied by up to ±`jitter` (a fraction), and
-    /// never beyond `limit × (1 + jitter)` nor ``longestSeconds``.
-    static func backoff(base: Double, multiplier: Double, attempt: Int, limit: Double, jitter: Double) -> Duration {
+    /// `base × multiplier^attempt + increment × attempt`, capped at `limit`, varied by up to
+    /// ±`jitter` (a fraction), and never beyond `limit × (1 + jitter)` nor ``longestSeconds``.
+    static func backoff(base: Double, multiplier: Double, increment: Double = 0, attempt: Int, limit: Double, jitter: Double) -> Duration {
         let ceiling = clamp(limit, to: 0...longestSeconds)
         var seconds = clamp(base, to: 0...ceiling)
         let factor = clamp(multiplier, to: 1...1e6)
-        var step = 0
-        while step < attempt, seconds < ceiling {
-            seconds = min(seconds * factor, ceiling)
-            step += 1
+        let step = clamp(increment, to: 0...longestSeconds)
+        var done = 0
+        while done < attempt, seconds < ceiling {
+            seconds = min(seconds * factor + step, ceiling)
+            done += 1
         }
         let spread = clamp(jitter, to: 0...1)
         if spread > 0, seconds > 0 { seconds *= Double.random(in: (1 - spread)...(1 + spread)) }
-        return duration(seconds: seconds)
+        return duration(seconds: min(seconds, longestSeconds))
     }
 }

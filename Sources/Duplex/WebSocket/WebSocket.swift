@@ -67,10 +67,16 @@ public final class WebSocket: WebSocketProtocol {
         self.init(request: WebSocketRequest(url: url), configuration: configuration)
     }
 
-    /// Creates a socket for a URL string, as seed code writes it.
-    /// - Throws: ``WebSocketError`` with code ``WebSocketError/Code/invalidURL``.
-    public convenience init(url: String, configuration: WebSocketConfiguration = .init()) throws {
-        self.init(request: try WebSocketRequest(url: url), configuration: configuration)
+    /// Creates a socket for a URL string, as seed code writes it. A malformed URL, or one that
+    /// is not `ws://` or `wss://`, makes ``connect()`` throw ``WebSocketError`` with code
+    /// ``WebSocketError/Code/invalidURL``.
+    public convenience init(url: String, configuration: WebSocketConfiguration = .init()) {
+        self.init(request: WebSocketRequest(url: url), configuration: configuration)
+    }
+
+    /// Creates a socket for a URL string with a ping configuration, as seed 004 does.
+    public convenience init(url: String, pingConfig: PingConfig) {
+        self.init(url: url, configuration: .init(ping: pingConfig))
     }
 
     /// Creates a socket for a request with subprotocols and headers.
@@ -174,10 +180,16 @@ public final class WebSocket: WebSocketProtocol {
     }
 
     /// Ends automatic reconnection and closes the connection, without waiting: the same as
-    /// ``disconnect(code:reason:)`` with 1000, started in the background.
+    /// ``close(code:reason:)`` with 1000.
     public func stop() {
-        let core = self.core
-        Task { await core.disconnect(code: .normalClosure, reason: "") }
+        close()
+    }
+
+    /// Starts closing with a close frame and returns at once: from now on the socket neither
+    /// sends nor reconnects, and the close handshake goes on in the background (seed 001's
+    /// `close`). ``disconnect(code:reason:)`` is the same, awaited.
+    public func close(code: WebSocketCloseCode = .normalClosure, reason: String = "") {
+        core.startDisconnect(code: code, reason: reason)
     }
 
     /// Sends one ping now, with a payload of its own, and returns the time until its pong.

@@ -157,6 +157,16 @@ final class WebSocketCore: Sendable {
         }
     }
 
+    /// Starts a disconnect without waiting for it.
+    func startDisconnect(code: WebSocketCloseCode, reason: String) {
+        state.withLockedValue { state in
+            switch state.lifecycle.disconnect(code: code, reason: reason) {
+            case .done: break
+            case .immediate(let actions), .wait(let actions): perform(actions, in: &state)
+            }
+        }
+    }
+
     func terminate() {
         state.withLockedValue { state in
             perform(state.lifecycle.terminate(), in: &state)

@@ -6,14 +6,24 @@ public enum WebSocketEvent: Sendable, Equatable {
     case connected(protocol: String?)
     /// A message arrived.
     case message(WebSocketMessage)
-    /// The connection closed: the close code and reason from the peer's close frame, or
-    /// 1006 (abnormal closure) with an empty reason when there was none.
-    case disconnected(code: WebSocketCloseCode, reason: String)
+    /// The connection closed: the close code and reason from the peer's close frame, or nil for
+    /// both when none came (the connection dropped, or pings went unanswered: an ``error(_:)``
+    /// event says which). `code ?? .abnormalClosure` gives RFC 6455's 1006 for that case.
+    case disconnected(code: WebSocketCloseCode?, reason: String?)
     /// An error tore the connection down, or a connection attempt failed.
     case error(WebSocketError)
 }
 
 /// The state of a ``WebSocket``: the `state` property and the `stateEvents` stream.
+///
+/// Four states, so a `switch` over them stays exhaustive. There is no state of its own for the
+/// close handshake: the socket stays `connected` until ``WebSocket/disconnect(code:reason:)``
+/// returns. Compare with a ``Kind`` to ignore the details:
+///
+/// ```swift
+/// if socket.state == .disconnected { … }     // whatever the reason
+/// if case .disconnected(.pingFailed) = socket.state { … }
+/// ```
 public enum WebSocketState: Sendable, Equatable, CustomStringConvertible {
     /// Created, never connected.
     case notConnected
@@ -21,8 +31,6 @@ public enum WebSocketState: Sendable, Equatable, CustomStringConvertible {
     case connecting
     /// Open, with the subprotocol the server chose, if any.
     case connected(protocol: String?)
-    /// Closing: the close handshake is under way.
-    case disconnecting
     /// Closed, and why. With automatic reconnection, `connecting` may follow.
     case disconnected(WebSocketDisconnectReason)
 
@@ -31,9 +39,42 @@ public enum WebSocketState: Sendable, Equatable, CustomStringConvertible {
         case .notConnected: "notConnected"
         case .connecting: "connecting"
         case .connected(let proto): proto.map { "connected(\($0))" } ?? "connected"
-        case .disconnecting: "disconnecting"
         case .disconnected(let reason): "disconnected(\(reason))"
         }
+    }
+}
+
+extension WebSocketState {
+    /// A state without its details: what `state == .disconnected` compares.
+    public enum Kind: Sendable, Hashable {
+        /// ``WebSocketState/notConnected``.
+        case notConnected
+        /// ``WebSocketState/connecting``.
+        case connecting
+        /// ``WebSocketState/connected(protocol:)``, whatever the subprotocol.
+        case connected
+        /// ``WebSocketState/disconnected(_:)``, whatever the reason.
+        case disconnected
+    }
+
+    /// This state without its details.
+    public var kind: Kind {
+        switch self {
+        case .notConnected: .notConnected
+        case .connecting: .connecting
+        case .connected: .connected
+        case .disconnected: .disconnected
+        }
+    }
+
+    /// Whether `state` is of this kind: `socket.state == .disconnected`, whatever the reason.
+    public static func == (state: WebSocketState, kind: Kind) -> Bool {
+        state.kind == kind
+    }
+
+    /// Whether `state` is not of this kind.
+    public static func != (state: WebSocketState, kind: Kind) -> Bool {
+        state.kind != kind
     }
 }
 

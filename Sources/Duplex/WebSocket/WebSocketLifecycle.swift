@@ -45,21 +45,25 @@ struct WebSocketLifecycle {
     private(set) var phase: Phase = .idle
     private var generation: UInt64 = 0
     private var queue: [WebSocketMessage] = []
-    let strategy: ReconnectionStrategy
+    /// The retry core shared with the SSE client: attempts in a row, and the strategy's waits.
+    private var schedule: ReconnectionSchedule
     let maxQueuedSends: Int
 
     init(strategy: ReconnectionStrategy, maxQueuedSends: Int) {
-        self.strategy = strategy
+        self.schedule = ReconnectionSchedule(strategy: strategy)
         self.maxQueuedSends = maxQueuedSends
     }
+
+    var strategy: ReconnectionStrategy { schedule.strategy }
 
     /// The public state for the current phase.
     var state: WebSocketState {
         switch phase {
         case .idle: .notConnected
         case .connecting, .waitingToReconnect: .connecting
-        case .connected: .connected(protocol: negotiatedProtocol)
-        case .disconnecting: .disconnecting
+        // No state of its own for the close handshake (seed 004's switches are exhaustive over
+        // four states): still connected until the handshake is done.
+        case .connected, .disconnecting: .connected(protocol: negotiatedProtocol)
         case .disconnected(let reason): .disconnected(reason)
         case .terminated: .disconnected(.terminated)
         }
@@ -95,6 +99,7 @@ struct WebSocketLifecycle {
         case .connecting:
             return .wait([])
         case .idle, .disconnected:
+            schedule.connectionProved()
             return .wait(beginAttempt(attempt: 0, isReconnect: false))
         case .waitingToReconnect(let attempt):
             return .wait([.cancelReconnectTimer] + beginAttempt(attempt: attempt, isReconnect: true))
@@ -122,7 +127,7 @@ struct WebSocketLifecycle {
             return .wait([])
         case .connected(let generation):
             phase = .disconnecting(generation: generation)
-            return .wait([.stopPinging, .publishState(.disconnecting), .closeConnection(code: code, reason: reason)])
+            return .wait([.stopPinging, .closeConnection(code: code, reason: reason)])
         case .connecting:
             phase = .disconnected(.manuallyDisconnected)
             var actions: [Action] = [.resumeConnectWaiters(WebSocketError(.notConnected, "disconnect() was called while connecting"))]
@@ -184,6 +189,7 @@ struct WebSocketLifecycle {
             return [.discardConnection(generation: generation)]
         }
         phase = .connected(generation: generation)
+        schedule.connectionProved()
         negotiatedProtocol = chosen
         let queued = queue
         queue = []
@@ -194,10 +200,10 @@ struct WebSocketLifecycle {
     }
 
     mutating func connectFailed(generation: UInt64, error: WebSocketError) -> [Action] {
-        guard case .connecting(let current, let attempt, let isReconnect) = phase, current == generation else { return [] }
+        guard case .connecting(let current, _, let isReconnect) = phase, current == generation else { return [] }
         var actions: [Action] = [.emit(.error(error))]
         if isReconnect {
-            actions += afterLoss(reason: .error(error), nextAttempt: attempt + 1)
+            actions += afterLoss(reason: .error(error))
         } else {
             phase = .disconnected(.error(error))
             actions += dropQueue(because: "the connection could not be opened")
@@ -209,7 +215,7 @@ struct WebSocketLifecycle {
 
     /// The connection of `generation` ended; `code` is the peer's close code (nil: none came).
     mutating func connectionClosed(generation: UInt64, code: WebSocketCloseCode?, reason: String, error: WebSocketError?) -> [Action] {
-        let closeEvent = WebSocketEvent.disconnected(code: code ?? .abnormalClosure, reason: reason)
+        let closeEvent = WebSocketEvent.disconnected(code: code, reason: code == nil ? nil : reason)
         switch phase {
         case .disconnecting(let current) where current == generation:
             phase = .disconnected(.manuallyDisconnected)
@@ -223,7 +229,7 @@ struct WebSocketLifecycle {
                 phase = .disconnected(reason)
                 return actions + [.publishState(state)]
             }
-            return actions + afterLoss(reason: reason, nextAttempt: 0)
+            return actions + afterLoss(reason: reason)
         default:
             return []
         }
@@ -234,8 +240,8 @@ struct WebSocketLifecycle {
         guard case .connected(let current) = phase, current == generation else { return [] }
         let error = WebSocketError(.pingFailed, "\(missed) pings in a row went unanswered")
         var actions: [Action] = [.stopPinging, .abortConnection, .pingFailed(missed: missed), .emit(.error(error))]
-        actions.append(.emit(.disconnected(code: .abnormalClosure, reason: "ping timeout")))
-        return actions + afterLoss(reason: .pingFailed(missedPings: missed), nextAttempt: 0)
+        actions.append(.emit(.disconnected(code: nil, reason: nil)))
+        return actions + afterLoss(reason: .pingFailed(missedPings: missed))
     }
 
     mutating func reconnectTimerFired(attempt: Int) -> [Action] {
@@ -252,14 +258,15 @@ struct WebSocketLifecycle {
     }
 
     /// After a lost connection or a failed reconnection: wait and retry, or give up.
-    private mutating func afterLoss(reason: WebSocketDisconnectReason, nextAttempt: Int) -> [Action] {
-        if let delay = strategy.delay(forAttempt: nextAttempt) {
-            phase = .waitingToReconnect(attempt: nextAttempt)
-            return [.publishState(.disconnected(reason)), .scheduleReconnect(attempt: nextAttempt, delay: delay)]
+    private mutating func afterLoss(reason: WebSocketDisconnectReason) -> [Action] {
+        if let next = schedule.nextAttempt() {
+            phase = .waitingToReconnect(attempt: next.attempt)
+            return [.publishState(.disconnected(reason)), .scheduleReconnect(attempt: next.attempt, delay: next.delay)]
         }
-        let finalReason: WebSocketDisconnectReason = nextAttempt > 0 ? .reconnectionGaveUp(attempts: nextAttempt) : reason
+        let made = schedule.attempts
+        let finalReason: WebSocketDisconnectReason = made > 0 ? .reconnectionGaveUp(attempts: made) : reason
         phase = .disconnected(finalReason)
-        return dropQueue(because: nextAttempt > 0 ? "reconnection gave up" : "the connection was lost") + [.publishState(state)]
+        return dropQueue(because: made > 0 ? "reconnection gave up" : "the connection was lost") + [.publishState(state)]
     }
 
     /// Empties the queue, reporting what was not sent: a queued send is never dropped silently.

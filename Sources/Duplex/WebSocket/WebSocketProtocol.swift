@@ -21,12 +21,21 @@ public protocol WebSocketProtocol: AnyObject, Sendable {
     func terminate() async
     /// Sends a message.
     func send(_ message: WebSocketMessage) async throws
+    /// Starts closing with a close frame and returns at once, as seed 001's `close` does; the
+    /// close goes on in the background. ``disconnect(code:reason:)`` is the same, awaited.
+    func close(code: WebSocketCloseCode, reason: String)
 }
 
 extension WebSocketProtocol {
     /// Closes with 1000 (normal closure) and no reason.
     public func disconnect() async {
         await disconnect(code: .normalClosure, reason: "")
+    }
+
+    /// Starts closing with a close frame and returns at once (1000, no reason, by default):
+    /// ``disconnect(code:reason:)`` without waiting for the close handshake.
+    public func close(code: WebSocketCloseCode = .normalClosure, reason: String = "") {
+        Task { await disconnect(code: code, reason: reason) }
     }
 
     /// Sends a text message.

@@ -12,11 +12,16 @@ public import Foundation
 /// ```
 public struct WebSocketRequest: Sendable, Hashable {
     /// A `ws://` or `wss://` URL (`http://` and `https://` are accepted as aliases).
-    public var url: URL
+    public var url: URL {
+        didSet { malformedURL = nil }
+    }
     /// Subprotocols to offer in `Sec-WebSocket-Protocol`, in order of preference.
     public var protocols: [String]
     /// Extra headers for the handshake request, such as `Authorization`.
     public var additionalHeaders: [String: String]
+    /// The string given to the string initialiser when it was not a
+    /// URL: `connect()` reports it.
+    private var malformedURL: String?
 
     /// Creates a request.
     public init(url: URL, protocols: [String] = [], additionalHeaders: [String: String] = [:]) {
@@ -25,15 +30,28 @@ public struct WebSocketRequest: Sendable, Hashable {
         self.additionalHeaders = additionalHeaders
     }
 
-    /// Creates a request from a URL string.
-    /// - Throws: ``WebSocketError`` with code ``WebSocketError/Code/invalidURL`` for a malformed URL.
-    public init(url: String, protocols: [String] = [], additionalHeaders: [String: String] = [:]) throws {
-        guard let parsed = URL(string: url) else {
-            throw WebSocketError(.invalidURL, "not a URL: \(url)")
-        }
-        self.init(url: parsed, protocols: protocols, additionalHeaders: additionalHeaders)
-        _ = try endpoint()
+    /// Creates a request from a URL string, as seed code writes it. It does not throw: a
+    /// malformed URL, or one that is not `ws://` or `wss://`, makes `connect()` throw
+    /// ``WebSocketError`` with code ``WebSocketError/Code/invalidURL``.
+    public init(url: String, protocols: [String]? = nil, additionalHeaders: [String: String] = [:]) {
+        self.init(url: URL(string: url) ?? Self.placeholder, protocols: protocols ?? [], additionalHeaders: additionalHeaders)
+        if URL(string: url) == nil { malformedURL = url }
     }
+
+    /// Creates a request from a URL string with headers as seed 004 writes them:
+    /// `[.authorization(.bearer("token"))]`.
+    public init(url: String, protocols: [String]? = nil, additionalHeaders: [HTTPHeader]?) {
+        self.init(url: url, protocols: protocols, additionalHeaders: additionalHeaders?.dictionary ?? [:])
+    }
+
+    /// Seed 004's spelling, with a lowercase `h`.
+    @available(*, deprecated, renamed: "init(url:protocols:additionalHeaders:)")
+    public init(url: String, protocols: [String]? = nil, additionalheaders: [HTTPHeader]?) {
+        self.init(url: url, protocols: protocols, additionalHeaders: additionalheaders)
+    }
+
+    /// Stands in for a URL string that did not parse; never connected to.
+    static let placeholder = URL(string: "invalid:")!
 
     /// Where to connect, read from the URL.
     struct Endpoint: Sendable, Equatable {
@@ -47,6 +65,7 @@ public struct WebSocketRequest: Sendable, Hashable {
     }
 
     func endpoint() throws -> Endpoint {
+        if let malformedURL { throw WebSocketError(.invalidURL, "not a URL: \(malformedURL)") }
         let scheme = url.scheme?.lowercased() ?? ""
         let secure: Bool
         switch scheme {

@@ -12,7 +12,7 @@ struct PythonSSEInteropTests {
     func resumesAcrossResponses() async throws {
         let base = try #require(ProcessInfo.processInfo.environment["DUPLEX_INTEROP_SSE_URL"])
         try await withTimeout {
-            let sse = try ServerSentEventManager(url: base + "/stream", retryPolicy: RetryPolicy(initialDelay: 5, jitter: 0))
+            let sse = ServerSentEventManager(url: base + "/stream", retryPolicy: RetryPolicy(initialDelay: 5, jitter: 0))
             let events = sse.events
             try await sse.connect()
             var received: [ServerSentEvent] = []

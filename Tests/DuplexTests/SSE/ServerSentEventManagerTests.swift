@@ -116,9 +116,11 @@ struct ServerSentEventManagerTests {
                     : .init(headers: [("Content-Type", "Text/Event-Stream; charset=utf-8")], chunks: ["data: up\n\n"], stall: true)
             }
             defer { Task { await peer.stop() } }
-            var policy = Self.fast
-            policy.retryOnServerErrors = true
-            let sse = ServerSentEventManager(url: URL(string: "http://127.0.0.1:\(peer.port)/")!, retryPolicy: policy)
+            let sse = ServerSentEventManager(
+                url: URL(string: "http://127.0.0.1:\(peer.port)/")!,
+                retryPolicy: Self.fast,
+                configuration: .init(retryOnServerErrors: true)
+            )
             let events = sse.events
             try await sse.connect()
             #expect(try await events.first(within: Self.wait).data == "up")
@@ -233,7 +235,13 @@ struct ServerSentEventManagerTests {
             for await event in events { received.append(event.data) }
             #expect(received == ["once"])
             await #expect { try await sse.connect() } throws: { ($0 as? SSEError)?.code == .terminated }
-            #expect(throws: SSEError.self) { try ServerSentEventManager(url: "ftp://example.com/") }
+            // A string URL never throws at init: connect() reports it.
+            let wrongScheme = ServerSentEventManager(url: "ftp://example.com/")
+            await #expect { try await wrongScheme.connect() } throws: { ($0 as? SSEError)?.code == .invalidURL }
+            let malformed = ServerSentEventManager(url: "http://bad host/")
+            await #expect { try await malformed.connect() } throws: {
+                ($0 as? SSEError)?.code == .invalidURL && "\($0)".contains("http://bad host/")
+            }
         }
     }
 }

@@ -22,7 +22,7 @@ struct RetryBoundsTests {
             var parser = ServerSentEventParser()
             _ = try parser.parse(Array("retry: \(text)\ndata: x\n\n".utf8))
             for attempt in [0, 1, 10, 63, 64, 1000, Int.max] {
-                let delay = try #require(policy.delay(attempt: attempt, serverRetryMilliseconds: parser.reconnectionTime))
+                let delay = try #require(policy.delay(forAttempt: attempt, suggested: parser.reconnectionTime.map { Duration.milliseconds($0) }))
                 #expect(delay >= .milliseconds(90), "retry: \(text), attempt \(attempt): \(delay)")
                 #expect(delay <= .seconds(33), "retry: \(text), attempt \(attempt): \(delay)")
             }
@@ -39,7 +39,7 @@ struct RetryBoundsTests {
         ]
         for policy in policies {
             for attempt in [0, 1, 64, 10_000, Int.max] {
-                let delay = try #require(policy.delay(attempt: attempt, serverRetryMilliseconds: Int.max))
+                let delay = try #require(policy.delay(forAttempt: attempt, suggested: .milliseconds(Int.max)))
                 #expect(delay >= .zero && delay <= .seconds(2 * 86_400), "\(policy), attempt \(attempt): \(delay)")
             }
         }
@@ -91,7 +91,7 @@ struct RetryBoundsTests {
             }
             parser.finish()
             for attempt in [0, 5, 100] {
-                let delay = try #require(policy.delay(attempt: attempt, serverRetryMilliseconds: parser.reconnectionTime))
+                let delay = try #require(policy.delay(forAttempt: attempt, suggested: parser.reconnectionTime.map { Duration.milliseconds($0) }))
                 #expect(delay >= .milliseconds(90) && delay <= .seconds(66))
             }
             inputs += 1

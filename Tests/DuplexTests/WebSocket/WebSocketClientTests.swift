@@ -66,7 +66,7 @@ struct WebSocketClientTests {
                 var seen: [WebSocketState] = []
                 for await state in states { seen.append(state) }
                 #expect(seen == [
-                    .notConnected, .connecting, .connected(protocol: nil), .disconnecting, .disconnected(.manuallyDisconnected),
+                    .notConnected, .connecting, .connected(protocol: nil), .disconnected(.manuallyDisconnected),
                     .connecting, .connected(protocol: nil), .disconnected(.terminated),
                 ])
             }
@@ -148,7 +148,13 @@ struct WebSocketClientTests {
             await silent.stop()
             let refused = WebSocket(url: URL(string: "ws://127.0.0.1:\(silent.port)/")!)
             await #expect { try await refused.connect() } throws: { ($0 as? WebSocketError)?.code == .connectionFailed }
-            #expect(throws: WebSocketError.self) { try WebSocket(url: "http//missing-colon") }
+            // A string URL never throws at init (seed code has no `try`): connect() reports it.
+            let malformed = WebSocket(url: "ws://bad host/")
+            await #expect { try await malformed.connect() } throws: {
+                ($0 as? WebSocketError)?.code == .invalidURL && "\($0)".contains("ws://bad host/")
+            }
+            let noScheme = WebSocket(url: "http//missing-colon")
+            await #expect { try await noScheme.connect() } throws: { ($0 as? WebSocketError)?.code == .invalidURL }
             let wrongScheme = WebSocket(url: URL(string: "ftp://127.0.0.1/")!)
             await #expect { try await wrongScheme.connect() } throws: { ($0 as? WebSocketError)?.code == .invalidURL }
         }

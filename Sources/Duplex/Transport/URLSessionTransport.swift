@@ -5,12 +5,12 @@ import Foundation
 extension WebSocketTransportKind {
     /// Foundation's `URLSessionWebSocketTask`: Apple platforms only. It supports the system's
     /// roots and ``TLSTrust/insecureAcceptAnyCertificate``; for a custom CA use ``nio``.
-    public static var urlSession: WebSocketTransportKind { WebSocketTransportKind { URLSessionWebSocketTransport() } }
+    public static var urlSession: WebSocketTransportKind { WebSocketTransportKind { URLSessionTransport() } }
 }
 
 /// The URLSession transport. URLSession does the framing and the close handshake; pings carry
 /// no payload there, so a pong is reported with the payload of the ping it answers.
-struct URLSessionWebSocketTransport: WebSocketTransport {
+struct URLSessionTransport: WebSocketTransport {
     func connect(
         request: WebSocketRequest,
         configuration: WebSocketConfiguration,
