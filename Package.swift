@@ -180,6 +180,24 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The seeds' own usage examples, compiled with only the import changed, and run against
+        // the in-process server. Warnings are expected here: they are the seeds' deprecated
+        // spellings (each names its replacement) and their redundant `try`/`await`.
+        .testTarget(
+            name: "SeedExamplesTests",
+            dependencies: [
+                "Duplex",
+                "DuplexCallbacks",
+                "DuplexCombine",
+                "DuplexSchema",
+                "DuplexServer",
+                "DuplexTesting",
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "OpenCombine", package: "OpenCombine", condition: .when(platforms: [.linux, .windows, .android, .wasi])),
+            ]
+            // No upcoming-feature settings: the seeds are plain Swift 6 user code.
+        ),
         .testTarget(
             name: "DuplexSchemaTests",
             dependencies: ["DuplexSchema"],

@@ -85,6 +85,9 @@ public final class ServerSentEventManager: Sendable {
     /// The current state.
     public var state: SSEState { core.state }
 
+    /// How the manager reconnects.
+    public var retryPolicy: RetryPolicy { core.retryPolicy }
+
     /// The last event id committed at dispatch: sent as `Last-Event-ID` on the next connection
     /// (nil when empty).
     public var lastEventID: String? { core.lastEventID }

@@ -72,7 +72,14 @@ public final class ReconnectingWebSocket: WebSocketProtocol {
     }
 
     public var state: WebSocketState { box.withLockedValue { $0.state } }
-    public var events: AsyncStream<WebSocketEvent> { events_.makeStream() }
+    /// A new stream of every event from now on; it starts with `.connected` when a connection
+    /// is open.
+    public var events: AsyncStream<WebSocketEvent> {
+        box.withLockedValue { state in
+            let open: WebSocketEvent? = if case .connected(let chosen) = state.state { .connected(protocol: chosen) } else { nil }
+            return events_.makeStream(startingWith: open)
+        }
+    }
     public var messages: AsyncStream<WebSocketMessage> { messages_.makeStream() }
     public var stateEvents: AsyncStream<WebSocketState> {
         box.withLockedValue { states.makeStream(startingWith: $0.state) }
@@ -242,10 +249,10 @@ public final class ReconnectingWebSocket: WebSocketProtocol {
         let waiters = box.withLockedValue { state in
             state.state = .connected(protocol: chosen)
             states.yield(state.state)
+            events_.yield(.connected(protocol: chosen))
             defer { state.connectWaiters = [] }
             return state.connectWaiters
         }
-        events_.yield(.connected(protocol: chosen))
         for waiter in waiters { waiter.resume() }
     }
 

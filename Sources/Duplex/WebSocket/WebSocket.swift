@@ -105,13 +105,16 @@ public final class WebSocket: WebSocketProtocol {
 
     public var state: WebSocketState { core.currentState }
 
-    public var events: AsyncStream<WebSocketEvent> { core.events.makeStream() }
+    /// A new stream of every event from now on; each consumer gets its own. When the socket is
+    /// connected, the stream starts with ``WebSocketEvent/connected(protocol:)``, so a loop that
+    /// greets the server on `.connected` works whenever it starts.
+    public var events: AsyncStream<WebSocketEvent> { core.makeEventStream() }
 
     public var messages: AsyncStream<WebSocketMessage> { core.messages.makeStream() }
 
     /// A new stream of every event from now on, buffered as `buffering` says.
     public func events(buffering: StreamBuffering) -> AsyncStream<WebSocketEvent> {
-        core.events.makeStream(buffering: buffering)
+        core.makeEventStream(buffering: buffering)
     }
 
     /// A new stream of every message from now on, buffered as `buffering` says: with

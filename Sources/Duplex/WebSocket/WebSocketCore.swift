@@ -118,6 +118,15 @@ final class WebSocketCore: Sendable {
         set { state.withLockedValue { $0.prepareRequest = newValue } }
     }
 
+    /// A new events stream; it starts with `.connected` when a connection is open, so a loop
+    /// that acts on `.connected` works whenever it starts.
+    func makeEventStream(buffering: StreamBuffering? = nil) -> AsyncStream<WebSocketEvent> {
+        state.withLockedValue { state in
+            let open: WebSocketEvent? = if case .connected(let chosen) = state.lifecycle.state { .connected(protocol: chosen) } else { nil }
+            return events.makeStream(startingWith: open, buffering: buffering)
+        }
+    }
+
     func makeStateStream() -> AsyncStream<WebSocketState> {
         state.withLockedValue { states.makeStream(startingWith: $0.lifecycle.state) }
     }

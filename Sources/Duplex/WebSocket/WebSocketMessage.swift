@@ -20,6 +20,10 @@ public enum WebSocketMessage: Sendable, Hashable {
     /// A text message (the same as ``string(_:)``).
     public static func text(_ text: String) -> WebSocketMessage { .string(text) }
 
+    /// A binary message from optional bytes, as seed 004 writes it:
+    /// `.data("text".data(using: .utf8))`. Nil gives an empty binary message.
+    public static func data(_ data: Data?) -> WebSocketMessage { .data(data ?? Data()) }
+
     /// A binary message (the same as ``data(_:)``).
     public static func binary(_ data: Data) -> WebSocketMessage { .data(data) }
 
