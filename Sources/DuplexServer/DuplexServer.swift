@@ -100,7 +100,12 @@ public final class DuplexServer: Service, Sendable {
                 let reservation = configuration.holdsPortWhileRestarting ? PortReservation(host: configuration.host, port: port) : nil
                 logger.notice("restarting", metadata: ["down for": "\(restart.downtime)", "port": "\(port)", "amnesia": "\(restart.amnesia)"])
                 try await Task.sleep(for: restart.downtime)
-                reservation?.release()
+                if PortReservation.holdsUntilListening {
+                    // Released once the server listens again (didStart), or when it stops.
+                    lifecycle.withLockedValue { $0.reservation = reservation }
+                } else {
+                    reservation?.release()
+                }
             }
             channels.closeAll()
             didStop(error: nil)
@@ -254,9 +259,15 @@ public final class DuplexServer: Service, Sendable {
         var failure: (any Error)?
         var nextWaiterID: UInt64 = 0
         var waiters: [UInt64: CheckedContinuation<Int, any Error>] = [:]
+        /// The port held through a restart, until the server listens again.
+        var reservation: PortReservation?
     }
 
     private func didStart(port: Int) {
+        lifecycle.withLockedValue { state in
+            defer { state.reservation = nil }
+            return state.reservation
+        }?.release()
         let waiters = lifecycle.withLockedValue { state in
             if state.port != nil { return [CheckedContinuation<Int, any Error>]() }  // back after a restart
             state.port = port
@@ -268,6 +279,10 @@ public final class DuplexServer: Service, Sendable {
     }
 
     private func didStop(error: (any Error)?) {
+        lifecycle.withLockedValue { state in
+            defer { state.reservation = nil }
+            return state.reservation
+        }?.release()
         let waiters = lifecycle.withLockedValue { state in
             if state.port == nil { state.failure = error ?? DuplexServerError.stoppedBeforeListening }
             defer { state.waiters = [:] }

@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import NIOCore
 
 #if canImport(Glibc)
@@ -10,8 +11,22 @@ import Darwin
 /// listen. Connections to the port are refused, as they would be to a stopped process, but no
 /// outgoing connection can take the port as its local port meanwhile (the system skips bound
 /// ports when it picks one), so the server can listen on it again.
-struct PortReservation: ~Copyable {
-    private let descriptor: Int32
+///
+/// On Linux the new listener can bind while the reservation is held (both set `SO_REUSEADDR`
+/// and the reservation does not listen), so the server lets the reservation go only once it
+/// listens again: there is no moment when the port is free. Elsewhere it lets go just before.
+/// A process that binds with `SO_REUSEADDR` itself can still share the port meanwhile.
+final class PortReservation: Sendable {
+    private let descriptor: NIOLockedValueBox<Int32?>
+
+    /// Whether the listener can bind while the port is held.
+    static var holdsUntilListening: Bool {
+        #if os(Linux)
+        true
+        #else
+        false
+        #endif
+    }
 
     /// Binds `host:port`; nil when that is not possible (the port is taken, or the host is not
     /// an address): the restart then relies on trying again.
@@ -36,16 +51,17 @@ struct PortReservation: ~Copyable {
             close(descriptor)
             return nil
         }
-        self.descriptor = descriptor
+        self.descriptor = NIOLockedValueBox(descriptor)
     }
 
-    /// Lets the port go, just before the server listens on it again.
-    consuming func release() {
-        close(descriptor)
-        discard self
+    /// Lets the port go; later calls do nothing.
+    func release() {
+        if let descriptor = descriptor.withLockedValue({ value in defer { value = nil }; return value }) {
+            close(descriptor)
+        }
     }
 
     deinit {
-        close(descriptor)
+        release()
     }
 }

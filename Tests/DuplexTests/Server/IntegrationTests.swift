@@ -123,8 +123,23 @@ struct IntegrationTests {
                 _ = try await states.first(within: Self.wait) { if case .connected = $0 { true } else { false } }
                 let waited = lost.duration(to: .now)
                 #expect(waited >= .milliseconds(300), "the strategy's delay was honoured")
-                #expect(waited < .seconds(3), "and not much more (generous tolerance for a loaded machine)")
                 await socket.terminate()
+                // And no more than the strategy's delay was asked of the clock (an upper bound in
+                // wall time would only measure how loaded the machine is).
+                let clock = RecordingClock()
+                let recorded = WebSocket(
+                    request: WebSocketRequest(url: server.webSocketURL("/echo")),
+                    configuration: .init(reconnection: .fixedDelay(.milliseconds(300))),
+                    clock: clock
+                )
+                let recordedStates = recorded.stateEvents
+                try await recorded.connect()
+                server.server.dropConnections(.route("echo"))
+                _ = try await recordedStates.first(within: Self.wait) { if case .disconnected = $0 { true } else { false } }
+                _ = try await recordedStates.first(within: Self.wait) { if case .connected = $0 { true } else { false } }
+                let asked = try #require(clock.sleeps.first)
+                #expect(asked > .milliseconds(250) && asked <= .milliseconds(300), "one sleep of the strategy's 300 ms: \(clock.sleeps)")
+                await recorded.terminate()
             }
         }
     }
