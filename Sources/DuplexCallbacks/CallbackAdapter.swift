@@ -6,12 +6,13 @@ public import Duplex
 /// Handlers run on background tasks, in order per handler. Each `on…` call adds a handler; all
 /// of them stop when the connection terminates. Sends (on a WebSocket) are made one after the
 /// other in the order they were called, so their messages go out in that order.
-public final class CallbackAdapter<Connection: LiveConnection>: Sendable {
+public final class CallbackAdapter<Connection: LiveConnection>: LiveConnectionAdapter, Sendable {
     /// The connection underneath.
     public let connection: Connection
     private let sends: AsyncStream<@Sendable () async -> Void>.Continuation
 
-    /// Wraps an existing connection.
+    /// Wraps an existing connection. The initialisers from a URL or a request come from
+    /// ``Duplex/LiveConnectionAdapter``.
     public init(connection: Connection) {
         self.connection = connection
         let (operations, sends) = AsyncStream<@Sendable () async -> Void>.makeStream()

@@ -1,6 +1,5 @@
 public import Duplex
 public import DuplexSchema
-public import Foundation
 
 /// A ``Duplex/WebSocket`` with closures instead of async/await.
 ///
@@ -19,26 +18,6 @@ public typealias WebSocketCallbackAdapter = CallbackAdapter<WebSocket>
 extension CallbackAdapter where Connection == WebSocket {
     /// The socket underneath.
     public var socket: WebSocket { connection }
-
-    /// Wraps an existing socket.
-    public convenience init(socket: WebSocket) {
-        self.init(connection: socket)
-    }
-
-    /// Creates a socket for `url`.
-    public convenience init(url: URL, configuration: WebSocketConfiguration = .init()) {
-        self.init(connection: WebSocket(url: url, configuration: configuration))
-    }
-
-    /// Creates a socket for a URL string; a malformed one fails `connect`.
-    public convenience init(url: String, configuration: WebSocketConfiguration = .init()) {
-        self.init(connection: WebSocket(url: url, configuration: configuration))
-    }
-
-    /// Creates a socket for `request`.
-    public convenience init(request: WebSocketRequest, configuration: WebSocketConfiguration = .init()) {
-        self.init(connection: WebSocket(request: request, configuration: configuration))
-    }
 
     /// Calls `handler` for every message from now on.
     public func onMessage(_ handler: @escaping @Sendable (WebSocketMessage) -> Void) {

@@ -11,11 +11,12 @@ public import Duplex
 ///
 /// Each subscription gets its own stream from the connection. `connect()`, `send(_:)` and
 /// `disconnect()` do their work when subscribed to, once per subscription.
-public final class PublisherAdapter<Connection: LiveConnection>: Sendable {
+public final class PublisherAdapter<Connection: LiveConnection>: LiveConnectionAdapter, Sendable {
     /// The connection underneath.
     public let connection: Connection
 
-    /// Wraps an existing connection.
+    /// Wraps an existing connection. The initialisers from a URL or a request come from
+    /// ``Duplex/LiveConnectionAdapter``.
     public init(connection: Connection) {
         self.connection = connection
     }

@@ -5,7 +5,6 @@ public import OpenCombine
 #endif
 public import Duplex
 public import DuplexSchema
-public import Foundation
 
 /// A ``Duplex/WebSocket`` as Combine publishers (OpenCombine on Linux).
 ///
@@ -24,26 +23,6 @@ public typealias WebSocketPublisherAdapter = PublisherAdapter<WebSocket>
 extension PublisherAdapter where Connection == WebSocket {
     /// The socket underneath.
     public var socket: WebSocket { connection }
-
-    /// Wraps an existing socket.
-    public convenience init(socket: WebSocket) {
-        self.init(connection: socket)
-    }
-
-    /// Creates a socket for `url`.
-    public convenience init(url: URL, configuration: WebSocketConfiguration = .init()) {
-        self.init(connection: WebSocket(url: url, configuration: configuration))
-    }
-
-    /// Creates a socket for a URL string; a malformed one fails `connect()`.
-    public convenience init(url: String, configuration: WebSocketConfiguration = .init()) {
-        self.init(connection: WebSocket(url: url, configuration: configuration))
-    }
-
-    /// Creates a socket for `request`.
-    public convenience init(request: WebSocketRequest, configuration: WebSocketConfiguration = .init()) {
-        self.init(connection: WebSocket(request: request, configuration: configuration))
-    }
 
     /// Every message from subscription on.
     public var messages: AnyPublisher<WebSocketMessage, Never> { incoming }
