@@ -35,6 +35,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         .package(url: "https://github.com/OpenCombine/OpenCombine.git", from: "0.14.0"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        // permessage-deflate (zlib) for the client; the server's comes through hummingbird-websocket.
+        .package(url: "https://github.com/adam-fowler/compress-nio.git", from: "1.5.0"),
         // Tests only: to parse docker-compose.yml.
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
     ],
@@ -57,6 +59,7 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "CompressNIO", package: "compress-nio"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -85,6 +88,8 @@ let package = Package(
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                .product(name: "HummingbirdWSCompression", package: "hummingbird-websocket"),
+                .product(name: "CompressNIO", package: "compress-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "DequeModule", package: "swift-collections"),
@@ -112,6 +117,7 @@ let package = Package(
             name: "duplex-server",
             dependencies: [
                 "DuplexServer",
+                "DuplexSchema",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -1,4 +1,5 @@
 import ArgumentParser
+import DuplexSchema
 import DuplexServer
 import Foundation
 import Logging
@@ -66,6 +67,15 @@ struct DuplexServerCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Seconds a graceful shutdown waits for connections before closing them hard.", valueName: "seconds"))
     var shutdownTimeout: Double = 10
 
+    @Option(help: ArgumentHelp("Subprotocols /echo may select, in order of preference (comma-separated); by default it selects the client's first.", valueName: "list"))
+    var echoSubprotocols: String?
+
+    @Flag(help: "Turn permessage-deflate off (it is negotiated with clients that offer it).")
+    var noCompression = false
+
+    @Option(help: ArgumentHelp("Messages smaller than this are sent uncompressed.", valueName: "bytes"))
+    var compressionThreshold = 256
+
     func validate() throws {
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
@@ -77,6 +87,10 @@ struct DuplexServerCommand: AsyncParsableCommand {
         guard historyBytes >= 0, totalHistoryBytes >= 0 else { throw ValidationError("--history-bytes and --total-history-bytes must not be negative") }
         guard queueBytes >= 1024 else { throw ValidationError("--queue-bytes must be at least 1024") }
         guard maxConnections >= 1 else { throw ValidationError("--max-connections must be at least 1") }
+        guard compressionThreshold >= 0 else { throw ValidationError("--compression-threshold must not be negative") }
+        if let echoSubprotocols, Self.list(echoSubprotocols).isEmpty {
+            throw ValidationError("--echo-subprotocols needs at least one name")
+        }
         for (name, value) in [("--request-head-timeout", requestHeadTimeout), ("--idle-timeout", idleTimeout), ("--shutdown-timeout", shutdownTimeout)] {
             guard value > 0, value <= 86_400 else { throw ValidationError("\(name) must be from 0 to 86400 seconds") }
         }
@@ -97,8 +111,14 @@ struct DuplexServerCommand: AsyncParsableCommand {
             maxConnections: maxConnections,
             historyBytesLimit: historyBytes,
             totalHistoryBytesLimit: totalHistoryBytes,
-            outboundQueueBytes: queueBytes
+            outboundQueueBytes: queueBytes,
+            echoSubprotocols: echoSubprotocols.map(Self.list),
+            compression: noCompression ? nil : PerMessageDeflate(minimumBytes: compressionThreshold, maxWindowBits: 12, peerMaxWindowBits: 12)
         )
+    }
+
+    private static func list(_ text: String) -> [String] {
+        text.split(separator: ",").map { String($0.filter { $0 != " " }) }.filter { !$0.isEmpty }
     }
 
     private static func duration(_ seconds: Double) -> Duration {

@@ -8,6 +8,11 @@ public enum ChatProtocol {
     /// The protocol version this library speaks. Frames carry it as `"v"`.
     public static let version = 1
 
+    /// The WebSocket subprotocol that names this protocol. A client may offer it in
+    /// `Sec-WebSocket-Protocol`; the server then answers with it. A client that offers none
+    /// is served the same protocol.
+    public static let subprotocol = "duplex.chat.v1"
+
     /// The close code a member's older connection gets when a newer one presents the same
     /// resume token: the member is now served on the newer connection.
     public static let replacedCloseCode = WebSocketCloseCode(4001)

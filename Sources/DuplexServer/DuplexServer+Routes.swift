@@ -51,10 +51,14 @@ extension DuplexServer {
     /// The WebSocket routes, tried for every request that asks to upgrade.
     func makeWebSocketRouter() -> Router<DuplexRequestContext> {
         let router = Router(context: DuplexRequestContext.self)
-        router.ws("echo") { inbound, outbound, context in
+        router.ws("echo", shouldUpgrade: { request, _ in
+            .upgrade(Self.selecting(from: Self.offeredSubprotocols(request), preferring: self.configuration.echoSubprotocols))
+        }) { inbound, outbound, context in
             try await self.serveEcho(inbound: inbound, outbound: outbound, channel: context.requestContext.channel)
         }
-        router.ws("chat/:room") { inbound, outbound, context in
+        router.ws("chat/:room", shouldUpgrade: { request, _ in
+            .upgrade(Self.selecting(from: Self.offeredSubprotocols(request), preferring: [ChatProtocol.subprotocol]))
+        }) { inbound, outbound, context in
             switch self.chatJoin(context.request, context.requestContext) {
             case .success(let join):
                 try await self.serveChat(join, inbound: inbound, outbound: outbound, channel: context.requestContext.channel)
@@ -67,6 +71,25 @@ extension DuplexServer {
             }
         }
         return router
+    }
+
+    /// The subprotocols a request offers in `Sec-WebSocket-Protocol`, in its order (every field,
+    /// comma-separated values, blanks dropped).
+    static func offeredSubprotocols(_ request: Request) -> [String] {
+        request.headers[values: .secWebSocketProtocol]
+            .flatMap { $0.split(separator: ",") }
+            .map { String($0.drop { $0 == " " || $0 == "\t" }.reversed().drop { $0 == " " || $0 == "\t" }.reversed()) }
+            .filter { !$0.isEmpty }
+    }
+
+    /// The response header that selects a subprotocol: with `preferring` nil, the client's
+    /// first; else the first of `preferring` the client offered. None when nothing matches or
+    /// nothing was offered (a browser then fails the connection, as RFC 6455 says it must only
+    /// when the server picks one it did not offer).
+    static func selecting(from offered: [String], preferring: [String]?) -> HTTPFields {
+        let chosen = preferring.map { list in list.first { offered.contains($0) } } ?? offered.first
+        guard let chosen else { return [:] }
+        return [.secWebSocketProtocol: chosen]
     }
 
     /// A request refused before any upgrade or stream.

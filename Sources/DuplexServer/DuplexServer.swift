@@ -183,6 +183,7 @@ public final class DuplexServer: Service, Sendable {
             http1: .init(idleTimeout: TimeAmount(configuration.idleTimeout)),
             ws: .init(
                 maxFrameSize: configuration.maxMessageBytes,
+                extensions: configuration.compression.map { [BoundedDeflate.factory($0, maxMessageBytes: configuration.maxMessageBytes)] } ?? [],
                 autoPing: .disabled,
                 closeTimeout: configuration.closeTimeout,
                 validateUTF8: true

@@ -71,6 +71,14 @@ public struct DuplexServerConfiguration: Sendable {
     public var maxHeaderFields: Int
     /// Whether the `/_chaos/` HTTP endpoints exist (for loopback peers only). Default false.
     public var chaos: Bool
+    /// Which subprotocol `/echo` selects among those a client offers: nil (the default) takes
+    /// the client's first; a list takes the first of the list that the client offered, and
+    /// none when it offered none of them. A client that offers none gets none.
+    public var echoSubprotocols: [String]?
+    /// permessage-deflate (RFC 7692), negotiated with clients that offer it (browsers always
+    /// do); nil turns it off. Default: on, messages of 256 bytes or more, a 12-bit window (about
+    /// 20 KiB to compress, 4 KiB to inflate, per connection that negotiates it).
+    public var compression: PerMessageDeflate?
 
     /// Creates a configuration; every argument has a default.
     public init(
@@ -96,8 +104,12 @@ public struct DuplexServerConfiguration: Sendable {
         maxHeaderFields: Int = 100,
         historyBytesLimit: Int = 1024 * 1024,
         totalHistoryBytesLimit: Int = 64 * 1024 * 1024,
-        outboundQueueBytes: Int = 1024 * 1024
+        outboundQueueBytes: Int = 1024 * 1024,
+        echoSubprotocols: [String]? = nil,
+        compression: PerMessageDeflate? = PerMessageDeflate(maxWindowBits: 12, peerMaxWindowBits: 12)
     ) {
+        self.echoSubprotocols = echoSubprotocols
+        self.compression = compression
         self.host = host
         self.port = port
         self.historyLimit = historyLimit

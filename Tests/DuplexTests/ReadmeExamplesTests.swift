@@ -68,7 +68,7 @@ struct ReadmeExamplesTests {
                     }
                     if log.count == 2 { break }
                 }
-                #expect(log == ["connected -", "message ping me"])
+                #expect(log == ["connected chat.v2", "message ping me"], "/echo selects the first subprotocol offered")
                 await socket.terminate()
                 var seen: [WebSocketState] = []
                 for await state in states { seen.append(state) }
