@@ -50,6 +50,9 @@ struct WSCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("After the end of stdin, keep printing what arrives for this many seconds before closing; for servers that answer a close at once, dropping replies still due.", valueName: "seconds"))
     var linger: Double = 0
 
+    @Flag(help: "Offer permessage-deflate; messages of 256 bytes or more then go out compressed if the server accepts.")
+    var compress = false
+
     @OptionGroup var connection: ConnectionOptions
 
     func validate() throws {
@@ -72,7 +75,8 @@ struct WSCommand: AsyncParsableCommand {
                     ping: ping,
                     maxMessageBytes: maxMessageBytes,
                     connectTimeout: connection.connectDuration,
-                    tlsTrust: try connection.tlsTrust()
+                    tlsTrust: try connection.tlsTrust(),
+                    compression: compress ? PerMessageDeflate() : nil
                 )
             )
             let console = Console(prompt: "> ")
@@ -80,6 +84,9 @@ struct WSCommand: AsyncParsableCommand {
             let states = socket.stateEvents
             try await socket.connect()
             console.printError("connected to \(target.absoluteString)\(socket.negotiatedProtocol.map { " (protocol \($0))" } ?? "")")
+            if compress {
+                console.printError(socket.negotiatedExtensions.map { "compression: \($0)" } ?? "compression: declined by the server")
+            }
             let input = console.lines()
             let (binary, rawBinary, commands) = (self.binary, self.rawBinary, self.commands || console.isInteractive)
             let linger = Duration.milliseconds(Int64(self.linger * 1000))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Interop checks of the built duplex-server against third-party peers: Python's `websockets`
-# (echo, chat, resume, 1009, 1001 on SIGTERM, a close injected by curl through /_chaos/) and
+# (echo, chat, resume, 1009, subprotocols, permessage-deflate and a zip bomb, 1001 on SIGTERM, a
+# close injected by curl through /_chaos/) and
 # `curl -N` (SSE ticks and Last-Event-ID).
 # Usage: Tests/Interop/run.sh PATH/TO/duplex-server
 set -euo pipefail
@@ -47,6 +48,7 @@ echo "health: ok"
 timeout 30 python3 "$here/websockets_client.py" "$port" echo
 timeout 30 python3 "$here/websockets_client.py" "$port" chat
 timeout 30 python3 "$here/websockets_client.py" "$port" oversize
+timeout 30 python3 "$here/websockets_client.py" "$port" negotiation
 
 # SSE with curl -N: retry first, then ticks with consecutive integer ids.
 curl -s -N --max-time 1 "http://127.0.0.1:$port/events?interval=50" >"$work/sse" || true

@@ -6,6 +6,8 @@ import json
 import sys
 
 import websockets
+from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory, PerMessageDeflate
+from websockets.frames import Opcode
 
 TIMEOUT = 10
 
@@ -83,6 +85,50 @@ async def oversize(port):
         except websockets.ConnectionClosed as closed:
             check(closed.rcvd is not None and closed.rcvd.code == 1009, f"close code {closed.rcvd}")
     print("oversize: ok (close 1009)")
+
+
+class RecordingDeflate(PerMessageDeflate):
+    """Records, for every data frame received, whether it came compressed (RSV1)."""
+    compressed = []
+
+    def decode(self, frame, *, max_size=None):
+        if frame.opcode in (Opcode.TEXT, Opcode.BINARY):
+            RecordingDeflate.compressed.append(frame.rsv1)
+        return super().decode(frame, max_size=max_size)
+
+
+class RecordingDeflateFactory(ClientPerMessageDeflateFactory):
+    def process_response_params(self, params, accepted_extensions):
+        extension = super().process_response_params(params, accepted_extensions)
+        extension.__class__ = RecordingDeflate
+        return extension
+
+
+async def negotiation(port):
+    """Subprotocols on /echo and /chat; permessage-deflate both ways; a zip bomb gets 1009.
+    The server runs with --max-message-bytes 4096."""
+    async with websockets.connect(f"ws://127.0.0.1:{port}/echo", subprotocols=["b", "a"],
+                                  extensions=[RecordingDeflateFactory(client_max_window_bits=True)]) as ws:
+        check(ws.subprotocol == "b", f"/echo selects the first offered: {ws.subprotocol}")
+        check(any(isinstance(e, PerMessageDeflate) for e in ws.protocol.extensions), "permessage-deflate negotiated")
+        text = "compress me " * 300
+        await ws.send(text)
+        reply = await asyncio.wait_for(ws.recv(), TIMEOUT)
+        check(reply == text, "a compressed echo comes back intact")
+        await ws.send("short")
+        check(await asyncio.wait_for(ws.recv(), TIMEOUT) == "short", "a short echo")
+        check(RecordingDeflate.compressed == [True, False], f"the server compressed the long reply only: {RecordingDeflate.compressed}")
+    async with websockets.connect(f"ws://127.0.0.1:{port}/chat/negotiation?name=p", subprotocols=["duplex.chat.v1"]) as ws:
+        check(ws.subprotocol == "duplex.chat.v1", f"/chat answers duplex.chat.v1: {ws.subprotocol}")
+        check((await recv_json(ws))["type"] == "welcome", "welcome over the subprotocol")
+    async with websockets.connect(f"ws://127.0.0.1:{port}/echo", max_size=None) as ws:
+        await ws.send("\0" * 1_000_000)  # about 1 KB on the wire, 1 MB inflated: past 4096
+        try:
+            await asyncio.wait_for(ws.recv(), TIMEOUT)
+            raise SystemExit("FAIL: a zip bomb was echoed")
+        except websockets.ConnectionClosed as closed:
+            check(closed.rcvd is not None and closed.rcvd.code == 1009, f"zip bomb close code {closed.rcvd}")
+    print("negotiation: ok (subprotocols on /echo and /chat, permessage-deflate both ways, zip bomb 1009)")
 
 
 async def wait_for_shutdown(port):

@@ -89,26 +89,44 @@ struct NIOWebSocketTransport: WebSocketTransport {
                     if let chosen, !offered.contains(chosen) {
                         throw WebSocketError(.unexpectedSubprotocol, "the server chose subprotocol \(chosen.debugDescription), which was not offered")
                     }
-                    // The client offers no extension, so any the server names was not offered.
-                    if let named = response.headers.first(name: "Sec-WebSocket-Extensions") {
-                        throw WebSocketError(.unexpectedExtension, "the server enabled the extension \(named.prefix(100).debugDescription), which was not offered")
+                    // The only extension the client may offer is permessage-deflate.
+                    var codec: PerMessageDeflateCodec?
+                    let answers = response.headers["Sec-WebSocket-Extensions"].filter { !$0.allSatisfy(\.isWhitespace) }
+                    if !answers.isEmpty {
+                        guard let offeredDeflate = configuration.compression else {
+                            throw WebSocketError(.unexpectedExtension, "the server enabled the extension \(answers.joined(separator: ", ").prefix(100).debugDescription), which was not offered")
+                        }
+                        let agreement = try PerMessageDeflateNegotiation.accept(answers.joined(separator: ", "), offered: offeredDeflate)
+                        codec = PerMessageDeflateCodec(agreement: agreement)
                     }
                     let outbox = Outbox(highWatermark: max(configuration.sendBufferHighWatermark, 1))
                     let handler = WebSocketClientHandler(
                         maxMessageBytes: configuration.maxMessageBytes,
+                        compression: codec,
                         closeTimeout: TimeAmount(configuration.closeTimeout),
                         outbox: outbox,
                         lowWatermark: Self.waterMark(configuration).low,
                         delegate: delegate
                     )
                     try channel.pipeline.syncOperations.addHandler(handler)
-                    return .upgraded(NIOWebSocketConnection(channel: channel, handler: handler, outbox: outbox, negotiatedProtocol: chosen))
+                    return .upgraded(
+                        NIOWebSocketConnection(
+                            channel: channel,
+                            handler: handler,
+                            outbox: outbox,
+                            negotiatedProtocol: chosen,
+                            negotiatedExtensions: answers.isEmpty ? nil : answers.joined(separator: ", ")
+                        )
+                    )
                 }
             }
         )
         var headers = HTTPHeaders()
         headers.add(name: "Host", value: endpoint.hostHeader)
         if !offered.isEmpty { headers.add(name: "Sec-WebSocket-Protocol", value: offered.joined(separator: ", ")) }
+        if let compression = configuration.compression {
+            headers.add(name: "Sec-WebSocket-Extensions", value: PerMessageDeflateNegotiation.offer(compression))
+        }
         for (name, value) in request.additionalHeaders.sorted(by: { $0.key < $1.key }) {
             headers.add(name: name, value: value)
         }
@@ -211,12 +229,14 @@ final class NIOWebSocketConnection: WebSocketTransportConnection {
     private let handler: NIOLoopBound<WebSocketClientHandler>
     private let outbox: Outbox
     let negotiatedProtocol: String?
+    let negotiatedExtensions: String?
 
-    init(channel: any Channel, handler: WebSocketClientHandler, outbox: Outbox, negotiatedProtocol: String?) {
+    init(channel: any Channel, handler: WebSocketClientHandler, outbox: Outbox, negotiatedProtocol: String?, negotiatedExtensions: String?) {
         self.channel = channel
         self.handler = NIOLoopBound(handler, eventLoop: channel.eventLoop)
         self.outbox = outbox
         self.negotiatedProtocol = negotiatedProtocol
+        self.negotiatedExtensions = negotiatedExtensions
     }
 
     func write(_ message: WebSocketMessage) -> Bool {
@@ -284,10 +304,20 @@ final class WebSocketClientHandler: ChannelDuplexHandler {
     private var flushWaiters: [(upTo: Int, completion: @Sendable (Result<Void, any Error>) -> Void)] = []
     /// A read the consumers held back.
     private var readHeld = false
+    /// permessage-deflate, when negotiated.
+    private let compression: PerMessageDeflateCodec?
 
-    init(maxMessageBytes: Int, closeTimeout: TimeAmount, outbox: Outbox, lowWatermark: Int, delegate: any WebSocketTransportDelegate) {
+    init(
+        maxMessageBytes: Int,
+        compression: PerMessageDeflateCodec? = nil,
+        closeTimeout: TimeAmount,
+        outbox: Outbox,
+        lowWatermark: Int,
+        delegate: any WebSocketTransportDelegate
+    ) {
         self.lowWatermark = lowWatermark
-        self.stateMachine = WebSocketFrameStateMachine(maxMessageBytes: maxMessageBytes)
+        self.compression = compression
+        self.stateMachine = WebSocketFrameStateMachine(maxMessageBytes: maxMessageBytes, compressionNegotiated: compression != nil)
         self.closeTimeout = closeTimeout
         self.outbox = outbox
         self.delegate = delegate
@@ -388,12 +418,16 @@ final class WebSocketClientHandler: ChannelDuplexHandler {
     static let batchLimit = 256
 
     private func frame(for message: WebSocketMessage, allocator: ByteBufferAllocator) -> WebSocketFrame {
-        switch message {
-        case .string(let text):
-            WebSocketFrame(fin: true, opcode: .text, maskKey: maskingKeys.next(), data: allocator.buffer(string: text))
-        case .data(let data):
-            WebSocketFrame(fin: true, opcode: .binary, maskKey: maskingKeys.next(), data: allocator.buffer(bytes: data))
+        let (opcode, payload): (WebSocketOpcode, ByteBuffer) = switch message {
+        case .string(let text): (.text, allocator.buffer(string: text))
+        case .data(let data): (.binary, allocator.buffer(bytes: data))
         }
+        if let compression, compression.compresses(payload.readableBytes),
+            let compressed = try? compression.compress(payload, allocator: allocator)
+        {
+            return WebSocketFrame(fin: true, rsv1: true, opcode: opcode, maskKey: maskingKeys.next(), data: compressed)
+        }
+        return WebSocketFrame(fin: true, opcode: opcode, maskKey: maskingKeys.next(), data: payload)
     }
 
     /// Every message up to `count` is written: completes the flushes waiting for them.
@@ -432,6 +466,14 @@ final class WebSocketClientHandler: ChannelDuplexHandler {
             break
         case .deliver(let message):
             delegate.transportDidReceive(message)
+        case .inflate(let opcode, let buffer):
+            guard let compression else { return }
+            do {
+                let inflated = try compression.inflate(buffer, maxBytes: stateMachine.maxMessageBytes, allocator: context.channel.allocator)
+                perform(stateMachine.inflated(opcode: opcode, buffer: inflated), context: context)
+            } catch {
+                perform(stateMachine.inflationFailed(tooLarge: error == .tooLarge), context: context)
+            }
         case .sendPong(let payload):
             context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, maskKey: maskingKeys.next(), data: payload)), promise: nil)
         case .pongReceived(let payload):

@@ -36,14 +36,21 @@ struct WebSocketFrameStateMachine {
         case failConnection(WebSocketCloseCode, reason: String, error: WebSocketError, sendCloseFrame: Bool)
         /// Send our close frame (a close the application asked for).
         case sendClose(WebSocketCloseCode, reason: String)
+        /// A complete compressed message (permessage-deflate): inflate it, within the message
+        /// limit, then report with ``inflated(opcode:buffer:)`` or ``inflationFailed(tooLarge:)``.
+        case inflate(opcode: WebSocketOpcode, buffer: ByteBuffer)
     }
 
     private(set) var state: State = .open
     let maxMessageBytes: Int
-    private var fragments: (opcode: WebSocketOpcode, buffer: ByteBuffer)?
+    /// Whether permessage-deflate was negotiated: then RSV1 on a message's first frame marks it
+    /// compressed.
+    let compressionNegotiated: Bool
+    private var fragments: (opcode: WebSocketOpcode, buffer: ByteBuffer, compressed: Bool)?
 
-    init(maxMessageBytes: Int) {
+    init(maxMessageBytes: Int, compressionNegotiated: Bool = false) {
         self.maxMessageBytes = maxMessageBytes
+        self.compressionNegotiated = compressionNegotiated
     }
 
     /// The application asks to close with `code` and `reason`.
@@ -72,8 +79,17 @@ struct WebSocketFrameStateMachine {
         guard frame.maskKey == nil else {
             return fail(.protocolError, "the server sent a masked frame", .protocolViolation)
         }
-        guard frame.rsv1 == false, frame.rsv2 == false, frame.rsv3 == false else {
+        guard frame.rsv2 == false, frame.rsv3 == false else {
             return fail(.protocolError, "the server set reserved bits with no extension negotiated", .protocolViolation)
+        }
+        // RSV1 marks a compressed message: on its first frame only, and only once negotiated.
+        if frame.rsv1 {
+            guard compressionNegotiated else {
+                return fail(.protocolError, "the server set reserved bits with no extension negotiated", .protocolViolation)
+            }
+            guard frame.opcode == .text || frame.opcode == .binary else {
+                return fail(.protocolError, "the server set RSV1 on a \(frame.opcode == .continuation ? "continuation" : "control") frame", .protocolViolation)
+            }
         }
         switch frame.opcode {
         case .ping, .pong, .connectionClose:
@@ -87,12 +103,12 @@ struct WebSocketFrameStateMachine {
             }
             if frame.fin {
                 guard frame.data.readableBytes <= maxMessageBytes else { return tooBig() }
-                return message(opcode: frame.opcode, buffer: frame.data)
+                return complete(opcode: frame.opcode, buffer: frame.data, compressed: frame.rsv1)
             }
-            fragments = (frame.opcode, frame.data)
+            fragments = (frame.opcode, frame.data, frame.rsv1)
             return fragments!.buffer.readableBytes <= maxMessageBytes ? .none : tooBig()
         case .continuation:
-            guard let (opcode, partial) = fragments else {
+            guard let (opcode, partial, compressed) = fragments else {
                 return fail(.protocolError, "a continuation frame came with no message to continue", .protocolViolation)
             }
             guard partial.readableBytes + frame.data.readableBytes <= maxMessageBytes else { return tooBig() }
@@ -101,9 +117,9 @@ struct WebSocketFrameStateMachine {
             buffer.writeBuffer(&data)
             if frame.fin {
                 fragments = nil
-                return message(opcode: opcode, buffer: buffer)
+                return complete(opcode: opcode, buffer: buffer, compressed: compressed)
             }
-            fragments = (opcode, buffer)
+            fragments = (opcode, buffer, compressed)
             return .none
         default:
             return fail(.protocolError, "the server used reserved opcode \(frame.opcode)", .protocolViolation)
@@ -159,6 +175,23 @@ struct WebSocketFrameStateMachine {
         case .closed:
             return .none
         }
+    }
+
+    /// A compressed message, inflated within the limit.
+    mutating func inflated(opcode: WebSocketOpcode, buffer: ByteBuffer) -> Action {
+        guard state != .closed else { return .none }
+        return message(opcode: opcode, buffer: buffer)
+    }
+
+    /// A compressed message could not be inflated: past the limit (1009), or not deflate (1007).
+    mutating func inflationFailed(tooLarge: Bool) -> Action {
+        tooLarge
+            ? fail(.messageTooBig, "a compressed message inflates past \(maxMessageBytes) bytes", .messageTooBig)
+            : fail(.invalidFramePayloadData, "a compressed message could not be inflated", .protocolViolation)
+    }
+
+    private mutating func complete(opcode: WebSocketOpcode, buffer: ByteBuffer, compressed: Bool) -> Action {
+        compressed ? .inflate(opcode: opcode, buffer: buffer) : message(opcode: opcode, buffer: buffer)
     }
 
     private mutating func message(opcode: WebSocketOpcode, buffer: ByteBuffer) -> Action {

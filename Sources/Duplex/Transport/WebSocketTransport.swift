@@ -24,6 +24,8 @@ public protocol WebSocketTransport: Sendable {
 public protocol WebSocketTransportConnection: Sendable {
     /// The subprotocol the server chose, if any.
     var negotiatedProtocol: String? { get }
+    /// The extensions the server enabled (its `Sec-WebSocket-Extensions`), if any.
+    var negotiatedExtensions: String? { get }
     /// Accepts a message into the connection's outbound buffer and returns at once. Messages are
     /// written in the order they are accepted, coalesced where the transport can.
     /// - Returns: true when the outbound buffer is now above its high watermark: the socket then
@@ -52,6 +54,9 @@ extension WebSocketTransportConnection {
 
     /// Does nothing: for transports that cannot hold back their reads.
     public func resumeReading() {}
+
+    /// None, unless the transport says.
+    public var negotiatedExtensions: String? { nil }
 }
 
 /// Receives what happens on a transport connection.

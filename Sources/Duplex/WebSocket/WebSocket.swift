@@ -138,6 +138,10 @@ public final class WebSocket: WebSocketProtocol {
         return nil
     }
 
+    /// The extensions the server enabled on the current connection (its
+    /// `Sec-WebSocket-Extensions`, such as `permessage-deflate; server_max_window_bits=12`), if any.
+    public var negotiatedExtensions: String? { core.negotiatedExtensions }
+
     /// How many sends wait for a reconnection.
     public var queuedSendCount: Int { core.queuedSendCount }
 

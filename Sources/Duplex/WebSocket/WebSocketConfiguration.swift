@@ -1,3 +1,4 @@
+public import DuplexSchema
 public import Logging
 
 /// How a ``WebSocket`` behaves. Every field has a default.
@@ -44,6 +45,13 @@ public struct WebSocketConfiguration: Sendable {
     public var sendBufferLowWatermark: Int
     /// The transport. Default: ``WebSocketTransportKind/nio``.
     public var transport: WebSocketTransportKind
+    /// permessage-deflate (RFC 7692) to offer, or nil (the default) to offer none. When the
+    /// server accepts, messages of at least ``PerMessageDeflate/minimumBytes`` go out compressed,
+    /// and compressed messages are inflated within ``maxMessageBytes`` (one that inflates past it
+    /// gets close 1009). Off by default: it costs CPU and up to about 300 KiB of zlib state per
+    /// connection, and pays off for large, repetitive messages over slow links. The NIO
+    /// transport only.
+    public var compression: PerMessageDeflate?
     /// Where the socket logs. Default: a logger labelled `duplex.websocket`.
     public var logger: Logger
 
@@ -62,6 +70,7 @@ public struct WebSocketConfiguration: Sendable {
         sendBufferHighWatermark: Int = 1024 * 1024,
         sendBufferLowWatermark: Int = 256 * 1024,
         transport: WebSocketTransportKind = .nio,
+        compression: PerMessageDeflate? = nil,
         logger: Logger = Logger(label: "duplex.websocket")
     ) {
         self.ping = ping
@@ -77,6 +86,7 @@ public struct WebSocketConfiguration: Sendable {
         self.sendBufferHighWatermark = max(sendBufferHighWatermark, 1)
         self.sendBufferLowWatermark = min(max(sendBufferLowWatermark, 0), max(sendBufferHighWatermark, 1))
         self.transport = transport
+        self.compression = compression
         self.logger = logger
     }
 }

@@ -107,6 +107,7 @@ final class WebSocketCore: Sendable {
     var currentState: WebSocketState { state.withLockedValue { $0.lifecycle.state } }
     var roundTripTime: Duration? { state.withLockedValue { $0.roundTripTime } }
     var queuedSendCount: Int { state.withLockedValue { $0.lifecycle.queuedCount } }
+    var negotiatedExtensions: String? { state.withLockedValue { $0.connection?.connection.negotiatedExtensions } }
 
     var onPingFailed: (@Sendable (WebSocketError) -> Void)? {
         get { state.withLockedValue { $0.onPingFailed } }

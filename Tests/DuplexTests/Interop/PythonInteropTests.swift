@@ -1,4 +1,5 @@
 import Duplex
+import DuplexSchema
 import DuplexTesting
 import Foundation
 import Testing
@@ -31,6 +32,18 @@ struct PythonInteropTests {
             #expect(try await roundTrips.first(within: .seconds(5)) > .zero)
             await socket.disconnect()
             #expect(socket.state == .disconnected(.manuallyDisconnected))
+        }
+    }
+
+    @Test("permessage-deflate with a Python websockets server: negotiated, and 200 KB passes an 8 KB link both ways only compressed")
+    func compression() async throws {
+        try await withTimeout(.seconds(30)) {
+            let port = try #require(Self.url.port)
+            let compressed = try await PerMessageDeflateTests.echoThroughNarrowProxy(upstreamPort: port, path: "/", compression: PerMessageDeflate())
+            #expect(compressed.extensions?.contains("permessage-deflate") == true, "\(compressed.extensions ?? "none")")
+            #expect(compressed.echoed)
+            let plain = try await PerMessageDeflateTests.echoThroughNarrowProxy(upstreamPort: port, path: "/", compression: nil)
+            #expect(!plain.echoed)
         }
     }
 }

@@ -26,6 +26,8 @@ final class ScriptedPeer: Sendable {
         var flood: (count: Int, bytes: Int)?
         /// Read nothing after the handshake until ``ScriptedPeer/releaseReads()``.
         var holdReads = false
+        /// Frames written as they are right after the handshake (a compressed one, say).
+        var framesOnConnect: [WebSocketFrame] = []
     }
 
     private let channel: any Channel
@@ -254,6 +256,9 @@ private final class PeerHandler: ChannelInboundHandler {
         }
         if script.holdReads {
             context.channel.setOption(ChannelOptions.autoRead, value: false).whenComplete { _ in }
+        }
+        for frame in script.framesOnConnect {
+            context.writeAndFlush(wrapOutboundOut(frame), promise: nil)
         }
         if script.flood != nil {
             flood(context: context)
