@@ -22,6 +22,7 @@ RUN swift build -c release --static-swift-stdlib --product duplex-server \
     && swift build -c release --static-swift-stdlib --product duplex \
     && mkdir /staging \
     && cp "$(swift build -c release --show-bin-path)/duplex-server" "$(swift build -c release --show-bin-path)/duplex" /staging/ \
+    && cp -R "$(swift build -c release --show-bin-path)/duplex_DuplexServer.resources" /staging/ \
     && strip /staging/duplex-server /staging/duplex
 
 # ---- runtime: a slim Ubuntu with the two binaries ----
@@ -32,6 +33,8 @@ RUN export DEBIAN_FRONTEND=noninteractive \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --user-group --create-home --system --home-dir /app duplex
 COPY --from=build /staging/duplex-server /staging/duplex /usr/local/bin/
+# The demo page at / is a package resource: it sits next to the binary.
+COPY --from=build /staging/duplex_DuplexServer.resources /usr/local/bin/duplex_DuplexServer.resources
 USER duplex:duplex
 WORKDIR /app
 EXPOSE 8080

@@ -80,7 +80,7 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // The loopback server (echo, chat rooms, SSE) as a library.
+        // The loopback server (echo, chat rooms, SSE, the demo page) as a library.
         .target(
             name: "DuplexServer",
             dependencies: [
@@ -98,6 +98,7 @@ let package = Package(
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
             ],
+            resources: [.copy("Resources/index.html")],
             swiftSettings: swiftSettings
         ),
         // Helpers users import in their own tests.

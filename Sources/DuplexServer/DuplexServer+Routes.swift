@@ -11,6 +11,9 @@ extension DuplexServer {
     /// `error` body.
     func makeRouter() -> Router<DuplexRequestContext> {
         let router = Router(context: DuplexRequestContext.self)
+        router.get("/") { _, _ -> Response in
+            DemoPage.response()
+        }
         router.get("health") { _, _ -> Response in
             Self.json(status: .ok, #"{"status":"ok"}"#)
         }

@@ -1,0 +1,249 @@
+"""Browser tests of duplex-server's demo page in real headless Chromium, driven over the
+DevTools protocol (CDP) with Python's `websockets`.
+
+Usage: browser_test.py PATH/TO/duplex-server [SCREENSHOT.png]
+
+Starts the server (with --chaos) on a free port and Chromium with a throwaway profile, then:
+two pages chat with each other over the duplex.chat.v1 subprotocol with permessage-deflate;
+EventSource resumes after /_chaos/drop with consecutive ids; a server close code (4000) reaches
+the page's CloseEvent and the page resumes; a page's own WebSocket to /echo offering
+subprotocols gets the first, and compression. Every wait has a timeout; exits non-zero with a
+message on the first failure."""
+import asyncio
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import websockets
+
+TIMEOUT = 15
+
+
+def fail(message):
+    raise SystemExit(f"FAIL: {message}")
+
+
+def find_chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    fail("no chromium on PATH (Debian: apt-get install chromium)")
+
+
+def start_server(binary, work):
+    out = open(os.path.join(work, "server.out"), "w+")
+    process = subprocess.Popen([binary, "--port", "0", "--chaos", "--log-level", "warning"], stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.time() + TIMEOUT
+    while time.time() < deadline:
+        out.seek(0)
+        match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", out.read())
+        if match:
+            return process, int(match.group(1))
+        if process.poll() is not None:
+            fail(f"duplex-server exited: {open(out.name).read()}")
+        time.sleep(0.05)
+    fail("duplex-server did not start")
+
+
+def start_chromium(work):
+    profile = os.path.join(work, "profile")
+    process = subprocess.Popen(
+        [find_chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--no-default-browser-check", "--disable-dev-shm-usage", "--remote-debugging-port=0",
+         "--remote-debugging-address=127.0.0.1", f"--user-data-dir={profile}", "--window-size=1100,760", "about:blank"],
+        stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "chromium.err"), "w"))
+    port_file = os.path.join(profile, "DevToolsActivePort")
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if os.path.exists(port_file):
+            lines = open(port_file).read().split()
+            if len(lines) >= 2:
+                return process, f"ws://127.0.0.1:{lines[0]}{lines[1]}"
+        if process.poll() is not None:
+            fail(f"chromium exited: {open(os.path.join(work, 'chromium.err')).read()[-2000:]}")
+        time.sleep(0.05)
+    fail("chromium did not open its DevTools port")
+
+
+class DevTools:
+    """A minimal CDP client: commands with ids, one flat session per page."""
+
+    def __init__(self, socket):
+        self.socket = socket
+        self.next_id = 0
+        self.waiting = {}
+        self.reader = asyncio.create_task(self.read())
+
+    async def read(self):
+        async for raw in self.socket:
+            message = json.loads(raw)
+            future = self.waiting.pop(message.get("id"), None)
+            if future and not future.done():
+                future.set_result(message)
+
+    async def send(self, method, params=None, session=None, check=True):
+        self.next_id += 1
+        request = {"id": self.next_id, "method": method, "params": params or {}}
+        if session:
+            request["sessionId"] = session
+        future = asyncio.get_running_loop().create_future()
+        self.waiting[self.next_id] = future
+        await self.socket.send(json.dumps(request))
+        reply = await asyncio.wait_for(future, TIMEOUT)
+        if not check:
+            return reply
+        if "error" in reply:
+            fail(f"{method}: {reply['error']}")
+        return reply["result"]
+
+    async def open_page(self, url):
+        target = (await self.send("Target.createTarget", {"url": url}))["targetId"]
+        session = (await self.send("Target.attachToTarget", {"targetId": target, "flatten": True}))["sessionId"]
+        return Page(self, session)
+
+
+class Page:
+    def __init__(self, devtools, session):
+        self.devtools = devtools
+        self.session = session
+
+    async def evaluate(self, expression):
+        # While the page loads, its execution context can be replaced under an evaluation:
+        # evaluate again in the new one.
+        deadline = time.time() + TIMEOUT
+        while True:
+            reply = await self.devtools.send("Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True}, self.session, check=False)
+            if "error" not in reply:
+                result = reply["result"]
+                break
+            if "context" not in reply["error"].get("message", "") or time.time() > deadline:
+                fail(f"Runtime.evaluate: {reply['error']}")
+            await asyncio.sleep(0.05)
+        if "exceptionDetails" in result:
+            fail(f"page error in {expression[:80]!r}: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    async def wait_for(self, condition, what, timeout=TIMEOUT):
+        """Waits, in the page, until `condition` (a JS expression) holds."""
+        script = f"""new Promise((resolve) => {{
+            const check = () => {{ try {{ if ({condition}) return resolve(true); }} catch (e) {{}} setTimeout(check, 20); }};
+            check();
+        }})"""
+        try:
+            await asyncio.wait_for(self.evaluate(script), timeout)
+        except asyncio.TimeoutError:
+            state = await self.evaluate("JSON.stringify({chat: {...window.duplexDemo?.chat, socket: undefined, pending: undefined}, ticks: {...window.duplexDemo?.ticks, source: undefined}})")
+            fail(f"timed out waiting for {what}; page state: {state}")
+
+    async def say(self, text):
+        await self.evaluate(f"""(() => {{
+            document.querySelector('#say input[name=text]').value = {json.dumps(text)};
+            document.getElementById('say').requestSubmit();
+        }})()""")
+
+    async def screenshot(self, path):
+        data = (await self.devtools.send("Page.captureScreenshot", {"format": "png"}, self.session))["data"]
+        with open(path, "wb") as file:
+            file.write(base64.b64decode(data))
+
+
+def post(port, path):
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method="POST")
+    with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+        return json.loads(response.read())
+
+
+async def run(port, browser_url, screenshot):
+    async with websockets.connect(browser_url, max_size=None) as socket:
+        devtools = DevTools(socket)
+        base = f"http://127.0.0.1:{port}/?room=browser&interval=200"
+        alice = await devtools.open_page(base + "&name=alice")
+        bob = await devtools.open_page(base + "&name=bob")
+
+        # Both pages join over the subprotocol, with compression.
+        for page in (alice, bob):
+            await page.wait_for("duplexDemo.chat.opens >= 1 && duplexDemo.chat.members.length >= 1", "the chat to open")
+            negotiated = await page.evaluate("[duplexDemo.chat.protocol, duplexDemo.chat.extensions]")
+            if negotiated[0] != "duplex.chat.v1" or "permessage-deflate" not in negotiated[1]:
+                fail(f"negotiated {negotiated}")
+        print("browser: both pages joined with subprotocol duplex.chat.v1 and permessage-deflate")
+
+        # Two pages chat with each other, a long (compressed) message included.
+        await alice.say("hello from alice")
+        await bob.wait_for("document.getElementById('chat-log').textContent.includes('alice: hello from alice')", "bob to see alice")
+        await bob.say("hi alice")
+        await alice.wait_for("document.getElementById('chat-log').textContent.includes('bob: hi alice')", "alice to see bob")
+        long = "the quick brown fox " * 100
+        await alice.say(long)
+        await bob.wait_for(f"document.getElementById('chat-log').textContent.includes({json.dumps('alice: ' + long)})", "bob to see the long message")
+        await alice.wait_for("duplexDemo.chat.pending.size === 0", "alice's messages to be acknowledged")
+        print("browser: two pages chat, a 2 KB message included, every message acknowledged")
+
+        # EventSource resumes after a drop, with consecutive ids.
+        await alice.wait_for("duplexDemo.ticks.ids.length >= 3", "three ticks")
+        dropped = post(port, "/_chaos/drop?route=events")
+        if dropped.get("affected", 0) < 1:
+            fail(f"/_chaos/drop affected nothing: {dropped}")
+        await alice.wait_for("duplexDemo.ticks.opens >= 2 && duplexDemo.ticks.ids.length >= duplexDemo.ticks.ids.indexOf(duplexDemo.ticks.resumes[0]) + 4",
+                             "EventSource to resume and get three more ticks", timeout=30)
+        ids = await alice.evaluate("duplexDemo.ticks.ids")
+        if any(b != a + 1 for a, b in zip(ids, ids[1:])):
+            fail(f"tick ids not consecutive across the resume: {ids}")
+        print(f"browser: EventSource resumed after /_chaos/drop, ids {ids[0]}..{ids[-1]} consecutive")
+
+        # A server close code reaches CloseEvent; the page resumes the room.
+        closed = post(port, "/_chaos/close?code=4000&reason=bye&route=chat")
+        if closed.get("affected", 0) < 2:
+            fail(f"/_chaos/close affected {closed}")
+        for page in (alice, bob):
+            await page.wait_for("duplexDemo.chat.closes.some((c) => c.code === 4000 && c.reason === 'bye')", "CloseEvent 4000 'bye'")
+            await page.wait_for("duplexDemo.chat.opens >= 2", "the page to reconnect")
+        await bob.say("after the close")
+        await alice.wait_for("document.getElementById('chat-log').textContent.includes('bob: after the close')", "chat after the reconnect")
+        print("browser: close 4000 'bye' reached CloseEvent on both pages; both resumed the room")
+
+        # A page's own WebSocket to /echo: subprotocol and compression.
+        echo = await alice.evaluate("""new Promise((resolve, reject) => {
+            const ws = new WebSocket(`ws://${location.host}/echo`, ['chat', 'x']);
+            ws.onopen = () => ws.send('x'.repeat(5000));
+            ws.onmessage = (e) => { resolve({ protocol: ws.protocol, extensions: ws.extensions, length: e.data.length }); ws.close(); };
+            ws.onerror = () => reject(new Error('the echo socket failed'));
+        })""")
+        if echo != {"protocol": "chat", "extensions": echo.get("extensions"), "length": 5000} or "permessage-deflate" not in echo["extensions"]:
+            fail(f"/echo from the page: {echo}")
+        print(f"browser: /echo selected {echo['protocol']!r} of ['chat', 'x'] with {echo['extensions']!r}")
+
+        if screenshot:
+            await alice.screenshot(screenshot)
+            print(f"browser: screenshot in {screenshot}")
+        devtools.reader.cancel()
+
+
+def main():
+    binary = sys.argv[1]
+    screenshot = sys.argv[2] if len(sys.argv) > 2 else None
+    work = tempfile.mkdtemp(prefix="duplex-browser-")
+    server = chromium = None
+    try:
+        server, port = start_server(binary, work)
+        chromium, browser_url = start_chromium(work)
+        asyncio.run(asyncio.wait_for(run(port, browser_url, screenshot), 120))
+        print("browser: ok")
+    finally:
+        for process in (chromium, server):
+            if process and process.poll() is None:
+                process.kill()
+                process.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
