@@ -222,6 +222,29 @@ struct CLITests {
         }
     }
 
+    @Test("ws --compress negotiates permessage-deflate and says so; a long line comes back whole")
+    func wsCompress() async throws {
+        try await withTimeout(Self.limit) {
+            try await withDuplexServer { server in
+                let ws = try duplex("ws", "--compress", "--protocol", "p1", server.webSocketURL("/echo").absoluteString)
+                try await ws.waitForStderr("compression: permessage-deflate")
+                let long = String(repeating: "squeeze ", count: 500)
+                ws.send(long)
+                try await ws.waitForStdout(long + "\n")
+                ws.closeInput()
+                let output = try await ws.waitForExit()
+                #expect(output.status == 0, "\(output)")
+                #expect(output.stderr.contains("(protocol p1)"), "\(output.stderr)")
+            }
+            try await withDuplexServer(configuration: .init(compression: nil)) { server in
+                let ws = try duplex("ws", "--compress", server.webSocketURL("/echo").absoluteString)
+                try await ws.waitForStderr("compression: declined by the server")
+                ws.closeInput()
+                #expect(try await ws.waitForExit().status == 0)
+            }
+        }
+    }
+
     @Test("ws --commands: /ping prints a round trip, /close CODE REASON closes with them")
     func wsCommands() async throws {
         try await withTimeout(Self.limit) {
