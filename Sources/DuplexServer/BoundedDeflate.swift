@@ -2,6 +2,7 @@ import CompressNIO
 import DuplexSchema
 import HummingbirdWSCompression
 import HummingbirdWebSocket
+import NIOCore
 import NIOWebSocket
 
 /// hummingbird-websocket's permessage-deflate, with one change: a frame that inflates past the
@@ -21,11 +22,14 @@ struct BoundedDeflate: WebSocketExtensionBuilder {
             maxDecompressedFrameSize: maxMessageBytes,
             minFrameSizeToCompress: compression.minimumBytes
         )
-        return WebSocketExtensionFactory { BoundedDeflate(base: deflate.build()) }
+        return WebSocketExtensionFactory { BoundedDeflate(base: deflate.build(), maxMessageBytes: maxMessageBytes) }
     }
 
-    private init(base: any WebSocketExtensionBuilder) {
+    private let maxMessageBytes: Int
+
+    private init(base: any WebSocketExtensionBuilder, maxMessageBytes: Int) {
         self.base = base
+        self.maxMessageBytes = maxMessageBytes
     }
 
     func clientRequestHeader() -> String { base.clientRequestHeader() }
@@ -35,25 +39,31 @@ struct BoundedDeflate: WebSocketExtensionBuilder {
     }
 
     func serverExtension(from request: WebSocketExtensionHTTPParameters) throws -> (any WebSocketExtension)? {
-        try base.serverExtension(from: request).map(Bounded.init)
+        try base.serverExtension(from: request).map { Bounded(base: $0, maxMessageBytes: maxMessageBytes) }
     }
 
     func clientExtension(from response: WebSocketExtensionHTTPParameters) throws -> (any WebSocketExtension)? {
-        try base.clientExtension(from: response).map(Bounded.init)
+        try base.clientExtension(from: response).map { Bounded(base: $0, maxMessageBytes: maxMessageBytes) }
     }
 
     private struct Bounded: WebSocketExtension {
         let base: any WebSocketExtension
+        let maxMessageBytes: Int
         var name: String { base.name }
         var reservedBits: WebSocketFrame.ReservedBits { base.reservedBits }
 
         func processReceivedFrame(_ frame: WebSocketFrame, context: WebSocketExtensionContext) async throws -> WebSocketFrame {
+            let inflated: WebSocketFrame
             do {
-                return try await base.processReceivedFrame(frame, context: context)
+                inflated = try await base.processReceivedFrame(frame, context: context)
             } catch let error as CompressNIOError where error == .bufferOverflow {
                 // The handler answers this error with 1009.
                 throw NIOWebSocketError.invalidFrameLength
             }
+            // compress-nio's limit is approximate (its buffers round up), and a single-frame
+            // message is not measured again after inflating: check the limit exactly here.
+            guard inflated.data.readableBytes <= maxMessageBytes else { throw NIOWebSocketError.invalidFrameLength }
+            return inflated
         }
 
         func processFrameToSend(_ frame: WebSocketFrame, context: WebSocketExtensionContext) async throws -> WebSocketFrame {

@@ -35,7 +35,7 @@ struct PythonInteropTests {
         }
     }
 
-    @Test("permessage-deflate with a Python websockets server: negotiated, and 200 KB passes an 8 KB link both ways only compressed")
+    @Test("permessage-deflate with a Python websockets server: negotiated, and 100 KB passes an 8 KB link both ways only compressed")
     func compression() async throws {
         try await withTimeout(.seconds(30)) {
             let port = try #require(Self.url.port)

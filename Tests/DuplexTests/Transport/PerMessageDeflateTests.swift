@@ -71,10 +71,15 @@ struct PerMessageDeflateTests {
             let inflated = try receiver.inflate(compressed, maxBytes: 1 << 20, allocator: allocator)
             #expect(String(buffer: inflated) == text)
         }
-        let bomb = try PerMessageDeflateCodec(agreement: Self.agreement()).compress(allocator.buffer(repeating: 0, count: 10 << 20), allocator: allocator)
-        #expect(bomb.readableBytes < 20_000, "10 MiB of zeros deflate to a few KiB")
+        let bomb = try PerMessageDeflateCodec(agreement: Self.agreement()).compress(allocator.buffer(repeating: 0, count: 2 << 20), allocator: allocator)
+        #expect(bomb.readableBytes < 5_000, "2 MiB of zeros deflate to a few KiB")
         #expect(throws: PerMessageDeflateCodec.InflateError.tooLarge) {
             _ = try PerMessageDeflateCodec(agreement: Self.agreement()).inflate(bomb, maxBytes: 64 * 1024, allocator: allocator)
+        }
+        let exact = try PerMessageDeflateCodec(agreement: Self.agreement()).compress(allocator.buffer(repeating: 0x79, count: 4096), allocator: allocator)
+        #expect(try PerMessageDeflateCodec(agreement: Self.agreement()).inflate(exact, maxBytes: 4096, allocator: allocator).readableBytes == 4096)
+        #expect(throws: PerMessageDeflateCodec.InflateError.tooLarge, "one byte past the limit") {
+            _ = try PerMessageDeflateCodec(agreement: Self.agreement()).inflate(exact, maxBytes: 4095, allocator: allocator)
         }
         #expect(throws: PerMessageDeflateCodec.InflateError.corrupt) {
             _ = try PerMessageDeflateCodec(agreement: Self.agreement()).inflate(allocator.buffer(bytes: [0xFF, 0xFF, 0xFF, 0x00, 0x13]), maxBytes: 1024, allocator: allocator)
@@ -108,7 +113,7 @@ struct PerMessageDeflateTests {
 
     // MARK: Both ends over loopback
 
-    /// A 200 KB repetitive message through a proxy that closes after 8 KB each way: only
+    /// A 100 KB repetitive message through a proxy that closes after 8 KB each way: only
     /// compressed does it fit, so an echo that comes back intact proves both directions.
     static func echoThroughNarrowProxy(upstreamPort: Int, path: String, compression: PerMessageDeflate?) async throws -> (echoed: Bool, extensions: String?) {
         let proxy = try await FaultProxy.start(upstreamPort: upstreamPort)
@@ -119,7 +124,7 @@ struct PerMessageDeflateTests {
         let events = socket.events
         try await socket.connect()
         let extensions = socket.negotiatedExtensions
-        let text = String(repeating: "all work and no play ", count: 10_000)
+        let text = String(repeating: "all work and no play ", count: 5_000)
         try await socket.send(text)
         var echoed = false
         for await event in events {
@@ -142,7 +147,7 @@ struct PerMessageDeflateTests {
                 #expect(compressed.echoed)
                 let plain = try await Self.echoThroughNarrowProxy(upstreamPort: server.port, path: "/echo", compression: nil)
                 #expect(plain.extensions == nil)
-                #expect(!plain.echoed, "uncompressed, 200 KB cannot pass 8 KB")
+                #expect(!plain.echoed, "uncompressed, 100 KB cannot pass 8 KB")
             }
             try await DuplexTesting.withDuplexServer(configuration: .init(compression: nil)) { server in
                 let declined = try await Self.echoThroughNarrowProxy(upstreamPort: server.port, path: "/echo", compression: PerMessageDeflate())
@@ -151,10 +156,59 @@ struct PerMessageDeflateTests {
         }
     }
 
+    @Test("the server's limit holds exactly for compressed messages: 4096 bytes inflated pass, 4097 get 1009")
+    func serverLimitExact() async throws {
+        try await withTimeout(.seconds(30)) {
+            try await DuplexTesting.withDuplexServer(configuration: .init(maxMessageBytes: 4096)) { server in
+                let socket = WebSocket(url: server.webSocketURL("/echo"), configuration: .init(compression: PerMessageDeflate()))
+                let events = socket.events
+                try await socket.connect()
+                try await socket.send(String(repeating: "y", count: 4096))
+                try await socket.send(String(repeating: "y", count: 4097))
+                var seen: [String] = []
+                for await event in events {
+                    switch event {
+                    case .message(let message): seen.append("echo \(message.data.count)")
+                    case .disconnected(let code, _): seen.append("closed \(code?.rawValue ?? 0)")
+                    default: continue
+                    }
+                    if seen.count == 2 { break }
+                }
+                #expect(seen == ["echo 4096", "closed 1009"])
+                await socket.terminate()
+            }
+        }
+    }
+
+    @Test("context takeover and windows are negotiated with duplex-server: asked for, answered, and the echo still right")
+    func contextTakeoverWithDuplexServer() async throws {
+        try await withTimeout(.seconds(30)) {
+            try await DuplexTesting.withDuplexServer { server in
+                let settings = PerMessageDeflate(maxWindowBits: 10, noContextTakeover: true, peerNoContextTakeover: true, peerMaxWindowBits: 11)
+                let socket = WebSocket(url: server.webSocketURL("/echo"), configuration: .init(compression: settings))
+                let messages = socket.messages
+                try await socket.connect()
+                let answer = try #require(socket.negotiatedExtensions)
+                #expect(answer.contains("server_no_context_takeover"), "\(answer)")
+                #expect(answer.contains("server_max_window_bits=11"), "\(answer)")
+                #expect(answer.contains("client_max_window_bits=10"), "\(answer)")
+                let texts = (0..<3).map { String(repeating: "message \($0) ", count: 200) }
+                for text in texts { try await socket.send(text) }
+                var echoed: [String] = []
+                for await message in messages {
+                    echoed.append(message.text ?? "")
+                    if echoed.count == texts.count { break }
+                }
+                #expect(echoed == texts, "every message starts afresh both ways, and still inflates")
+                await socket.terminate()
+            }
+        }
+    }
+
     @Test("a compressed message that inflates past maxMessageBytes gets close 1009 from the client, memory bounded")
     func clientZipBomb() async throws {
         let allocator = ByteBufferAllocator()
-        let bomb = try PerMessageDeflateCodec(agreement: Self.agreement()).compress(allocator.buffer(repeating: 0x41, count: 8 << 20), allocator: allocator)
+        let bomb = try PerMessageDeflateCodec(agreement: Self.agreement()).compress(allocator.buffer(repeating: 0x41, count: 2 << 20), allocator: allocator)
         let peer = try await ScriptedPeer.start { _ in
             .init(
                 extraHeaders: [("Sec-WebSocket-Extensions", "permessage-deflate")],
