@@ -47,7 +47,7 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
         /// Skipping this many bytes of a request body.
         case body(Int)
         /// Reading a frame header (2 to 14 bytes).
-        case frameHeader([UInt8])
+        case frameHeader(PartialFrameHeader)
         /// Skipping this many payload bytes.
         case payload(UInt64)
         /// The connection is being closed; nothing more is forwarded.
@@ -141,7 +141,7 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
                 context.fireChannelRead(wrapInboundOut(context.channel.allocator.buffer(bytes: request.bytes)))
                 forwardedRequests += 1
                 if request.asksForWebSocket {
-                    mode = .frameHeader([])
+                    mode = .frameHeader(PartialFrameHeader())
                 } else if request.isChunked {
                     remove = true
                     break scan
@@ -156,35 +156,25 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
                 let available = UInt64(end - index)
                 if available >= remaining {
                     index += Int(remaining)
-                    mode = .frameHeader([])
+                    mode = .frameHeader(PartialFrameHeader())
                 } else {
                     index = end
                     mode = .payload(remaining - available)
                 }
             case .frameHeader(var header):
+                // Byte by byte, with no allocation: a header split across reads is rare, and a
+                // whole one takes 2 to 14 steps of plain arithmetic.
                 header.append(buffer.getInteger(at: index, as: UInt8.self)!)
                 index += 1
-                guard header.count >= 2 else {
-                    mode = .frameHeader(header)
-                    continue
-                }
-                let lengthCode = header[1] & 0x7F
-                let needed = 2 + (lengthCode == 126 ? 2 : lengthCode == 127 ? 8 : 0) + 4
-                guard header[1] & 0x80 != 0 else {
+                if header.count == 2, !header.masked {
                     rejectUnmasked(context: context)
                     return
                 }
-                guard header.count >= needed else {
+                guard let length = header.payloadLength else {
                     mode = .frameHeader(header)
                     continue
                 }
-                let length: UInt64
-                switch lengthCode {
-                case 126: length = UInt64(header[2]) << 8 | UInt64(header[3])
-                case 127: length = header[2..<10].reduce(0) { $0 << 8 | UInt64($1) }
-                default: length = UInt64(lengthCode)
-                }
-                mode = length == 0 ? .frameHeader([]) : .payload(length)
+                mode = length == 0 ? .frameHeader(PartialFrameHeader()) : .payload(length)
             }
         }
         forward(buffer, from: forwardFrom, to: end, context: context)
@@ -390,5 +380,42 @@ struct GuardedChildChannel<Base: ServerChildChannel>: ServerChildChannel {
 
     func handle(value: Base.Value, logger: Logger) async {
         await base.handle(value: value, logger: logger)
+    }
+}
+
+/// A WebSocket frame header read so far (RFC 6455 section 5.2), kept as a few integers: the
+/// guard reads only whether the frame is masked and how long its payload is.
+struct PartialFrameHeader {
+    /// Bytes read.
+    private(set) var count = 0
+    /// The 7-bit length code of the second byte.
+    private var lengthCode: UInt8 = 0
+    /// Whether the second byte has the mask bit.
+    private(set) var masked = false
+    /// The extended payload length read so far, big-endian.
+    private var extended: UInt64 = 0
+
+    /// How many bytes the whole header takes, once the second byte is known.
+    private var size: Int {
+        2 + (lengthCode == 126 ? 2 : lengthCode == 127 ? 8 : 0) + (masked ? 4 : 0)
+    }
+
+    mutating func append(_ byte: UInt8) {
+        switch count {
+        case 0: break
+        case 1:
+            lengthCode = byte & 0x7F
+            masked = byte & 0x80 != 0
+        default:
+            let extendedBytes = lengthCode == 126 ? 2 : lengthCode == 127 ? 8 : 0
+            if count < 2 + extendedBytes { extended = extended << 8 | UInt64(byte) }
+        }
+        count += 1
+    }
+
+    /// The payload length once the whole header is read; nil before.
+    var payloadLength: UInt64? {
+        guard count >= 2, count >= size else { return nil }
+        return lengthCode < 126 ? UInt64(lengthCode) : extended
     }
 }
