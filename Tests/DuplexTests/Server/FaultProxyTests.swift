@@ -82,7 +82,7 @@ struct FaultProxyTests {
                     reconnection: .fixedDelay(.milliseconds(50)),
                     // A reconnection attempt that starts before the hole is removed loses its
                     // handshake in the hole: it must time out and retry well within the test's limit.
-                    connectTimeout: .seconds(3)
+                    connectTimeout: .seconds(5)
                 )
             )
             let states = socket.stateEvents
@@ -93,7 +93,9 @@ struct FaultProxyTests {
             let failed = try await states.first(within: Self.wait) { if case .disconnected = $0 { true } else { false } }
             #expect(failed == .disconnected(.pingFailed(missedPings: 2)))
             proxy.remove(hole)
-            _ = try await states.first(within: Self.wait) { if case .connected = $0 { true } else { false } }
+            // A reconnection that started before the hole was removed times out first (5 s):
+            // on a machine loaded by the whole suite, allow for two of them.
+            _ = try await states.first(within: .seconds(20)) { if case .connected = $0 { true } else { false } }
             _ = try await roundTrip(socket, events, "after")
             #expect(proxy.connectionCount >= 2)
             await socket.terminate()
@@ -152,11 +154,12 @@ struct ServerStallTests {
                 try await socket.send("warm")
                 _ = try await events.first(within: .seconds(10)) { $0 == .message(.string("warm")) }
                 #expect(server.server.stallConnections(.route("echo"), for: .seconds(20)) == 1)
-                let failed = try await states.first(within: .seconds(10)) { if case .disconnected = $0 { true } else { false } }
+                // Waits generous for a machine loaded by the whole suite; the test's own limit is 30 s.
+                let failed = try await states.first(within: .seconds(20)) { if case .disconnected = $0 { true } else { false } }
                 #expect(failed == .disconnected(.pingFailed(missedPings: 2)))
-                _ = try await states.first(within: .seconds(10)) { if case .connected = $0 { true } else { false } }
+                _ = try await states.first(within: .seconds(20)) { if case .connected = $0 { true } else { false } }
                 try await socket.send("fresh connection")
-                _ = try await events.first(within: .seconds(10)) { $0 == .message(.string("fresh connection")) }
+                _ = try await events.first(within: .seconds(20)) { $0 == .message(.string("fresh connection")) }
                 await socket.terminate()
             }
         }

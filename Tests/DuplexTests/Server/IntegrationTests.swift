@@ -133,8 +133,13 @@ struct IntegrationTests {
                     clock: clock
                 )
                 let recordedStates = recorded.stateEvents
+                let recordedMessages = recorded.messages
                 try await recorded.connect()
-                server.server.dropConnections(.route("echo"))
+                // An echo first: once it comes back, the server has registered the connection,
+                // so the drop reaches it (the 101 alone can come before).
+                try await recorded.send("warm")
+                _ = try await recordedMessages.first(within: Self.wait)
+                #expect(server.server.dropConnections(.route("echo")) >= 1)
                 _ = try await recordedStates.first(within: Self.wait) { if case .disconnected = $0 { true } else { false } }
                 _ = try await recordedStates.first(within: Self.wait) { if case .connected = $0 { true } else { false } }
                 let asked = try #require(clock.sleeps.first)
@@ -198,14 +203,14 @@ struct RestartIntegrationTests {
                 try await socket.connect()
                 try await sse.connect()
                 try await socket.send("before")
-                _ = try await events.first(within: .seconds(10)) { $0 == .message(.string("before")) }
+                _ = try await events.first(within: .seconds(20)) { $0 == .message(.string("before")) }
                 var received: [ServerSentEvent] = []
                 for await tick in ticks {
                     received.append(tick)
                     if received.count == 3 { break }
                 }
                 server.server.restart(downFor: .milliseconds(300))
-                let closed = try await events.first(within: .seconds(10)) { if case .disconnected = $0 { true } else { false } }
+                let closed = try await events.first(within: .seconds(20)) { if case .disconnected = $0 { true } else { false } }
                 #expect(closed == .disconnected(code: .goingAway, reason: "server shutting down"))
                 _ = try await states.first(within: .seconds(20)) { if case .connected = $0 { true } else { false } }
                 // The first connection after the 1001 can still reach the server as it stops (and

@@ -55,16 +55,16 @@ struct HostilePeerTests {
     @Test("a refused connection reads cleanly: 'could not connect to HOST:PORT: connection refused'")
     func refusedConnectionText() async throws {
         try await withTimeout(Self.limit) {
-            // A port that was just free: bind, read the port, close.
-            let peer = try await RawHTTPPeer.start { _ in "" }
-            let port = peer.port
-            await peer.stop()
+            // A port that refuses connections, held for the whole test.
+            let refusing = try RefusingPort()
+            let port = refusing.port
             let echo = try await CLIProcess("duplex", ["echo", "ws://127.0.0.1:\(port)/echo"]).waitForExit()
             #expect(echo.status == 4)
             #expect(echo.stderr == "duplex: could not connect to 127.0.0.1:\(port): connection refused\n", "\(echo)")
             let listen = try await CLIProcess("duplex", ["listen", "--connect-timeout", "1", "http://127.0.0.1:\(port)/events"]).waitForExit()
             #expect(listen.status == 4)
             #expect(!listen.stderr.contains("errno") && !listen.stderr.contains("(error set)"), "\(listen)")
+            withExtendedLifetime(refusing) {}
         }
     }
 
