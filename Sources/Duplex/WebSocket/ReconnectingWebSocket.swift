@@ -243,7 +243,13 @@ public final class ReconnectingWebSocket: WebSocketProtocol {
                 state.queue.isEmpty ? nil : state.queue.removeFirst()
             }
             guard let next else { break }
-            try await socket.send(next)
+            do {
+                try await socket.send(next)
+            } catch {
+                // Not sent: it goes back to the front, for the next connection.
+                box.withLockedValue { $0.queue.insert(next, at: 0) }
+                throw error
+            }
         }
         let chosen: String? = if case .connected(let chosen) = socket.state { chosen } else { nil }
         let waiters = box.withLockedValue { state in
