@@ -1,10 +1,13 @@
 """Measures duplex-server's resident memory: idle, and with N idle WebSocket connections open.
 
-Usage: python3 Benchmarks/server_rss.py PATH/TO/duplex-server [N]
+Usage: python3 Benchmarks/server_rss.py PATH/TO/duplex-server [N [SERVER FLAGS...]]
+(for example `... 1000 --no-compression`: the clients offer permessage-deflate, as Python's
+websockets does by default, and each sends one message).
 Build the server in release mode first: swift build -c release --product duplex-server
 Needs Linux (/proc) and Python's websockets package. Every connection is to 127.0.0.1 and is
 closed before the script ends; each wait has a timeout."""
 import asyncio
+import os
 import re
 import resource
 import subprocess
@@ -18,10 +21,10 @@ def rss_kib(pid):
         return int(re.search(r"VmRSS:\s+(\d+) kB", status.read()).group(1))
 
 
-async def main(binary, count):
+async def main(binary, count, flags):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, count * 2 + 256)), hard))
-    server = subprocess.Popen([binary, "--port", "0", "--log-level", "error"], stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen([binary, "--port", "0", "--log-level", "error", *flags], stdout=subprocess.PIPE, text=True)
     try:
         line = server.stdout.readline().strip()
         port = int(line.rsplit(":", 1)[1])
@@ -36,9 +39,11 @@ async def main(binary, count):
         for start in range(0, count, 100):
             batch = [websockets.connect(f"ws://127.0.0.1:{port}/echo", ping_interval=None) for _ in range(start, min(count, start + 100))]
             sockets += await asyncio.wait_for(asyncio.gather(*batch), 30)
-        # prove every connection is live and served, then let the server settle
-        await asyncio.wait_for(asyncio.gather(*(ws.send("x") for ws in sockets)), 30)
-        await asyncio.wait_for(asyncio.gather(*(ws.recv() for ws in sockets)), 30)
+        # prove every connection is live and served, then let the server settle; with
+        # DUPLEX_RSS_SILENT=1 no connection sends anything after its handshake
+        if os.environ.get("DUPLEX_RSS_SILENT") != "1":
+            await asyncio.wait_for(asyncio.gather(*(ws.send("x") for ws in sockets)), 30)
+            await asyncio.wait_for(asyncio.gather(*(ws.recv() for ws in sockets)), 30)
         await asyncio.sleep(1)
         loaded = rss_kib(server.pid)
         await asyncio.gather(*(ws.close() for ws in sockets))
@@ -52,4 +57,4 @@ async def main(binary, count):
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 1000))
+    asyncio.run(main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 1000, sys.argv[3:]))

@@ -71,6 +71,7 @@ public final class ReconnectingWebSocket: WebSocketProtocol {
         box.withLockedValue { $0.loop }?.cancel()
     }
 
+    /// The wrapper's state: `connecting` between connections, `disconnected` once it stopped.
     public var state: WebSocketState { box.withLockedValue { $0.state } }
     /// A new stream of every event from now on; it starts with `.connected` when a connection
     /// is open.
@@ -80,7 +81,9 @@ public final class ReconnectingWebSocket: WebSocketProtocol {
             return events_.makeStream(startingWith: open)
         }
     }
+    /// A new stream of every message, over every connection, from now on.
     public var messages: AsyncStream<WebSocketMessage> { messages_.makeStream() }
+    /// A new stream of the current state, then every change.
     public var stateEvents: AsyncStream<WebSocketState> {
         box.withLockedValue { states.makeStream(startingWith: $0.state) }
     }
@@ -112,16 +115,20 @@ public final class ReconnectingWebSocket: WebSocketProtocol {
         close()
     }
 
+    /// Stops reconnecting and starts closing the current connection, without waiting.
     public func close(code: WebSocketCloseCode = .normalClosure, reason: String = "") {
         let current = halt()
         current?.close(code: code, reason: reason)
     }
 
+    /// Stops reconnecting and closes the current connection; ``start()`` or ``connect()``
+    /// starts again.
     public func disconnect(code: WebSocketCloseCode, reason: String) async {
         let current = halt()
         await current?.disconnect(code: code, reason: reason)
     }
 
+    /// Stops for good: closes the current connection and finishes every stream.
     public func terminate() async {
         let current = box.withLockedValue { state in
             state.terminated = true
