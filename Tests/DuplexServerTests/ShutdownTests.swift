@@ -94,23 +94,18 @@ struct RestartRebindTests {
             try await withDuplexServer(configuration: configuration, logger: logger) { server in
                 let port = server.port
                 server.server.restart(downFor: .milliseconds(500))
-                // Take the port as soon as the server lets go of it (as an outgoing connection
-                // can, on a port from the ephemeral range).
-                var squatter: (any Channel)?
-                while squatter == nil {
-                    squatter = try? await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: port).get()
-                    if squatter == nil { try await Task.sleep(for: .milliseconds(2)) }  // polls for the port, within the timeout
-                }
+                // "restarting" is logged once the listener is closed; with no reservation, the
+                // port is free then: take it (as an outgoing connection can, on a port from the
+                // ephemeral range).
+                _ = try await lines.first(within: .seconds(10)) { $0 == "restarting" }
+                let squatter = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: port).get()
                 // Hold it until the server finds it taken and says it tries again.
                 // first(within:) throws if the warning never comes: the retry must have happened.
                 _ = try await lines.first(within: .seconds(10)) { $0.contains("port in use after a restart") }
-                try await squatter?.close()
-                var healthy = false
-                while !healthy {
-                    healthy = await Self.answers(port)
-                    if !healthy { try await Task.sleep(for: .milliseconds(20)) }  // polls until it listens, within the timeout
-                }
-                #expect(healthy)
+                try await squatter.close()
+                // The server says when it listens again; then it answers.
+                _ = try await lines.first(within: .seconds(10)) { $0 == "listening" }
+                #expect(await Self.answers(port))
             }
         }
     }
@@ -127,12 +122,9 @@ struct RestartRebindTests {
                 let squatter = try? await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: port).get()
                 #expect(squatter == nil, "the port was free while the server was down")
                 try? await squatter?.close()
-                var healthy = false
-                while !healthy {
-                    healthy = await Self.answers(port)
-                    if !healthy { try await Task.sleep(for: .milliseconds(20)) }  // polls until it listens, within the timeout
-                }
-                #expect(healthy)
+                // The server says when it listens again; then it answers.
+                _ = try await lines.first(within: .seconds(10)) { $0 == "listening" }
+                #expect(await Self.answers(port))
             }
         }
     }
