@@ -47,7 +47,7 @@ public struct SSERequest: Sendable, Hashable {
     }
 
     func validate() throws(SSEError) {
-        if let malformedURL { throw SSEError(.invalidURL, "not a URL: \(malformedURL)") }
+        if let malformedURL { throw SSEError(.invalidURL, "not a URL: \(malformedURL.prefix(200).debugDescription)") }
         guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
             throw SSEError(.invalidURL, "the URL scheme must be http or https: \(url.absoluteString)")
         }

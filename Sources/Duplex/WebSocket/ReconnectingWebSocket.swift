@@ -22,7 +22,9 @@ import NIOConcurrencyHelpers
 /// should not reconnect on their own: this wrapper does it. It reconnects after any loss that
 /// ``stop()``, ``disconnect(code:reason:)`` or ``terminate()`` did not cause, including a 1000
 /// from the server, until the strategy gives up. A send queued when it stops for good is
-/// reported in an ``WebSocketEvent/error(_:)`` event, never dropped silently.
+/// reported in an ``WebSocketEvent/error(_:)`` event, never dropped silently. Its streams are
+/// lossless and bounded as a ``WebSocket``'s are: a reader that falls behind holds the
+/// connection back.
 public final class ReconnectingWebSocket: WebSocketProtocol {
     private let factory: @Sendable () -> any WebSocketProtocol
     /// When and how often it reconnects.
@@ -32,6 +34,9 @@ public final class ReconnectingWebSocket: WebSocketProtocol {
     private let logger: Logger
     private let events_: Broadcaster<WebSocketEvent>
     private let messages_: Broadcaster<WebSocketMessage>
+    /// Closed while a reader of ``events`` or ``messages`` is behind: forwarding then waits, so
+    /// the current socket holds back its reads and memory stays bounded.
+    package let gate = DemandGate()
     private let states: Broadcaster<WebSocketState>
 
     private struct State {
@@ -51,19 +56,30 @@ public final class ReconnectingWebSocket: WebSocketProtocol {
     ///   - connect: makes the socket for each connection (it may already be connecting).
     ///   - strategy: the delays between connections; `.exponentialBackoff()` by default.
     ///   - maxQueuedSends: the most sends kept while reconnecting (1,000 by default).
+    ///   - streamBufferLimit: how many unread elements a reader of ``events`` or ``messages``
+    ///     may hold (also at most 8 MiB of messages) before forwarding waits and the socket
+    ///     stops reading (65,536 by default).
     ///   - logger: where reconnections are logged.
     public init(
         connect: @escaping @Sendable () -> any WebSocketProtocol,
         strategy: ReconnectionStrategy = .exponentialBackoff(),
         maxQueuedSends: Int = 1000,
+        streamBufferLimit: Int = 65_536,
         logger: Logger = Logger(label: "duplex.reconnecting-websocket")
     ) {
         self.factory = connect
         self.strategy = strategy
         self.maxQueuedSends = maxQueuedSends
         self.logger = logger
-        self.events_ = Broadcaster(limit: 65_536, label: "events", logger: logger)
-        self.messages_ = Broadcaster(limit: 65_536, label: "messages", logger: logger)
+        self.events_ = Broadcaster(
+            limit: streamBufferLimit,
+            byteLimit: 8 * 1024 * 1024,
+            cost: { event in if case .message(let message) = event { message.byteCount } else { 0 } },
+            gate: gate,
+            label: "events",
+            logger: logger
+        )
+        self.messages_ = Broadcaster(limit: streamBufferLimit, byteLimit: 8 * 1024 * 1024, cost: { $0.byteCount }, gate: gate, label: "messages", logger: logger)
         self.states = Broadcaster(limit: 1_024, buffering: .newest(1_024), label: "stateEvents", logger: logger)
     }
 
@@ -73,6 +89,9 @@ public final class ReconnectingWebSocket: WebSocketProtocol {
 
     /// The wrapper's state: `connecting` between connections, `disconnected` once it stopped.
     public var state: WebSocketState { box.withLockedValue { $0.state } }
+
+    /// How many messages wait unread, over every ``messages`` stream (for tests).
+    package var unreadMessages: Int { messages_.bufferedCount }
     /// A new stream of every event from now on; it starts with `.connected` when a connection
     /// is open.
     public var events: AsyncStream<WebSocketEvent> {
@@ -204,6 +223,9 @@ public final class ReconnectingWebSocket: WebSocketProtocol {
                 schedule.connectionProved()
                 try await opened(socket)
                 for await event in inner {
+                    // A reader behind: wait, so the inner socket's own stream fills and it
+                    // stops reading from the network (TCP holds the server back).
+                    await gate.waitUntilOpen()
                     switch event {
                     case .connected: continue
                     case .message(let message):

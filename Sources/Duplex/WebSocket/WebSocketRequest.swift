@@ -65,7 +65,7 @@ public struct WebSocketRequest: Sendable, Hashable {
     }
 
     func endpoint() throws -> Endpoint {
-        if let malformedURL { throw WebSocketError(.invalidURL, "not a URL: \(malformedURL)") }
+        if let malformedURL { throw WebSocketError(.invalidURL, "not a URL: \(malformedURL.prefix(200).debugDescription)") }
         let scheme = url.scheme?.lowercased() ?? ""
         let secure: Bool
         switch scheme {

@@ -51,6 +51,37 @@ struct DataPathTests {
         await peer.stop()
     }
 
+    @Test("ReconnectingWebSocket: a reader that stops reading holds the server back too, then gets every message in order")
+    func reconnectingSlowReader() async throws {
+        let total = 3_000
+        let peer = try await ScriptedPeer.start { _ in .init(echo: false, flood: (total, 1024)) }
+        let inner = WebSocketConfiguration(streamBufferLimit: 64)
+        let url = Self.url(peer)
+        let socket = ReconnectingWebSocket(connect: { WebSocket(url: url, configuration: inner) }, strategy: .none, streamBufferLimit: 64)
+        let messages = socket.messages
+        try await withTimeout(.seconds(60)) {
+            try await socket.connect()
+            // Nobody reads: forwarding waits (the wrapper's gate closes), the inner socket's
+            // stream fills, and TCP stops the server.
+            await socket.gate.waitUntilClosed()
+            await peer.waitUntilHeldBack()
+            #expect(socket.unreadMessages <= 65, "the wrapper's buffer stayed at its limit (\(socket.unreadMessages))")
+            #expect(peer.floodedCount < total, "the server could not write it all: TCP held it back")
+            var expected = 0
+            for await message in messages {
+                guard message.text?.hasPrefix("\(expected):") == true else {
+                    Issue.record("message \(expected) is \(message.text?.prefix(12) ?? "binary")")
+                    break
+                }
+                expected += 1
+                if expected == total { break }
+            }
+            #expect(expected == total, "every message, in order")
+        }
+        await socket.terminate()
+        await peer.stop()
+    }
+
     @Test("while the socket holds back its reads for a slow reader, unanswered pings do not count as a dead connection")
     func pingsExcusedWhileReadsAreHeld() async throws {
         let total = 3_000
