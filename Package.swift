@@ -37,6 +37,8 @@ let package = Package(
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         // permessage-deflate (zlib) for the client; the server's comes through hummingbird-websocket.
         .package(url: "https://github.com/adam-fowler/compress-nio.git", from: "1.5.0"),
+        // The PostgreSQL room store (`duplex-server --store postgres://…`).
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
         // Tests only: to parse docker-compose.yml.
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
     ],
@@ -97,6 +99,7 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             resources: [.copy("Resources/index.html")],
             swiftSettings: swiftSettings

@@ -76,6 +76,17 @@ struct DuplexServerCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Messages smaller than this are sent uncompressed.", valueName: "bytes"))
     var compressionThreshold = 256
 
+    @Option(
+        help: ArgumentHelp(
+            "Where chat rooms live: memory (the default), or postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?sslmode=require] to share rooms with every server on that database and keep them across restarts. Default: $DUPLEX_STORE, else memory.",
+            valueName: "store"
+        )
+    )
+    var store: String?
+
+    @Option(help: ArgumentHelp("Seconds a starting server tries to reach the PostgreSQL store before it exits with an error.", valueName: "seconds"))
+    var storeStartupTimeout: Double = 30
+
     func validate() throws {
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
@@ -88,17 +99,30 @@ struct DuplexServerCommand: AsyncParsableCommand {
         guard queueBytes >= 1024 else { throw ValidationError("--queue-bytes must be at least 1024") }
         guard maxConnections >= 1 else { throw ValidationError("--max-connections must be at least 1") }
         guard compressionThreshold >= 0 else { throw ValidationError("--compression-threshold must not be negative") }
+        do {
+            _ = try storeConfiguration
+        } catch {
+            throw ValidationError("--store: \(error)")
+        }
         if let echoSubprotocols, Self.list(echoSubprotocols).isEmpty {
             throw ValidationError("--echo-subprotocols needs at least one name")
         }
-        for (name, value) in [("--request-head-timeout", requestHeadTimeout), ("--idle-timeout", idleTimeout), ("--shutdown-timeout", shutdownTimeout)] {
+        for (name, value) in [("--store-startup-timeout", storeStartupTimeout), ("--request-head-timeout", requestHeadTimeout), ("--idle-timeout", idleTimeout), ("--shutdown-timeout", shutdownTimeout)] {
             guard value > 0, value <= 86_400 else { throw ValidationError("\(name) must be from 0 to 86400 seconds") }
+        }
+    }
+
+    /// The room store the options (or `DUPLEX_STORE`) name.
+    var storeConfiguration: ChatStoreConfiguration {
+        get throws {
+            guard let text = store ?? ProcessInfo.processInfo.environment["DUPLEX_STORE"], !text.isEmpty else { return .memory }
+            return try ChatStoreConfiguration(parsing: text)
         }
     }
 
     /// The configuration the options describe.
     var serverConfiguration: DuplexServerConfiguration {
-        DuplexServerConfiguration(
+        var configuration = DuplexServerConfiguration(
             host: host,
             port: port,
             historyLimit: history,
@@ -115,6 +139,14 @@ struct DuplexServerCommand: AsyncParsableCommand {
             echoSubprotocols: echoSubprotocols.map(Self.list),
             compression: noCompression ? nil : PerMessageDeflate(minimumBytes: compressionThreshold, maxWindowBits: 12, peerMaxWindowBits: 12)
         )
+        switch try? storeConfiguration {
+        case .postgres(var postgres)?:
+            postgres.startupTimeout = Self.duration(storeStartupTimeout)
+            configuration.store = .postgres(postgres)
+        default:
+            configuration.store = .memory
+        }
+        return configuration
     }
 
     private static func list(_ text: String) -> [String] {

@@ -42,6 +42,10 @@ public struct ChatErrorCode: RawRepresentable, Hashable, Sendable, Codable, Cust
     public static let nameTaken = ChatErrorCode("name_taken")
     /// The server holds its maximum of rooms and none is empty enough to evict.
     public static let roomLimit = ChatErrorCode("room_limit")
+    /// The server's room store (PostgreSQL, when several servers share rooms) cannot be reached
+    /// or did not answer in time: nothing was recorded; try again (a rejoin resends what was
+    /// not acknowledged).
+    public static let storeUnavailable = ChatErrorCode("store_unavailable")
 
     public var description: String { rawValue }
 

@@ -16,13 +16,25 @@ struct RoomEvent: Sendable {
     var sse: String
     /// For a message: the keys that make a repeated `say` idempotent (by token, and by name).
     var dedupeKeys: [String]
+    /// For a `left` event sequenced by a shared store: whose connection ended, and why. A room
+    /// that applies it closes that connection if it is still here (see ``ChatRoom/apply(_:)``).
+    var departure: Departure?
 
-    init(seq: Int, type: String, json: String, epoch: String, dedupeKeys: [String] = []) {
+    /// Why a member left, as a shared store records it.
+    struct Departure: Sendable, Equatable {
+        /// The connection's session id.
+        var session: String
+        /// Whether a newer connection of the same member took its place (else it expired or left).
+        var replaced: Bool
+    }
+
+    init(seq: Int, type: String, json: String, epoch: String, dedupeKeys: [String] = [], departure: Departure? = nil) {
         self.seq = seq
         self.type = type
         self.json = json
         self.sse = (try? ServerSentEvent(id: RoomStreamID(epoch: epoch, seq: seq).description, event: type, data: json).encoded()) ?? ""
         self.dedupeKeys = dedupeKeys
+        self.departure = departure
     }
 
     /// What the event costs to keep: both encodings.
@@ -91,14 +103,29 @@ final class HistoryBudget: Sendable {
 /// present that member's resume token, and then replaces the older connection (which gets
 /// ``ChatProtocol/replacedCloseCode``). Message ids are scoped by the token, so another
 /// connection cannot claim a member's ids.
+///
+/// A room is ``Sequencing-swift.enum/local`` (the in-memory store: it numbers its events itself)
+/// or ``Sequencing-swift.enum/external`` (a replica of a room kept in PostgreSQL: the store
+/// numbers events, checks names and records presence, and the room only applies the events it
+/// is given, in seq order, to its subscribers and its history cache).
 final class ChatRoom: Sendable {
     let name: String
     /// The room's epoch: new for every room object, so new whenever the history behind the seqs
-    /// may be gone (a new process, an eviction, an amnesiac restart).
+    /// may be gone (a new process, an eviction, an amnesiac restart). A replica takes the
+    /// store's epoch, which outlives processes.
     let epoch: String
+    let sequencing: Sequencing
     private let historyLimit: Int
     private let historyBytesLimit: Int
     private let budget: HistoryBudget
+
+    /// Who numbers a room's events.
+    enum Sequencing: Sendable, Equatable {
+        /// The room itself, under its lock: the in-memory store.
+        case local
+        /// A shared store; the room applies its events with ``ChatRoom/apply(_:)``.
+        case external
+    }
 
     private struct State {
         var latestSeq = 0
@@ -112,6 +139,9 @@ final class ChatRoom: Sendable {
         var lastActive = ContinuousClock.now
         /// Evicted from the server's rooms: no one may subscribe any more.
         var evicted = false
+        /// Tasks waiting for a seq to be applied (external sequencing), by id.
+        var seqWaiters: [UInt64: (seq: Int, continuation: CheckedContinuation<Bool, Never>)] = [:]
+        var nextWaiterID: UInt64 = 0
     }
 
     /// A subscriber, and whether it fell behind: a stalled one gets no more events and is
@@ -126,9 +156,33 @@ final class ChatRoom: Sendable {
     init(name: String, historyLimit: Int, historyBytesLimit: Int = .max, budget: HistoryBudget = HistoryBudget(limit: .max)) {
         self.name = name
         self.epoch = Self.makeEpoch()
+        self.sequencing = .local
         self.historyLimit = max(historyLimit, 0)
         self.historyBytesLimit = max(historyBytesLimit, 0)
         self.budget = budget
+    }
+
+    /// A replica of a room a shared store numbers: its epoch, latest seq and newest events as
+    /// the store holds them (events in seq order, the last at most `latestSeq`).
+    init(
+        replicaOf name: String,
+        epoch: String,
+        latestSeq: Int,
+        history: [RoomEvent],
+        historyLimit: Int,
+        historyBytesLimit: Int = .max,
+        budget: HistoryBudget = HistoryBudget(limit: .max)
+    ) {
+        self.name = name
+        self.epoch = epoch
+        self.sequencing = .external
+        self.historyLimit = max(historyLimit, 0)
+        self.historyBytesLimit = max(historyBytesLimit, 0)
+        self.budget = budget
+        state.withLockedValue { state in
+            state.latestSeq = max(latestSeq, history.last?.seq ?? 0)
+            for event in history { _ = self.append(event, to: &state) }
+        }
     }
 
     /// The outcome of a `say`.
@@ -190,7 +244,7 @@ final class ChatRoom: Sendable {
         var overflowed: [RoomSubscriber] = []
         let result = state.withLockedValue { state -> Result<Subscription, Refusal> in
             guard !state.evicted else { return .failure(.evicted) }
-            if let member = subscriber.member {
+            if let member = subscriber.member, sequencing == .local {
                 let present = state.subscribers.filter { $0.value.subscriber.member?.name == member.name }
                 guard present.allSatisfy({ $0.value.subscriber.member?.token == member.token }) else { return .failure(.nameTaken) }
                 for (id, slot) in present {
@@ -220,7 +274,7 @@ final class ChatRoom: Sendable {
                 members: Self.memberNames(state.subscribers),
                 recovered: recovered
             )
-            if let member = subscriber.member {
+            if let member = subscriber.member, sequencing == .local {
                 overflowed += append(presence: "joined", name: member.name, session: member.session, to: &state)
                 subscription.members = Self.memberNames(state.subscribers)
             }
@@ -236,7 +290,7 @@ final class ChatRoom: Sendable {
         let overflowed = state.withLockedValue { state -> [RoomSubscriber] in
             guard let removed = state.subscribers.removeValue(forKey: id) else { return [] }
             state.lastActive = .now
-            guard let member = removed.subscriber.member else { return [] }
+            guard let member = removed.subscriber.member, sequencing == .local else { return [] }
             return append(presence: "left", name: member.name, session: member.session, to: &state)
         }
         for subscriber in overflowed { subscriber.onOverflow() }
@@ -266,6 +320,106 @@ final class ChatRoom: Sendable {
         for subscriber in overflowed { subscriber.onOverflow() }
         return result
     }
+
+    /// Applies events a shared store numbered, in seq order: events at or below the latest seq
+    /// were applied before and are skipped. Returns false at a gap (an event past the next seq),
+    /// leaving the events from it unapplied: the caller fetches the missing ones first.
+    ///
+    /// A `left` event for a connection still subscribed here (a newer connection of the member
+    /// replaced it on another node, or its node's lease ran out) closes that connection.
+    @discardableResult
+    func apply(_ events: some Sequence<RoomEvent>) -> Bool {
+        var contiguous = true
+        var ended: [(RoomSubscriber, replaced: Bool)] = []
+        var overflowed: [RoomSubscriber] = []
+        var woken: [CheckedContinuation<Bool, Never>] = []
+        state.withLockedValue { state in
+            for event in events where event.seq > state.latestSeq {
+                guard event.seq == state.latestSeq + 1 else {
+                    contiguous = false
+                    break
+                }
+                if let departure = event.departure,
+                    let (id, slot) = state.subscribers.first(where: { $0.value.subscriber.member?.session == departure.session })
+                {
+                    state.subscribers.removeValue(forKey: id)
+                    ended.append((slot.subscriber, departure.replaced))
+                }
+                overflowed += append(event, to: &state)
+            }
+            for (id, waiter) in state.seqWaiters where waiter.seq <= state.latestSeq {
+                state.seqWaiters.removeValue(forKey: id)
+                woken.append(waiter.continuation)
+            }
+        }
+        for (subscriber, replaced) in ended {
+            if replaced { subscriber.onReplaced() } else { subscriber.onOverflow() }
+        }
+        for subscriber in overflowed { subscriber.onOverflow() }
+        for continuation in woken { continuation.resume(returning: true) }
+        return contiguous
+    }
+
+    /// Starts the history again at `latestSeq` with `events`, when the events between the
+    /// replica's latest seq and the store's oldest kept one are gone: every subscriber is closed
+    /// as too far behind (1013), so that it resumes with `since` and learns what is kept.
+    func restart(at latestSeq: Int, with events: [RoomEvent]) {
+        let (dropped, woken) = state.withLockedValue { state -> ([RoomSubscriber], [CheckedContinuation<Bool, Never>]) in
+            let dropped = state.subscribers.values.map(\.subscriber)
+            state.subscribers = [:]
+            _ = budget.release(state.historyBytes)
+            state.history = []
+            state.historyBytes = 0
+            state.acceptedMessages = [:]
+            state.latestSeq = max(latestSeq, events.last?.seq ?? 0)
+            for event in events { _ = append(event, to: &state) }
+            let woken = state.seqWaiters.values.filter { $0.seq <= state.latestSeq }.map(\.continuation)
+            state.seqWaiters = state.seqWaiters.filter { $0.value.seq > state.latestSeq }
+            return (dropped, woken)
+        }
+        for subscriber in dropped { subscriber.onOverflow() }
+        for continuation in woken { continuation.resume(returning: true) }
+    }
+
+    /// Waits until the event numbered `seq` has been applied; returns false when `timeout`
+    /// passes first, or the task is cancelled.
+    func waitUntilApplied(_ seq: Int, timeout: Duration) async -> Bool {
+        await withTaskGroup(of: Bool.self) { group in
+            group.addTask { await self.waitUntilApplied(seq) }
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                return false
+            }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
+        }
+    }
+
+    private func waitUntilApplied(_ seq: Int) async -> Bool {
+        let id = state.withLockedValue { state in
+            state.nextWaiterID += 1
+            return state.nextWaiterID
+        }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let done = state.withLockedValue { state in
+                    if state.latestSeq >= seq || Task.isCancelled { return true }
+                    state.seqWaiters[id] = (seq, continuation)
+                    return false
+                }
+                if done { continuation.resume(returning: state.withLockedValue { $0.latestSeq >= seq }) }
+            }
+        } onCancel: {
+            state.withLockedValue { $0.seqWaiters.removeValue(forKey: id) }?.continuation.resume(returning: false)
+        }
+    }
+
+    /// The latest seq applied.
+    var latestSeq: Int { state.withLockedValue { $0.latestSeq } }
+
+    /// The sessions of the members subscribed here.
+    var memberSessions: [String] { state.withLockedValue { $0.subscribers.values.compactMap(\.subscriber.member?.session) } }
 
     /// The number of subscribers, members and observers.
     var subscriberCount: Int { state.withLockedValue { $0.subscribers.count } }
@@ -358,6 +512,8 @@ final class ChatRooms: Sendable {
         case roomLimit
         /// A member of that name is present, with another token.
         case nameTaken
+        /// The room store cannot be reached (why).
+        case unavailable(String)
     }
 
     /// Subscribes to the room of that name, created (evicting an empty one if need be) when

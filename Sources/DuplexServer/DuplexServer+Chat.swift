@@ -3,6 +3,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import HummingbirdWebSocket
+import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 
@@ -53,6 +54,8 @@ extension DuplexServer {
             Refusal(status: .serviceUnavailable, error: ChatProtocolError(.roomLimit, "the server holds its maximum of \(configuration.maxRooms) rooms, none of them empty"))
         case .nameTaken:
             Refusal(status: .conflict, error: ChatProtocolError(.nameTaken, "\(name) is already in the room; rejoin with its resumeToken as token=, or pick another name"))
+        case .unavailable(let why):
+            Refusal(status: .serviceUnavailable, error: ChatProtocolError(.storeUnavailable, "the room store is unavailable: \(why)"))
         }
     }
 
@@ -88,9 +91,15 @@ extension DuplexServer {
             }
         )
         let joined: (ChatRoom, ChatRoom.Subscription)
-        switch rooms.subscribe(room: join.room, subscriber, since: join.since, epoch: join.epoch) {
+        switch await rooms.subscribe(room: join.room, subscriber, since: join.since, epoch: join.epoch, deliverBacklog: false, prelude: nil) {
         case .success(let success):
             joined = success
+        case .failure(.unavailable(let why)):
+            // No error frame: a client that was in the room rejoins after a 1013, and one that
+            // joins for the first time reads the code from the close reason.
+            logger.warning("a join was refused: the room store is unavailable", metadata: ["room": "\(join.room)", "error": "\(why)"])
+            try await outbound.close(WebSocketCloseCode.tryAgainLater.nio, reason: ChatErrorCode.storeUnavailable.rawValue)
+            return
         case .failure(let reason):
             let refusal = self.refusal(reason, name: join.name)
             try await outbound.write(.text(refusal.frameJSON))
@@ -98,7 +107,29 @@ extension DuplexServer {
             return
         }
         let (room, subscription) = joined
-        defer { room.unsubscribe(subscription.id) }
+        do {
+            try await serveMember(join, session: session, token: token, room: room, subscription: subscription, subscriber: subscriber, queue: queue, ending: ending, inbound: inbound, outbound: outbound, channel: channel)
+        } catch {
+            await rooms.unsubscribe(subscription, member: subscriber.member, from: room)
+            throw error
+        }
+        await rooms.unsubscribe(subscription, member: subscriber.member, from: room)
+    }
+
+    /// A joined member's connection: the welcome and backlog, then live events out and `say`s in.
+    private func serveMember(
+        _ join: ChatJoin,
+        session: String,
+        token: String,
+        room: ChatRoom,
+        subscription: ChatRoom.Subscription,
+        subscriber: RoomSubscriber,
+        queue: OutboundQueue,
+        ending: NIOLockedValueBox<(WebSocketCloseCode, String)?>,
+        inbound: WebSocketInboundStream,
+        outbound: WebSocketOutboundWriter,
+        channel: any Channel
+    ) async throws {
         try await connections.withConnection(.init(kind: .webSocket, route: "chat", room: join.room)) { commands in
             let welcome = ChatServerFrame.welcome(
                 ChatWelcome(
@@ -133,7 +164,17 @@ extension DuplexServer {
                     try await self.obey(commands, outbound: outbound, channel: channel, gate: gate)
                 }
                 for try await message in inbound.messages(maxSize: configuration.maxMessageBytes) {
-                    let reply = self.reply(to: message, from: join.name, token: token, matchByName: join.token == nil, in: room)
+                    let reply: String?
+                    do {
+                        reply = try await self.reply(to: message, from: join.name, token: token, matchByName: join.token == nil, in: room)
+                    } catch {
+                        // Not recorded, or not known to be: no ack. The client rejoins and
+                        // resends what is unacknowledged; a resend of a recorded one is a duplicate.
+                        logger.warning("a message could not be recorded; closing the member with 1013", metadata: ["room": "\(join.room)", "error": "\(error)"])
+                        ending.withLockedValue { $0 = $0 ?? (.tryAgainLater, ChatErrorCode.storeUnavailable.rawValue) }
+                        queue.finish()
+                        break
+                    }
                     if let reply, !queue.offer(reply) {
                         subscriber.onOverflow()
                     }
@@ -145,18 +186,19 @@ extension DuplexServer {
     }
 
     /// The `ack` or `error` frame answering one message from a member.
-    private func reply(to message: WebSocketMessage, from name: String, token: String, matchByName: Bool, in room: ChatRoom) -> String? {
+    /// - Throws: ``ChatStoreUnavailable`` when the room store could not record a message.
+    private func reply(to message: WebSocketMessage, from name: String, token: String, matchByName: Bool, in room: ChatRoom) async throws -> String? {
         let frame: ChatServerFrame
         switch message {
         case .binary:
             frame = .error(ChatErrorFrame(code: .binaryNotSupported, reason: "chat frames are JSON text messages"))
         case .text(let text):
-            frame = Self.answer(text: text, from: name, token: token, matchByName: matchByName, in: room, limits: configuration.chatLimits)
+            frame = try await Self.answer(text: text, from: name, token: token, matchByName: matchByName, in: room, store: rooms, limits: configuration.chatLimits)
         }
         return try? frame.jsonString()
     }
 
-    static func answer(text: String, from name: String, token: String, matchByName: Bool, in room: ChatRoom, limits: ChatLimits) -> ChatServerFrame {
+    static func answer(text: String, from name: String, token: String, matchByName: Bool, in room: ChatRoom, store: any ChatStore, limits: ChatLimits) async throws(ChatStoreUnavailable) -> ChatServerFrame {
         let frame: ChatClientFrame
         do {
             frame = try ChatClientFrame.decode(Data(text.utf8))
@@ -172,10 +214,12 @@ extension DuplexServer {
                 return .error(ChatErrorFrame(error, clientMessageID: say.clientMessageID))
             }
             do {
-                switch try room.say(say, from: name, token: token, matchByName: matchByName) {
+                switch try await store.say(say, in: room, from: name, token: token, matchByName: matchByName) {
                 case .accepted(let seq): return .ack(ChatAck(clientMessageID: say.clientMessageID, seq: seq))
                 case .duplicate(let seq): return .ack(ChatAck(clientMessageID: say.clientMessageID, seq: seq, duplicate: true))
                 }
+            } catch let error as ChatStoreUnavailable {
+                throw error
             } catch {
                 return .error(ChatErrorFrame(code: .invalidFrame, reason: "the message could not be encoded", clientMessageID: say.clientMessageID))
             }

@@ -2,6 +2,7 @@ import DuplexSchema
 import Foundation
 import HTTPTypes
 import Hummingbird
+import Logging
 
 extension DuplexServer {
     /// `GET /events[?interval=MS]`: `id: n`, `event: tick`, `data: {"n":n,"at":"…"}` every
@@ -66,17 +67,22 @@ extension DuplexServer {
                 let text = (try? ServerSentEvent(id: RoomStreamID(epoch: epoch, seq: 0).description, event: "reset", data: data).encoded()) ?? ""
                 _ = EventStreamResponse.yield(text, to: sink)
             }
-            // Rooms filled up since the check: the stream ends, and the client retries.
-            guard
-                case .success(let (room, subscription)) = rooms.subscribe(
-                    room: roomName,
-                    subscriber,
-                    since: position?.seq,
-                    epoch: position?.epoch,
-                    deliverBacklog: true,
-                    prelude: prelude
-                )
-            else { return }
+            // Rooms filled up since the check, or the store is unavailable: the stream ends, and
+            // the client retries.
+            let subscribed = await rooms.subscribe(
+                room: roomName,
+                subscriber,
+                since: position?.seq,
+                epoch: position?.epoch,
+                deliverBacklog: true,
+                prelude: prelude
+            )
+            guard case .success(let (room, subscription)) = subscribed else {
+                if case .failure(.unavailable(let why)) = subscribed {
+                    self.logger.warning("a room stream ended at once: the room store is unavailable", metadata: ["room": "\(roomName)", "error": "\(why)"])
+                }
+                return
+            }
             defer { room.unsubscribe(subscription.id) }
             await waitUntilCancelled()
         }

@@ -15,7 +15,7 @@ extension DuplexServer {
             DemoPage.response()
         }
         router.get("health") { _, _ -> Response in
-            Self.json(status: .ok, #"{"status":"ok"}"#)
+            Self.json(status: .ok, #"{"status":"ok","store":\#(self.rooms.healthJSON)}"#)
         }
         router.get("echo") { _, _ -> Response in
             Self.upgradeRequired()

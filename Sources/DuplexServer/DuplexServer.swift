@@ -27,7 +27,7 @@ import NIOCore
 /// ```
 ///
 /// Routes:
-/// - `GET /health`: `{"status":"ok"}`.
+/// - `GET /health`: `{"status":"ok","store":{…}}`, the store's kind and state.
 /// - `WS /echo`: every message back, same opcode, in order.
 /// - `WS /chat/{room}?name=NAME[&since=SEQ&epoch=E][&token=T]`: chat rooms (see `docs/protocol.md`).
 /// - `GET /events[?interval=MS]`: an SSE tick stream that resumes from `Last-Event-ID`.
@@ -37,7 +37,8 @@ public final class DuplexServer: Service, Sendable {
     public let configuration: DuplexServerConfiguration
     let logger: Logger
     let connections = ConnectionRegistry()
-    let rooms: ChatRooms
+    /// Where the chat rooms live: memory, or PostgreSQL (``DuplexServerConfiguration/store``).
+    let rooms: any ChatStore
     let ticks = TickClock()
     let refusal = RefusalGate()
     let channels: ChannelTracker
@@ -59,18 +60,47 @@ public final class DuplexServer: Service, Sendable {
     public init(configuration: DuplexServerConfiguration = .init(), logger: Logger = Logger(label: "duplex-server")) {
         self.configuration = configuration
         self.logger = logger
-        self.rooms = ChatRooms(
-            historyLimit: configuration.historyLimit,
-            maxRooms: configuration.maxRooms,
-            historyBytesLimit: configuration.historyBytesLimit,
-            totalHistoryBytesLimit: configuration.totalHistoryBytesLimit
-        )
+        switch configuration.store {
+        case .memory:
+            self.rooms = ChatRooms(
+                historyLimit: configuration.historyLimit,
+                maxRooms: configuration.maxRooms,
+                historyBytesLimit: configuration.historyBytesLimit,
+                totalHistoryBytesLimit: configuration.totalHistoryBytesLimit
+            )
+        case .postgres(let postgres):
+            self.rooms = PostgresChatStore(
+                configuration: postgres,
+                historyLimit: configuration.historyLimit,
+                historyBytesLimit: configuration.historyBytesLimit,
+                totalHistoryBytesLimit: configuration.totalHistoryBytesLimit,
+                maxRooms: configuration.maxRooms,
+                logger: logger
+            )
+        }
         self.channels = ChannelTracker(limit: configuration.maxConnections)
     }
 
     /// Listens and serves until cancelled or gracefully shut down.
-    /// - Throws: when the server cannot start, for example because the port is in use.
+    /// - Throws: when the server cannot start, for example because the port is in use or the
+    ///   PostgreSQL room store cannot be reached.
     public func run() async throws {
+        let rooms = self.rooms
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await rooms.run() }
+            do {
+                try await rooms.prepare()
+                try await serve()
+            } catch {
+                didStop(error: error)
+                group.cancelAll()
+                throw error
+            }
+            group.cancelAll()
+        }
+    }
+
+    private func serve() async throws {
         var port = configuration.port
         do {
             var rebindAttempts = 0

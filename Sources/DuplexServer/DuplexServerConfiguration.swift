@@ -69,6 +69,10 @@ public struct DuplexServerConfiguration: Sendable {
     public var maxRequestHeadBytes: Int
     /// The most header fields in a request; more get 431. Default 100.
     public var maxHeaderFields: Int
+    /// Where chat rooms live: in this process's memory (the default: nothing else is needed, and
+    /// a restart loses the rooms), or in PostgreSQL, shared by every server that names the same
+    /// database (README's "Running several nodes").
+    public var store: ChatStoreConfiguration = .memory
     /// Whether the `/_chaos/` HTTP endpoints exist (for loopback peers only). Default false.
     public var chaos: Bool
     /// Which subprotocol `/echo` selects among those a client offers: nil (the default) takes

@@ -88,16 +88,22 @@ public final class FaultProxy: Sendable {
     public let host: String
     /// The port clients connect to.
     public let port: Int
-    /// Where connections are forwarded.
-    public let upstreamHost: String
-    /// Where connections are forwarded.
-    public let upstreamPort: Int
+    private let upstream: NIOLockedValueBox<(host: String, port: Int)>
+    /// Where new connections are forwarded.
+    public var upstreamHost: String { upstream.withLockedValue { $0.host } }
+    /// Where new connections are forwarded.
+    public var upstreamPort: Int { upstream.withLockedValue { $0.port } }
 
     private init(host: String, port: Int, upstreamHost: String, upstreamPort: Int) {
         self.host = host
         self.port = port
-        self.upstreamHost = upstreamHost
-        self.upstreamPort = upstreamPort
+        self.upstream = NIOLockedValueBox((upstreamHost, upstreamPort))
+    }
+
+    /// Forwards new connections to another upstream from now on, as a load balancer does when
+    /// a server fails: connections open now stay where they are.
+    public func setUpstream(host: String = "127.0.0.1", port: Int) {
+        upstream.withLockedValue { $0 = (host, port) }
     }
 
     /// Starts a proxy on `host`:`port` (0 picks a free one) forwarding to the upstream.
@@ -168,6 +174,7 @@ public final class FaultProxy: Sendable {
     }
 
     private func accept(_ client: any Channel) -> EventLoopFuture<Void> {
+        let (upstreamHost, upstreamPort) = upstream.withLockedValue { $0 }
         let connected = ClientBootstrap(group: client.eventLoop)
             .channelOption(ChannelOptions.autoRead, value: false)
             .connect(host: upstreamHost, port: upstreamPort)

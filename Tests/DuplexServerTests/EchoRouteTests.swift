@@ -5,14 +5,14 @@ import Testing
 
 @Suite("GET /health and WS /echo over loopback")
 struct EchoRouteTests {
-    @Test("/health answers 200 with {\"status\":\"ok\"}")
+    @Test("/health answers 200 with {\"status\":\"ok\"} and the room store")
     func health() async throws {
         try await withTimeout {
             try await withDuplexServer { server in
                 try await TestHTTPResponse.get(port: server.port, "/health") { response in
                     let body = try await response.readBody()
                     #expect(response.status == 200)
-                    #expect(body == #"{"status":"ok"}"#)
+                    #expect(body == #"{"status":"ok","store":{"kind":"memory","rooms":0}}"#)
                 }
             }
         }

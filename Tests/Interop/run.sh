@@ -42,7 +42,7 @@ start_server --max-message-bytes 4096
 echo "duplex-server on port $port"
 
 health=$(curl -sS --max-time 5 "http://127.0.0.1:$port/health")
-[ "$health" = '{"status":"ok"}' ] || fail "health: $health"
+[ "$health" = '{"status":"ok","store":{"kind":"memory","rooms":0}}' ] || fail "health: $health"
 echo "health: ok"
 
 timeout 30 python3 "$here/websockets_client.py" "$port" echo

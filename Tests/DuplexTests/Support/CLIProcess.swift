@@ -109,6 +109,13 @@ final class CLIProcess: Sendable {
         try await wait("the program to exit", within: limit) { $0.status != nil && $0.endedStreams == 2 }
     }
 
+    /// Waits for the program to exit, but not for its output to end: for a program that leaves
+    /// a child holding its output open, as `pg_ctl start` leaves the PostgreSQL server.
+    @discardableResult
+    func waitForExitStatus(within limit: Duration = .seconds(30)) async throws -> Output {
+        try await wait("the program to exit", within: limit) { $0.status != nil }
+    }
+
     /// Waits until `ready` holds for the output so far.
     func wait(_ what: String, within limit: Duration, until ready: @escaping @Sendable (Output) -> Bool) async throws -> Output {
         let id = state.withLockedValue { state in

@@ -1,0 +1,78 @@
+import DuplexSchema
+import Foundation
+
+/// Where a server's chat rooms live: ``ChatRooms`` in the process's memory (the default), or
+/// ``PostgresChatStore``, which numbers events in PostgreSQL so that several `duplex-server`
+/// processes serve the same rooms and history survives restarts.
+///
+/// Either way, a subscriber is served by a local ``ChatRoom`` (for the PostgreSQL store, a
+/// replica) that queues events to it in seq order.
+protocol ChatStore: Sendable {
+    /// Adds a member or an observer to a room, creating the room if need be. See
+    /// ``ChatRoom/subscribe(_:since:epoch:deliverBacklog:prelude:)``.
+    func subscribe(
+        room name: String,
+        _ subscriber: RoomSubscriber,
+        since: Int?,
+        epoch: String?,
+        deliverBacklog: Bool,
+        prelude: ((_ recovered: Bool?, _ epoch: String, _ latestSeq: Int) -> Void)?
+    ) async -> Result<(ChatRoom, ChatRoom.Subscription), ChatRooms.Refusal>
+
+    /// Removes a subscriber; a member's departure is recorded as a `left` event.
+    func unsubscribe(_ subscription: ChatRoom.Subscription, member: RoomSubscriber.Member?, from room: ChatRoom) async
+
+    /// Posts a message, idempotently (see ``ChatRoom/say(_:from:token:matchByName:at:)``). When
+    /// it returns, the message has been queued to the room's local subscribers.
+    func say(_ say: ChatSay, in room: ChatRoom, from name: String, token: String, matchByName: Bool) async throws -> ChatRoom.SayResult
+
+    /// Whether a subscriber could join the room of that name now.
+    func canHost(_ name: String) -> Bool
+
+    /// Forgets what this process holds of every room, as a restart would. For the memory store
+    /// that is all of it; a shared store keeps the rooms.
+    func forgetAll()
+
+    /// Connects and prepares the store; throws when it cannot (the server does not start).
+    func prepare() async throws
+
+    /// Runs the store's background work (connections, notifications, leases) until cancelled.
+    func run() async
+
+    /// What the store reports in `GET /health`: a JSON object.
+    var healthJSON: String { get }
+}
+
+/// The store is unavailable: the database cannot be reached, or did not answer in time.
+struct ChatStoreUnavailable: Error, CustomStringConvertible {
+    var description: String
+}
+
+extension ChatRooms: ChatStore {
+    func subscribe(
+        room name: String,
+        _ subscriber: RoomSubscriber,
+        since: Int?,
+        epoch: String?,
+        deliverBacklog: Bool,
+        prelude: ((_ recovered: Bool?, _ epoch: String, _ latestSeq: Int) -> Void)?
+    ) async -> Result<(ChatRoom, ChatRoom.Subscription), ChatRooms.Refusal> {
+        // The synchronous overload: a closure that is not async cannot call this one.
+        let subscribe = { self.subscribe(room: name, subscriber, since: since, epoch: epoch, deliverBacklog: deliverBacklog, prelude: prelude) }
+        return subscribe()
+    }
+
+    func unsubscribe(_ subscription: ChatRoom.Subscription, member: RoomSubscriber.Member?, from room: ChatRoom) async {
+        room.unsubscribe(subscription.id)
+    }
+
+    func say(_ say: ChatSay, in room: ChatRoom, from name: String, token: String, matchByName: Bool) async throws -> ChatRoom.SayResult {
+        try room.say(say, from: name, token: token, matchByName: matchByName)
+    }
+
+    func prepare() async throws {}
+
+    func run() async {}
+
+    var healthJSON: String { #"{"kind":"memory","rooms":\#(count)}"# }
+}

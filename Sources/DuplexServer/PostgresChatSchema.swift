@@ -1,0 +1,153 @@
+import PostgresNIO
+
+/// The tables and functions of the PostgreSQL room store, created on start by whichever server
+/// gets there first (under an advisory lock, so that servers starting together do not race),
+/// idempotently: every statement is `IF NOT EXISTS` or `OR REPLACE`.
+///
+/// - `duplex_rooms`: one row per room: its epoch (made once, kept for good) and latest seq. The
+///   row's lock orders every change to the room, so seqs are gap-free and commit in order.
+/// - `duplex_events`: the kept history, the newest `keep` events of each room.
+/// - `duplex_dedupe`: the idempotency keys of the messages still in history.
+/// - `duplex_members`: the members present, on which server; names are unique per room.
+/// - `duplex_nodes`: the servers and the last renewal of their lease.
+///
+/// `duplex_append` numbers and records an event in one round trip, and notifies every server on
+/// the channel `duplex_events` with `ROOM\tSEQ\tCAUSE\tTYPE[\tJSON]` (the JSON when it fits in a
+/// notification). `duplex_leave` removes a member and records its `left` event.
+enum PostgresChatSchema {
+    /// The notification channel.
+    static let channel = "duplex_events"
+
+    /// The schema version this code writes; recorded in `duplex_schema`.
+    static let version = 1
+
+    /// The key of the advisory lock held while migrating.
+    static let migrationLock = 0x6475_706C_6578  // "duplex"
+
+    /// The statements, in order.
+    static let statements: [PostgresQuery] = [
+        """
+        CREATE TABLE IF NOT EXISTS duplex_schema (version integer NOT NULL)
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS duplex_rooms (
+            room text PRIMARY KEY,
+            epoch text NOT NULL,
+            latest_seq bigint NOT NULL DEFAULT 0,
+            created_at timestamptz NOT NULL DEFAULT now()
+        )
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS duplex_events (
+            room text NOT NULL,
+            seq bigint NOT NULL,
+            type text NOT NULL,
+            json text NOT NULL,
+            cause text,
+            PRIMARY KEY (room, seq)
+        )
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS duplex_dedupe (
+            room text NOT NULL,
+            key text NOT NULL,
+            seq bigint NOT NULL,
+            PRIMARY KEY (room, key)
+        )
+        """,
+        "CREATE INDEX IF NOT EXISTS duplex_dedupe_by_seq ON duplex_dedupe (room, seq)",
+        """
+        CREATE TABLE IF NOT EXISTS duplex_nodes (
+            node text PRIMARY KEY,
+            started_at timestamptz NOT NULL DEFAULT now(),
+            last_seen timestamptz NOT NULL DEFAULT now()
+        )
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS duplex_members (
+            session text PRIMARY KEY,
+            room text NOT NULL,
+            name text NOT NULL,
+            token text NOT NULL,
+            node text NOT NULL,
+            joined_at timestamptz NOT NULL DEFAULT now(),
+            UNIQUE (room, name)
+        )
+        """,
+        "CREATE INDEX IF NOT EXISTS duplex_members_by_node ON duplex_members (node)",
+        """
+        CREATE OR REPLACE FUNCTION duplex_append(
+            p_room text, p_type text, p_prefix text, p_suffix text,
+            p_lookup text[], p_keys text[], p_cause text, p_keep bigint,
+            OUT o_seq bigint, OUT o_duplicate boolean
+        ) LANGUAGE plpgsql AS $$
+        DECLARE
+            v_json text;
+            v_payload text;
+        BEGIN
+            PERFORM 1 FROM duplex_rooms r WHERE r.room = p_room FOR UPDATE;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'duplex: no room %', p_room;
+            END IF;
+            IF cardinality(p_lookup) > 0 THEN
+                SELECT d.seq INTO o_seq FROM duplex_dedupe d
+                    WHERE d.room = p_room AND d.key = ANY (p_lookup) ORDER BY d.seq LIMIT 1;
+                IF FOUND THEN
+                    o_duplicate := true;
+                    RETURN;
+                END IF;
+            END IF;
+            UPDATE duplex_rooms r SET latest_seq = r.latest_seq + 1 WHERE r.room = p_room
+                RETURNING r.latest_seq INTO o_seq;
+            o_duplicate := false;
+            v_json := p_prefix || o_seq || p_suffix;
+            INSERT INTO duplex_events (room, seq, type, json, cause) VALUES (p_room, o_seq, p_type, v_json, p_cause);
+            IF cardinality(p_keys) > 0 THEN
+                INSERT INTO duplex_dedupe (room, key, seq) SELECT p_room, k, o_seq FROM unnest(p_keys) AS k
+                    ON CONFLICT (room, key) DO UPDATE SET seq = EXCLUDED.seq;
+            END IF;
+            DELETE FROM duplex_events e WHERE e.room = p_room AND e.seq <= o_seq - p_keep;
+            DELETE FROM duplex_dedupe d WHERE d.room = p_room AND d.seq <= o_seq - p_keep;
+            v_payload := p_room || E'\\t' || o_seq || E'\\t' || coalesce(p_cause, '') || E'\\t' || p_type;
+            IF octet_length(v_payload) + octet_length(v_json) < 7900 THEN
+                v_payload := v_payload || E'\\t' || v_json;
+            END IF;
+            PERFORM pg_notify('duplex_events', v_payload);
+        END
+        $$
+        """,
+        """
+        CREATE OR REPLACE FUNCTION duplex_leave(
+            p_room text, p_session text, p_prefix text, p_suffix text, p_cause text, p_keep bigint
+        ) RETURNS bigint LANGUAGE plpgsql AS $$
+        DECLARE
+            v_seq bigint;
+        BEGIN
+            PERFORM 1 FROM duplex_rooms r WHERE r.room = p_room FOR UPDATE;
+            DELETE FROM duplex_members m WHERE m.session = p_session AND m.room = p_room;
+            IF NOT FOUND THEN
+                RETURN NULL;
+            END IF;
+            SELECT a.o_seq INTO v_seq FROM duplex_append(p_room, 'left', p_prefix, p_suffix, '{}', '{}', p_cause, p_keep) a;
+            RETURN v_seq;
+        END
+        $$
+        """,
+    ]
+
+    /// Creates or updates the schema, under the migration lock, in one transaction.
+    static func migrate(_ connection: PostgresConnection, logger: Logger) async throws {
+        try await connection.execute("SELECT pg_advisory_xact_lock(\(migrationLock))", logger: logger)
+        for statement in statements {
+            try await connection.execute(statement, logger: logger)
+        }
+        let rows = try await connection.query("SELECT count(*) FROM duplex_schema", logger: logger)
+        var count = 0
+        for try await (value) in rows.decode(Int.self) { count = value }
+        if count == 0 {
+            try await connection.execute("INSERT INTO duplex_schema (version) VALUES (\(version))", logger: logger)
+        } else {
+            try await connection.execute("UPDATE duplex_schema SET version = greatest(version, \(version))", logger: logger)
+        }
+    }
+}

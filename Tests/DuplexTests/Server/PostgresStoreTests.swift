@@ -1,0 +1,378 @@
+@testable import Duplex
+import DuplexSchema
+import DuplexServer
+import DuplexTesting
+import Foundation
+import NIOConcurrencyHelpers
+import Testing
+
+/// Several `duplex-server` processes on one throwaway PostgreSQL cluster (issue 14): members
+/// spread across the nodes see every message once, in seq order, across a node kill and a
+/// database restart.
+@Suite(
+    "PostgreSQL store: several duplex-server processes",
+    .enabled(if: PostgresCluster.testsEnabled, Comment(rawValue: PostgresCluster.skipMessage)),
+    // One cluster and its nodes at a time: each test starts a PostgreSQL server and two or three
+    // server processes, and the rest of the suite runs beside them on few cores.
+    .serialized
+)
+struct PostgresStoreTests {
+    /// Short intervals, so that reconnections are quick.
+    static let fast = EpochTests.fast
+
+    /// A database of its own for one test, on the shared cluster.
+    static func withDatabase(_ body: (PostgresCluster, String) async throws -> Void) async throws {
+        let cluster = try await PostgresCluster.shared
+        try await body(cluster, try await cluster.createDatabase())
+    }
+
+    /// Starts a node on the database; returns it and its port.
+    static func node(_ store: String, _ arguments: [String] = []) async throws -> (CLIProcess, Int) {
+        let (process, port) = try await ServerProcessTests.start(["--store", store, "--log-level", "notice"] + arguments)
+        return (process, port)
+    }
+
+    static func chatURL(_ port: Int, _ room: String) -> URL {
+        URL(string: "ws://127.0.0.1:\(port)/chat/\(room)")!
+    }
+
+    /// What one member saw: messages in arrival order, and whether the client reported a gap or
+    /// a lost history.
+    struct Seen: Sendable {
+        var messages: [ChatMessage] = []
+        var missed = 0
+        var resets = 0
+
+        var texts: [String] { messages.map(\.text) }
+
+        /// Every seq seen is greater than the one before.
+        var inSeqOrder: Bool { zip(messages, messages.dropFirst()).allSatisfy { $0.seq < $1.seq } }
+    }
+
+    /// Reads `events` until `done` holds for what was seen.
+    static func collect(_ events: AsyncStream<ChatEvent>, within limit: Duration = .seconds(60), until done: @escaping @Sendable (Seen) -> Bool) async throws -> Seen {
+        try await withTimeout(limit) {
+            var seen = Seen()
+            for await event in events {
+                switch event {
+                case .message(let message): seen.messages.append(message)
+                case .missed: seen.missed += 1
+                case .historyReset: seen.resets += 1
+                default: break
+                }
+                if done(seen) { return seen }
+            }
+            throw StreamEndedError()
+        }
+    }
+
+    @Test("three nodes, two members on each, all talking at once: every member sees every message exactly once, in seq order")
+    func exactlyOnceAcrossThreeNodes() async throws {
+        try await withTimeout(.seconds(180)) {
+            try await Self.withDatabase { _, store in
+                var nodes: [(CLIProcess, Int)] = []
+                for _ in 0..<3 { nodes.append(try await Self.node(store)) }
+                let members = (0..<6).map { index in
+                    ChatClient(url: Self.chatURL(nodes[index % 3].1, "busy"), name: "m\(index)", configuration: Self.fast)
+                }
+                let perMember = 15
+                let total = members.count * perMember
+                let streams = members.map(\.events)
+                for member in members { _ = try await member.join() }
+                try await withThrowingTaskGroup(of: Seen.self) { group in
+                    for stream in streams {
+                        group.addTask { try await Self.collect(stream) { $0.messages.count >= total } }
+                    }
+                    try await withThrowingTaskGroup(of: Void.self) { senders in
+                        for member in members {
+                            senders.addTask {
+                                for i in 1...perMember { _ = try await member.say("\(member.name) \(i)") }
+                            }
+                        }
+                        try await senders.waitForAll()
+                    }
+                    var views: [[String]] = []
+                    for try await seen in group {
+                        #expect(seen.messages.count == total, "every message, and no more")
+                        #expect(Set(seen.texts).count == total, "none twice")
+                        #expect(seen.inSeqOrder, "in seq order")
+                        #expect(seen.missed == 0 && seen.resets == 0)
+                        views.append(seen.texts)
+                    }
+                    #expect(Set(views.map { $0.joined(separator: "|") }).count == 1, "every member saw the same order")
+                }
+                for member in members {
+                    #expect(await member.waitForDelivery(timeout: .seconds(20)))
+                    await member.leave()
+                }
+                for (process, _) in nodes { process.signal(SIGTERM) }
+            }
+        }
+    }
+
+    @Test("a say retried on another node with the member's token is answered with the original seq, marked duplicate")
+    func retryOnAnotherNodeIsDeduplicated() async throws {
+        try await withTimeout(.seconds(90)) {
+            try await Self.withDatabase { _, store in
+                let (a, portA) = try await Self.node(store)
+                let (b, portB) = try await Self.node(store)
+                let first = try await RawChatMember.join(URL(string: "ws://127.0.0.1:\(portA)/chat/dedupe?name=alice")!)
+                let ack = try await first.say("m-1", "hello once")
+                #expect(ack.duplicate != true)
+                await first.socket.terminate()
+                let token = try #require(first.welcome.resumeToken)
+                let epoch = try #require(first.welcome.epoch)
+                let again = try await RawChatMember.join(
+                    URL(string: "ws://127.0.0.1:\(portB)/chat/dedupe?name=alice&token=\(token)&since=\(ack.seq)&epoch=\(epoch)")!
+                )
+                #expect(again.welcome.epoch == epoch && again.welcome.recovered == true)
+                let retried = try await again.say("m-1", "hello once")
+                #expect(retried.seq == ack.seq && retried.duplicate == true)
+                let next = try await again.say("m-2", "hello twice")
+                #expect(next.duplicate != true && next.seq > ack.seq)
+                await again.socket.terminate()
+                a.signal(SIGTERM)
+                b.signal(SIGTERM)
+            }
+        }
+    }
+
+    @Test("SIGKILL of a node: its member rejoins another node through the balancer with since and epoch, and nothing is lost either way")
+    func nodeKilled() async throws {
+        try await withTimeout(.seconds(120)) {
+            try await Self.withDatabase { _, store in
+                let (a, portA) = try await Self.node(store)
+                let (b, portB) = try await Self.node(store)
+                // A balancer in front of node A; it sends new connections to B once A is gone.
+                let balancer = try await FaultProxy.start(upstreamPort: portA)
+                let alice = ChatClient(url: Self.chatURL(balancer.port, "failover"), name: "alice", configuration: Self.fast)
+                let bob = ChatClient(url: Self.chatURL(portB, "failover"), name: "bob", configuration: Self.fast)
+                let aliceEvents = alice.events
+                let bobEvents = bob.events
+                let aliceWelcomes = alice.events
+                let welcome = try await alice.join()
+                _ = try await bob.join()
+                for i in 1...5 {
+                    _ = try await alice.say("alice \(i)")
+                    _ = try await bob.say("bob \(i)")
+                }
+                #expect(await alice.waitForDelivery(timeout: .seconds(20)))
+                balancer.setUpstream(port: portB)
+                a.signal(SIGKILL)
+                _ = try await a.waitForExit()
+                // Bob goes on talking while alice is away; alice says one more unacknowledged.
+                for i in 6...15 { _ = try await bob.say("bob \(i)") }
+                _ = try await alice.say("alice 6")
+                let rejoined = try await aliceWelcomes.first(within: .seconds(60)) { event in
+                    if case .welcome(_, resumed: true) = event { return true }
+                    return false
+                }
+                guard case .welcome(let second, _) = rejoined else { throw StreamEndedError() }
+                #expect(second.epoch == welcome.epoch, "the same epoch: the history is in PostgreSQL")
+                #expect(second.recovered == true)
+                for i in 7...10 { _ = try await alice.say("alice \(i)") }
+                async let aliceSaw = Self.collect(aliceEvents) { seen in seen.texts.contains("bob 15") }
+                async let bobSaw = Self.collect(bobEvents) { seen in seen.texts.contains("alice 10") }
+                let (fromBob, fromAlice) = try await (aliceSaw, bobSaw)
+                #expect(fromBob.texts.filter { $0.hasPrefix("bob") } == (1...15).map { "bob \($0)" }, "\(fromBob.texts)")
+                #expect(fromAlice.texts.filter { $0.hasPrefix("alice") } == (1...10).map { "alice \($0)" }, "\(fromAlice.texts)")
+                #expect(fromBob.inSeqOrder && fromAlice.inSeqOrder)
+                #expect(fromBob.missed == 0 && fromBob.resets == 0 && fromAlice.missed == 0 && fromAlice.resets == 0)
+                #expect(await alice.waitForDelivery(timeout: .seconds(20)))
+                await alice.leave()
+                await bob.leave()
+                await balancer.stop()
+                b.signal(SIGTERM)
+            }
+        }
+    }
+
+    @Test("PostgreSQL restarted under two nodes: both report the outage and the recovery, and members go on with nothing lost")
+    func databaseRestart() async throws {
+        try await withTimeout(.seconds(150)) {
+            try await Self.withDatabase { cluster, store in
+                let (a, portA) = try await Self.node(store)
+                let (b, portB) = try await Self.node(store)
+                let alice = ChatClient(url: Self.chatURL(portA, "outage"), name: "alice", configuration: Self.fast)
+                let bob = ChatClient(url: Self.chatURL(portB, "outage"), name: "bob", configuration: Self.fast)
+                let bobEvents = bob.events
+                let aliceEvents = alice.events
+                _ = try await alice.join()
+                _ = try await bob.join()
+                _ = try await alice.say("before")
+                #expect(await alice.waitForDelivery(timeout: .seconds(20)))
+                try await cluster.stop()
+                try await a.waitForStderr("lost the database connection", within: .seconds(30))
+                try await b.waitForStderr("lost the database connection", within: .seconds(30))
+                // Said while the database is down: not acknowledged, kept, and resent.
+                _ = try await alice.say("during")
+                try await cluster.startServer()
+                try await a.waitForStderr("database connection restored", within: .seconds(60))
+                try await b.waitForStderr("database connection restored", within: .seconds(60))
+                #expect(await alice.waitForDelivery(timeout: .seconds(60)), "the message said during the outage is delivered after it")
+                _ = try await bob.say("after")
+                let fromAlice: Seen
+                let fromBob: Seen
+                do {
+                    fromAlice = try await Self.collect(bobEvents, within: .seconds(30)) { $0.texts.contains("during") }
+                    fromBob = try await Self.collect(aliceEvents, within: .seconds(30)) { $0.texts.contains("after") }
+                } catch {
+                    Issue.record("node A: \(a.output.stderr)\nnode B: \(b.output.stderr)")
+                    throw error
+                }
+                #expect(fromAlice.texts.filter { $0 == "during" }.count == 1)
+                #expect(fromAlice.texts.first == "before" && fromAlice.missed == 0 && fromAlice.resets == 0)
+                #expect(fromBob.missed == 0 && fromBob.resets == 0 && fromBob.inSeqOrder)
+                let health = try await HTTPProbe.get(port: portA, "/health")
+                #expect(health.contains(#""listening":true"#) && !health.contains(#""reconnections":0"#), "\(health)")
+                await alice.leave()
+                await bob.leave()
+                a.signal(SIGTERM)
+                b.signal(SIGTERM)
+            }
+        }
+    }
+
+    @Test("a room's SSE stream on one node resumes on another from Last-Event-ID: exactly the events missed, no reset")
+    func roomStreamAcrossNodes() async throws {
+        try await withTimeout(.seconds(90)) {
+            try await Self.withDatabase { _, store in
+                let (a, portA) = try await Self.node(store)
+                let (b, portB) = try await Self.node(store)
+                let member = ChatClient(url: Self.chatURL(portB, "watched"), name: "m", configuration: Self.fast)
+                let epoch = try #require(try await member.join().epoch)
+                // From the start of the epoch: the stream may be subscribed after the first says.
+                let first = ServerSentEventManager(
+                    request: SSERequest(url: URL(string: "http://127.0.0.1:\(portA)/chat/watched/events")!),
+                    configuration: .init(connectTimeout: .seconds(10)),
+                    lastEventID: "\(epoch):0"
+                )
+                let events = first.events
+                try await first.connect()
+                for i in 1...3 { _ = try await member.say("one \(i)") }
+                var seen: [ServerSentEvent] = []
+                for await event in events {
+                    seen.append(event)
+                    if event.data.contains(#""text":"one 3""#) { break }
+                }
+                await first.terminate()
+                let last = try #require(seen.last?.id)
+                for i in 1...2 { _ = try await member.say("two \(i)") }
+                #expect(await member.waitForDelivery(timeout: .seconds(20)))
+                let second = ServerSentEventManager(
+                    request: SSERequest(url: URL(string: "http://127.0.0.1:\(portB)/chat/watched/events")!),
+                    configuration: .init(connectTimeout: .seconds(10)),
+                    lastEventID: last
+                )
+                let resumed = second.events
+                try await second.connect()
+                var after: [ServerSentEvent] = []
+                for await event in resumed {
+                    after.append(event)
+                    if event.data.contains(#""text":"two 2""#) { break }
+                }
+                #expect(!after.contains { $0.event == "reset" })
+                let texts = after.filter { $0.event == "message" }.compactMap { event -> String? in
+                    guard case .message(let message)? = try? ChatServerFrame.decode(Data(event.data.utf8)) else { return nil }
+                    return message.text
+                }
+                #expect(texts == ["two 1", "two 2"], "\(after.map(\.data))")
+                #expect(after.allSatisfy { $0.id?.hasPrefix(String(last.split(separator: ":")[0]) + ":") ?? true })
+                await second.terminate()
+                await member.leave()
+                a.signal(SIGTERM)
+                b.signal(SIGTERM)
+            }
+        }
+    }
+
+    @Test("one node restarted on the same database (SIGKILL, then a new process): the room keeps its epoch and its history")
+    func singleNodeRestart() async throws {
+        try await withTimeout(.seconds(90)) {
+            try await Self.withDatabase { _, store in
+                let (old, port) = try await Self.node(store)
+                let alice = try await RawChatMember.join(URL(string: "ws://127.0.0.1:\(port)/chat/kept?name=alice")!)
+                for i in 1...3 { _ = try await alice.say("k-\(i)", "kept \(i)") }
+                let epoch = try #require(alice.welcome.epoch)
+                old.signal(SIGKILL)
+                _ = try await old.waitForExit()
+                let (new, newPort) = try await Self.node(store)
+                let watcher = try await RawChatMember.join(URL(string: "ws://127.0.0.1:\(newPort)/chat/kept?name=watcher&since=0&epoch=\(epoch)")!)
+                #expect(watcher.welcome.epoch == epoch && watcher.welcome.recovered == true)
+                let replayed = try await watcher.messages(until: "kept 3")
+                #expect(replayed.map(\.text) == ["kept 1", "kept 2", "kept 3"])
+                await watcher.socket.terminate()
+                new.signal(SIGTERM)
+            }
+        }
+    }
+
+    @Test("--store: a URL it cannot use is refused before starting, with the reason; an unreachable database fails the start")
+    func badStores() async throws {
+        try await withTimeout(.seconds(60)) {
+            let bogus = try CLIProcess("duplex-server", ["--port", "0", "--store", "mysql://x@y/z"])
+            let refused = try await bogus.waitForExit()
+            #expect(refused.status != 0 && refused.stderr.contains("postgres://"), "\(refused)")
+            let refusing = try RefusingPort()
+            let unreachable = try CLIProcess("duplex-server", ["--port", "0", "--store", "postgres://duplex@127.0.0.1:\(refusing.port)/none", "--store-startup-timeout", "1"])
+            let failed = try await unreachable.waitForExit(within: .seconds(50))
+            #expect(failed.status != 0 && failed.stderr.contains("cannot reach the room store"), "\(failed)")
+            withExtendedLifetime(refusing) {}
+        }
+    }
+
+    @Test("PostgresStoreConfiguration reads postgres:// URLs and refuses others with a reason")
+    func urls() throws {
+        let full = try PostgresStoreConfiguration(url: "postgres://duplex:s%40cret@db.local:6543/rooms?sslmode=require")
+        #expect(full.host == "db.local" && full.port == 6543 && full.username == "duplex" && full.password == "s@cret" && full.database == "rooms" && full.requireTLS)
+        #expect(full.redactedURL == "postgres://duplex:***@db.local:6543/rooms")
+        let short = try PostgresStoreConfiguration(url: "postgresql://me@127.0.0.1")
+        #expect(short.port == 5432 && short.database == nil && !short.requireTLS)
+        #expect(try ChatStoreConfiguration(parsing: "memory") == .memory)
+        #expect(throws: PostgresStoreConfiguration.URLError.self) { try PostgresStoreConfiguration(url: "postgres://127.0.0.1/db") }
+        #expect(throws: PostgresStoreConfiguration.URLError.self) { try PostgresStoreConfiguration(url: "postgres://me@host/db?sslmode=verify-full") }
+        #expect(throws: PostgresStoreConfiguration.URLError.self) { try ChatStoreConfiguration(parsing: "redis://x") }
+    }
+}
+
+/// A chat member over a bare ``WebSocket``: joins, says, and reads frames one by one.
+struct RawChatMember {
+    let socket: WebSocket
+    let welcome: ChatWelcome
+    let frames: AsyncStream<WebSocketMessage>
+
+    static func join(_ url: URL) async throws -> RawChatMember {
+        let socket = WebSocket(url: url)
+        let frames = socket.messages
+        try await socket.connect()
+        let first = try await frames.first(within: .seconds(20))
+        guard case .string(let text) = first, case .welcome(let welcome) = try ChatServerFrame.decode(Data(text.utf8)) else {
+            throw StreamEndedError()
+        }
+        return RawChatMember(socket: socket, welcome: welcome, frames: frames)
+    }
+
+    /// Says `text` with the client message id `id`; returns its ack.
+    func say(_ id: String, _ text: String) async throws -> ChatAck {
+        try await socket.send(.string(try ChatClientFrame.say(ChatSay(clientMessageID: id, text: text)).jsonString()))
+        let reply = try await frames.first(within: .seconds(20)) { message in
+            guard case .string(let text) = message, case .ack(let ack)? = try? ChatServerFrame.decode(Data(text.utf8)) else { return false }
+            return ack.clientMessageID == id
+        }
+        guard case .string(let text) = reply, case .ack(let ack) = try ChatServerFrame.decode(Data(text.utf8)) else { throw StreamEndedError() }
+        return ack
+    }
+
+    /// The messages that arrive until one with the text `last`.
+    func messages(until last: String) async throws -> [ChatMessage] {
+        try await withTimeout(.seconds(20)) {
+            var messages: [ChatMessage] = []
+            for await frame in frames {
+                guard case .string(let text) = frame, case .message(let message)? = try? ChatServerFrame.decode(Data(text.utf8)) else { continue }
+                messages.append(message)
+                if message.text == last { return messages }
+            }
+            throw StreamEndedError()
+        }
+    }
+}
