@@ -1,4 +1,5 @@
 import ArgumentParser
+import DuplexServer
 @testable import duplex
 @testable import duplex_server
 import Foundation
@@ -51,12 +52,42 @@ struct ComposeFileTests {
         #expect(ports.contains("\(command.port):\(command.port)"), "ports \(ports) must publish --port \(command.port)")
     }
 
+    @Test("the cluster profile: PostgreSQL, and two duplex-server nodes whose --store names it, on ports of their own")
+    func cluster() throws {
+        let services = try services()
+        let postgres = try #require(services["postgres"])
+        let environment = try #require(postgres.fields["environment"] as? [String: Any])
+        #expect(Service.list(postgres.fields["profiles"]) == ["cluster"])
+        let nodes = services.values.filter { $0.argv.first == "duplex-server" && $0.name != "server" }
+        #expect(Set(nodes.map(\.name)) == ["node1", "node2"])
+        var published: Set<String> = []
+        for node in nodes {
+            let command = try DuplexServerCommand.parse(Array(node.argv.dropFirst()))
+            let configuration = try command.storeConfiguration
+            guard case .postgres(let store) = configuration else {
+                Issue.record("\(node.name) has no postgres store")
+                continue
+            }
+            #expect(store.host == "postgres" && store.port == 5432, "\(node.name)")
+            #expect(store.username == "\(environment["POSTGRES_USER"] ?? "")" && store.password == "\(environment["POSTGRES_PASSWORD"] ?? "")")
+            #expect(store.database == "\(environment["POSTGRES_DB"] ?? "")")
+            #expect(command.host == "0.0.0.0")
+            #expect(Service.list(node.fields["profiles"]) == ["cluster"])
+            let dependsOn = try #require(node.fields["depends_on"] as? [String: Any])
+            #expect(dependsOn["postgres"] != nil, "\(node.name) waits for the database")
+            let ports = Service.list(node.fields["ports"])
+            #expect(ports.count == 1 && ports[0].hasSuffix(":\(command.port)"), "\(node.name): \(ports)")
+            published.formUnion(ports.map { String($0.split(separator: ":")[0]) })
+        }
+        #expect(published.count == 2, "each node on a port of its own")
+    }
+
     @Test("every client service runs a duplex subcommand with flags it accepts, against the server service's port")
     func clients() throws {
         let services = try services()
         let server = try #require(services["server"])
         let serverPort = try DuplexServerCommand.parse(Array(server.argv.dropFirst())).port
-        let clients = services.values.filter { $0.name != "server" }
+        let clients = services.values.filter { $0.argv.first == "duplex" }
         #expect(!clients.isEmpty)
         for client in clients {
             let argv = client.argv

@@ -1,0 +1,100 @@
+import DuplexSchema
+import Foundation
+import NIOConcurrencyHelpers
+import Testing
+
+@testable import DuplexServer
+
+/// A room replica (the PostgreSQL store's local copy of a room): it applies events numbered
+/// elsewhere strictly in seq order, without sockets or a database.
+@Suite("ChatRoom replica")
+struct ChatRoomReplicaTests {
+    typealias Recorder = ChatRoomTests.Recorder
+
+    static func event(_ seq: Int, _ type: String = "message", departure: RoomEvent.Departure? = nil) -> RoomEvent {
+        RoomEvent(seq: seq, type: type, json: #"{"seq":\#(seq)}"#, epoch: "E", departure: departure)
+    }
+
+    @Test("starts from the store's epoch, latest seq and history; a resume replays from that history")
+    func loads() throws {
+        let room = ChatRoom(replicaOf: "r", epoch: "E", latestSeq: 7, history: [Self.event(6), Self.event(7)], historyLimit: 10)
+        #expect(room.epoch == "E" && room.latestSeq == 7)
+        let watcher = Recorder()
+        let subscription = try room.subscribe(watcher.subscriber(member: nil), since: 5, epoch: "E").get()
+        #expect(subscription.backlog.map(\.seq) == [6, 7] && subscription.recovered == true && subscription.oldestSeq == 6)
+    }
+
+    @Test("applies the next seq, skips ones applied before, and stops at a gap without applying past it")
+    func order() throws {
+        let room = ChatRoom(replicaOf: "r", epoch: "E", latestSeq: 0, history: [], historyLimit: 10)
+        let watcher = Recorder()
+        _ = try room.subscribe(watcher.subscriber(member: nil), since: nil).get()
+        #expect(room.apply([Self.event(1), Self.event(2)]))
+        #expect(room.apply([Self.event(2), Self.event(3)]), "2 again is skipped")
+        #expect(!room.apply([Self.event(4), Self.event(6), Self.event(7)]), "6 is past a gap")
+        #expect(watcher.seqs == [1, 2, 3, 4] && room.latestSeq == 4)
+        #expect(room.apply([Self.event(5), Self.event(6), Self.event(7)]))
+        #expect(watcher.seqs == [1, 2, 3, 4, 5, 6, 7])
+    }
+
+    @Test("a member joining a replica records no presence itself, and a name check is the store's")
+    func noLocalPresence() throws {
+        let room = ChatRoom(replicaOf: "r", epoch: "E", latestSeq: 3, history: [], historyLimit: 10)
+        let first = Recorder()
+        let second = Recorder()
+        let a = try room.subscribe(first.subscriber(member: "alice", token: "one"), since: nil).get()
+        _ = try room.subscribe(second.subscriber(member: "alice", token: "two"), since: nil).get()
+        room.unsubscribe(a.id)
+        #expect(room.latestSeq == 3 && first.seqs.isEmpty && second.seqs.isEmpty)
+    }
+
+    @Test("a left event for a connection still here closes it: 4001 when replaced, 1013 when its lease ran out")
+    func departures() throws {
+        let room = ChatRoom(replicaOf: "r", epoch: "E", latestSeq: 0, history: [], historyLimit: 10)
+        let alice = Recorder()
+        let bob = Recorder()
+        _ = try room.subscribe(alice.subscriber(member: "alice"), since: nil).get()
+        _ = try room.subscribe(bob.subscriber(member: "bob"), since: nil).get()
+        room.apply([Self.event(1, "left", departure: .init(session: "session-alice", replaced: true))])
+        room.apply([Self.event(2, "left", departure: .init(session: "session-bob", replaced: false))])
+        #expect(alice.replacements.withLockedValue { $0 } == 1 && alice.overflows.withLockedValue { $0 } == 0)
+        #expect(bob.overflows.withLockedValue { $0 } == 1 && bob.replacements.withLockedValue { $0 } == 0)
+        #expect(alice.seqs.isEmpty, "a closed connection gets nothing more")
+        #expect(room.subscriberCount == 0)
+    }
+
+    @Test("waitUntilApplied returns when the seq is applied, and false at its timeout")
+    func waits() async throws {
+        let room = ChatRoom(replicaOf: "r", epoch: "E", latestSeq: 0, history: [], historyLimit: 10)
+        async let applied = room.waitUntilApplied(2, timeout: .seconds(30))
+        room.apply([Self.event(1)])
+        room.apply([Self.event(2)])
+        #expect(await applied)
+        #expect(await room.waitUntilApplied(2, timeout: .milliseconds(1)), "already applied")
+        #expect(await !room.waitUntilApplied(3, timeout: .milliseconds(20)))
+    }
+
+    @Test("restart after lost events: every subscriber is closed (1013) and the history starts again")
+    func restart() throws {
+        let room = ChatRoom(replicaOf: "r", epoch: "E", latestSeq: 2, history: [Self.event(1), Self.event(2)], historyLimit: 10)
+        let watcher = Recorder()
+        _ = try room.subscribe(watcher.subscriber(member: nil), since: nil).get()
+        room.restart(at: 900, with: [Self.event(899), Self.event(900)])
+        #expect(watcher.overflows.withLockedValue { $0 } == 1 && room.subscriberCount == 0)
+        #expect(room.latestSeq == 900 && room.historySize.events == 2)
+    }
+
+    @Test("PostgresChatStore.template splits a frame's JSON around its seq, once")
+    func template() throws {
+        let at = Date(timeIntervalSince1970: 0)
+        let (prefix, suffix) = try PostgresChatStore.template { seq in
+            .message(ChatMessage(room: "r", seq: seq, clientMessageID: "c", from: "a", text: #"a "seq":9007199254740991 b"#, sentAt: at))
+        }
+        let json = prefix + "42" + suffix
+        guard case .message(let message) = try ChatServerFrame.decode(Data(json.utf8)) else {
+            Issue.record("not a message: \(json)")
+            return
+        }
+        #expect(message.seq == 42 && message.text == #"a "seq":9007199254740991 b"#)
+    }
+}
