@@ -519,18 +519,26 @@ final class PostgresChatStore: ChatStore {
         while !Task.isCancelled {
             do {
                 let connection = try await PostgresConnection.connect(configuration: connectionConfiguration, id: 0, logger: logger)
-                try await withTaskCancellationHandler {
-                    try await connection.listen(on: PostgresChatSchema.channel) { notifications in
-                        self.listening()
-                        delay = .milliseconds(100)
-                        for try await notification in notifications {
-                            self.received(notification.payload)
+                // Closed however listening ends: a connection must be closed before it is released.
+                let ended: Result<Void, any Error>
+                do {
+                    try await withTaskCancellationHandler {
+                        try await connection.listen(on: PostgresChatSchema.channel) { notifications in
+                            self.listening()
+                            delay = .milliseconds(100)
+                            for try await notification in notifications {
+                                self.received(notification.payload)
+                            }
                         }
+                    } onCancel: {
+                        connection.close()
                     }
-                } onCancel: {
-                    connection.close()
+                    ended = .success(())
+                } catch {
+                    ended = .failure(error)
                 }
                 try? await connection.close()
+                try ended.get()
                 if !Task.isCancelled { lost("the listening connection ended") }
             } catch {
                 if !Task.isCancelled { lost(Self.describe(error)) }
@@ -642,6 +650,18 @@ final class PostgresChatStore: ChatStore {
             } else if row.expired, settled {
                 logger.notice("removing a member of a server whose lease ran out", metadata: ["room": "\(row.room)", "name": "\(row.name)", "server": "\(row.node)"])
                 try await leave(room: row.room, name: row.name, session: row.session, cause: "expired")
+            }
+        }
+        if settled {
+            // Servers gone for good, whose members are all removed: forget them.
+            try await withDeadline("forgetting departed servers") {
+                try await self.client.execute(
+                    """
+                    DELETE FROM duplex_nodes n WHERE n.last_seen < now() - make_interval(secs => \(leaseMilliseconds) / 1000.0)
+                    AND NOT EXISTS (SELECT 1 FROM duplex_members m WHERE m.node = n.node)
+                    """,
+                    logger: self.logger
+                )
             }
         }
     }

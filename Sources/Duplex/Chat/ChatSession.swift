@@ -115,7 +115,9 @@ struct ChatSession: Sendable {
         case .joined(let presence):
             guard isNew(presence.seq) else { break }
             lastEventAt = presence.at
-            if presence.seq > latestSeqAtWelcome, presence.session != session {
+            // Names are unique in a room. A server that reads the members apart from the seq (the
+            // PostgreSQL store) may list a member whose `joined` comes after the welcome.
+            if presence.seq > latestSeqAtWelcome, presence.session != session, !members.contains(presence.name) {
                 members.append(presence.name)
                 members.sort()
             }

@@ -72,6 +72,14 @@ struct ChatSessionTests {
         _ = session.received(welcome(latest: 8, oldest: 1, members: ["alice", "carol"]), on: 4)
         #expect(session.members == ["alice", "carol"])
     }
+
+    @Test("a welcome that already lists a member whose joined comes after it (the PostgreSQL store) lists it once")
+    func membersListedAheadOfTheirJoin() {
+        var session = ChatSession(name: "alice", idPrefix: "x")
+        _ = session.received(welcome(latest: 5, oldest: 1, members: ["alice", "dave"]), on: 1)
+        _ = session.received(.joined(ChatPresence(room: "lobby", seq: 6, name: "dave", session: "s-dave", at: now)), on: 1)
+        #expect(session.members == ["alice", "dave"])
+    }
 }
 
 @Suite("ChatClient against the real server")

@@ -9,14 +9,14 @@ import Testing
 /// The fault proxy between the real client and the real server.
 @Suite("FaultProxy")
 struct FaultProxyTests {
-    static let wait: Duration = .seconds(10)
+    static let wait: Duration = .seconds(20)
 
     /// Runs `body` with a server, a proxy in front of it, and the proxy's ws:// URL for `path`.
     func withProxy<T: Sendable>(
         path: String = "/echo",
         _ body: @escaping @Sendable (FaultProxy, URL, RunningDuplexServer) async throws -> T
     ) async throws -> T {
-        try await withTimeout(.seconds(30)) {
+        try await withTimeout(.seconds(60)) {
             try await withDuplexServer { server in
                 let proxy = try await FaultProxy.start(upstreamPort: server.port)
                 do {

@@ -179,7 +179,7 @@ struct IntegrationTests {
 struct RestartIntegrationTests {
     @Test("a server restart gives the client 1001; it reconnects once the server is back on the same port, and SSE resumes exactly")
     func restart() async throws {
-        try await withTimeout(.seconds(30)) {
+        try await withTimeout(.seconds(90)) {
             try await withDuplexServer(configuration: .init(sseRetryMilliseconds: 20)) { server in
                 // A short connect timeout and pings: an attempt that reaches the server as it stops
                 // listening can wait for an answer that never comes, or be upgraded and then left
@@ -203,21 +203,21 @@ struct RestartIntegrationTests {
                 try await socket.connect()
                 try await sse.connect()
                 try await socket.send("before")
-                _ = try await events.first(within: .seconds(20)) { $0 == .message(.string("before")) }
+                _ = try await events.first(within: .seconds(30)) { $0 == .message(.string("before")) }
                 var received: [ServerSentEvent] = []
                 for await tick in ticks {
                     received.append(tick)
                     if received.count == 3 { break }
                 }
                 server.server.restart(downFor: .milliseconds(300))
-                let closed = try await events.first(within: .seconds(20)) { if case .disconnected = $0 { true } else { false } }
+                let closed = try await events.first(within: .seconds(30)) { if case .disconnected = $0 { true } else { false } }
                 #expect(closed == .disconnected(code: .goingAway, reason: "server shutting down"))
-                _ = try await states.first(within: .seconds(20)) { if case .connected = $0 { true } else { false } }
+                _ = try await states.first(within: .seconds(30)) { if case .connected = $0 { true } else { false } }
                 // The first connection after the 1001 can still reach the server as it stops (and
                 // be closed by it, or left unserved until pings fail): send again on each new
                 // connection until an echo comes back. One iteration of `events` throughout: a
                 // cancelled iteration would end the stream.
-                try await withTimeout(.seconds(20)) {
+                try await withTimeout(.seconds(30)) {
                     try? await socket.send("after")
                     for await event in events {
                         if event == .message(.string("after")) { return }

@@ -233,6 +233,43 @@ struct PostgresStoreTests {
         }
     }
 
+    @Test("one node cut off from PostgreSQL while another goes on: when it is back it catches up from the table, and its member gets every message once, in order")
+    func partitionedNodeCatchesUp() async throws {
+        try await withTimeout(.seconds(120)) {
+            try await Self.withDatabase { cluster, store in
+                // Node B reaches the database through a proxy that the test can cut.
+                let proxy = try await FaultProxy.start(upstreamPort: cluster.port)
+                let proxied = store.replacingOccurrences(of: ":\(cluster.port)/", with: ":\(proxy.port)/")
+                let (a, portA) = try await Self.node(store)
+                let (b, portB) = try await Self.node(proxied)
+                let alice = ChatClient(url: Self.chatURL(portA, "partition"), name: "alice", configuration: Self.fast)
+                let bob = ChatClient(url: Self.chatURL(portB, "partition"), name: "bob", configuration: Self.fast)
+                let bobEvents = bob.events
+                _ = try await alice.join()
+                _ = try await bob.join()
+                _ = try await alice.say("before")
+                #expect(await alice.waitForDelivery(timeout: .seconds(20)))
+                let cut = proxy.add(.resetPeer, direction: .both)
+                try await b.waitForStderr("lost the database connection", within: .seconds(30))
+                // Recorded through node A while node B hears nothing.
+                for i in 1...10 { _ = try await alice.say("while cut \(i)") }
+                #expect(await alice.waitForDelivery(timeout: .seconds(20)))
+                proxy.remove(cut)
+                try await b.waitForStderr("database connection restored", within: .seconds(60))
+                let seen = try await Self.collect(bobEvents) { $0.texts.contains("while cut 10") }
+                #expect(seen.texts == ["before"] + (1...10).map { "while cut \($0)" }, "\(seen.texts)")
+                #expect(seen.inSeqOrder && seen.missed == 0 && seen.resets == 0)
+                let health = try await HTTPProbe.get(port: portB, "/health")
+                #expect(health.contains(#""listening":true"#) && !health.contains(#""caughtUpEvents":0,"#), "\(health)")
+                await alice.leave()
+                await bob.leave()
+                await proxy.stop()
+                a.signal(SIGTERM)
+                b.signal(SIGTERM)
+            }
+        }
+    }
+
     @Test("a room's SSE stream on one node resumes on another from Last-Event-ID: exactly the events missed, no reset")
     func roomStreamAcrossNodes() async throws {
         try await withTimeout(.seconds(90)) {
