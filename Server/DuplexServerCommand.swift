@@ -22,6 +22,8 @@ struct DuplexServerCommand: AsyncParsableCommand {
             With --chaos, POST /_chaos/drop, /_chaos/close?code=C, /_chaos/stall?ms=M, \
             /_chaos/end-sse, /_chaos/refuse?ms=M and /_chaos/restart?ms=M break connections on purpose \
             (scope them with ?route=echo|chat|events|chat-events or ?room=NAME).
+            With --store postgres://USER@HOST:PORT/DB (or DUPLEX_STORE), every server on that database \
+            serves the same chat rooms, which survive restarts (README, "Running several nodes").
             """
     )
 
@@ -87,6 +89,9 @@ struct DuplexServerCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Seconds a starting server tries to reach the PostgreSQL store before it exits with an error.", valueName: "seconds"))
     var storeStartupTimeout: Double = 30
 
+    @Option(help: ArgumentHelp("Seconds a server's lease in the PostgreSQL store lasts: the members of a server that stops renewing it are removed after this.", valueName: "seconds"))
+    var storeLease: Double = 10
+
     func validate() throws {
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
@@ -107,7 +112,7 @@ struct DuplexServerCommand: AsyncParsableCommand {
         if let echoSubprotocols, Self.list(echoSubprotocols).isEmpty {
             throw ValidationError("--echo-subprotocols needs at least one name")
         }
-        for (name, value) in [("--store-startup-timeout", storeStartupTimeout), ("--request-head-timeout", requestHeadTimeout), ("--idle-timeout", idleTimeout), ("--shutdown-timeout", shutdownTimeout)] {
+        for (name, value) in [("--store-startup-timeout", storeStartupTimeout), ("--store-lease", storeLease), ("--request-head-timeout", requestHeadTimeout), ("--idle-timeout", idleTimeout), ("--shutdown-timeout", shutdownTimeout)] {
             guard value > 0, value <= 86_400 else { throw ValidationError("\(name) must be from 0 to 86400 seconds") }
         }
     }
@@ -142,6 +147,9 @@ struct DuplexServerCommand: AsyncParsableCommand {
         switch try? storeConfiguration {
         case .postgres(var postgres)?:
             postgres.startupTimeout = Self.duration(storeStartupTimeout)
+            postgres.lease = Self.duration(storeLease)
+            // Renewed several times per lease, at most every second.
+            postgres.heartbeatInterval = min(.seconds(1), Self.duration(storeLease / 4))
             configuration.store = .postgres(postgres)
         default:
             configuration.store = .memory

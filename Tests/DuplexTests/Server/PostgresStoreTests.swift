@@ -11,7 +11,7 @@ import Testing
 /// database restart.
 @Suite(
     "PostgreSQL store: several duplex-server processes",
-    .enabled(if: PostgresCluster.testsEnabled, Comment(rawValue: PostgresCluster.skipMessage)),
+    .enabled(if: PostgresCluster.testsEnabled, Comment(rawValue: PostgresCluster.disabledReason)),
     // One cluster and its nodes at a time: each test starts a PostgreSQL server and two or three
     // server processes, and the rest of the suite runs beside them on few cores.
     .serialized
@@ -70,8 +70,11 @@ struct PostgresStoreTests {
     func exactlyOnceAcrossThreeNodes() async throws {
         try await withTimeout(.seconds(180)) {
             try await Self.withDatabase { _, store in
-                var nodes: [(CLIProcess, Int)] = []
-                for _ in 0..<3 { nodes.append(try await Self.node(store)) }
+                // Started together on a new database: they migrate it at the same time.
+                async let first = Self.node(store)
+                async let second = Self.node(store)
+                async let third = Self.node(store)
+                let nodes = try await [first, second, third]
                 let members = (0..<6).map { index in
                     ChatClient(url: Self.chatURL(nodes[index % 3].1, "busy"), name: "m\(index)", configuration: Self.fast)
                 }
@@ -182,6 +185,37 @@ struct PostgresStoreTests {
                 await alice.leave()
                 await bob.leave()
                 await balancer.stop()
+                b.signal(SIGTERM)
+            }
+        }
+    }
+
+    @Test("a killed node's member that never comes back is removed when the node's lease runs out: the others see it leave, and its name is free")
+    func leaseExpiry() async throws {
+        try await withTimeout(.seconds(90)) {
+            try await Self.withDatabase { _, store in
+                let (a, portA) = try await Self.node(store, ["--store-lease", "1"])
+                let (b, portB) = try await Self.node(store, ["--store-lease", "1"])
+                let carol = try await RawChatMember.join(URL(string: "ws://127.0.0.1:\(portA)/chat/lease?name=carol")!)
+                let bob = ChatClient(url: Self.chatURL(portB, "lease"), name: "bob", configuration: Self.fast)
+                let bobEvents = bob.events
+                let welcome = try await bob.join()
+                #expect(welcome.members == ["bob", "carol"])
+                a.signal(SIGKILL)
+                _ = try await a.waitForExit()
+                let left = try await bobEvents.first(within: .seconds(30)) { event in
+                    if case .left(let presence) = event { return presence.name == "carol" }
+                    return false
+                }
+                guard case .left(let presence) = left else { throw StreamEndedError() }
+                #expect(presence.session == carol.welcome.session)
+                #expect(bob.members == ["bob"])
+                // The name is free: another connection, without carol's token, may take it.
+                let newcomer = try await RawChatMember.join(URL(string: "ws://127.0.0.1:\(portB)/chat/lease?name=carol")!)
+                #expect(newcomer.welcome.members == ["bob", "carol"])
+                await newcomer.socket.terminate()
+                await carol.socket.terminate()
+                await bob.leave()
                 b.signal(SIGTERM)
             }
         }

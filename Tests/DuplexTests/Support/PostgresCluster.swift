@@ -28,9 +28,20 @@ final class PostgresCluster: Sendable {
     /// Whether a missing PostgreSQL must fail the tests instead of skipping them (CI).
     static var isRequired: Bool { ProcessInfo.processInfo.environment["DUPLEX_REQUIRE_POSTGRES"] == "1" }
 
+    /// Whether this run leaves the cluster tests to a run of their own
+    /// (`DUPLEX_POSTGRES_TESTS=separately`): `.ci/run` runs them after the rest, with
+    /// `swift test --filter PostgresStoreTests`, so that their server processes do not starve the
+    /// timing-sensitive tests on a two-core machine.
+    static var runsSeparately: Bool { ProcessInfo.processInfo.environment["DUPLEX_POSTGRES_TESTS"] == "separately" }
+
     /// Whether tests that need a cluster run: PostgreSQL is installed, or it is required (so
-    /// that they fail loudly).
-    static var testsEnabled: Bool { isInstalled || isRequired }
+    /// that they fail loudly); and they are not left to a run of their own.
+    static var testsEnabled: Bool { (isInstalled || isRequired) && !runsSeparately }
+
+    /// Why they do not run.
+    static var disabledReason: String {
+        runsSeparately ? "DUPLEX_POSTGRES_TESTS=separately: these run on their own (swift test --filter PostgresStoreTests)" : skipMessage
+    }
 
     /// Why PostgreSQL tests are skipped.
     static let skipMessage = "PostgreSQL is not installed (apt-get install postgresql, or set DUPLEX_PG_BIN); set DUPLEX_REQUIRE_POSTGRES=1 to fail instead of skipping"
