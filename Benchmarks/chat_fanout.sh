@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Chat fan-out on one server: duplex-server (memory store) next to a Node `ws` broadcast server
+# (Benchmarks/node_chat_server.js), under the same load from Benchmarks/chat_load.js: SENDERS
+# members each say 1 message a second for 10 s in a room of MEMBERS.
+#
+#   Benchmarks/chat_fanout.sh .build-release/release/duplex-server [runs]
+#
+# Server on CPU 0, load generator on CPU 1. Reports, per server and room size, the medians over
+# `runs` (default 3) interleaved runs of delivery latency p50/p99 and the server's CPU time per
+# message delivered (user + system, from /proc), and checks every delivery.
+set -euo pipefail
+bin=${1:?usage: chat_fanout.sh DUPLEX_SERVER_BINARY [runs]}
+runs=${2:-3}
+here=$(cd "$(dirname "$0")" && pwd)
+out=$(mktemp -d /tmp/duplex-fanout-XXXXXX)
+server=""
+trap '[ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$out"' EXIT
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+run() { # name members senders
+    local name=$1 members=$2 senders=$3 port
+    if [ "$name" = duplex ]; then
+        taskset -c 0 "$bin" --port 0 --log-level error --no-compression >"$out/server.out" 2>&1 &
+    else
+        taskset -c 0 node "$here/node_chat_server.js" 0 >"$out/server.out" 2>&1 &
+    fi
+    server=$!
+    for _ in $(seq 1 100); do
+        port=$(grep -oE '(listening on (http://127.0.0.1:)?)[0-9]+' "$out/server.out" | grep -oE '[0-9]+$' || true)
+        [ -n "$port" ] && break
+        sleep 0.1
+    done
+    local before after result
+    before=$(cpu_ticks "$server")
+    result=$(taskset -c 1 node "$here/chat_load.js" latency "ws://127.0.0.1:$port" "$members" "$senders" 1 10)
+    after=$(cpu_ticks "$server")
+    kill "$server"; wait "$server" 2>/dev/null || true; server=""
+    echo "{\"server\": \"$name\", \"members\": $members, \"cpu_seconds\": $(awk -v a="$after" -v b="$before" -v hz="$(getconf CLK_TCK)" 'BEGIN { print (a - b) / hz }'), \"result\": $result}" | tee -a "$out/results.jsonl" >&2
+}
+
+for _ in $(seq 1 "$runs"); do
+    for members in 100 1000; do
+        run duplex "$members" 10
+        run node "$members" 10
+    done
+done
+
+python3 - "$out/results.jsonl" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+groups = {}
+for row in rows:
+    groups.setdefault((row["members"], row["server"]), []).append(row)
+print("| members | server | p50 ms | p99 ms | server CPU µs per delivery | lost or duplicated |")
+print("|---|---|---|---|---|---|")
+for (members, server), rs in sorted(groups.items()):
+    med = lambda key: round(statistics.median(r["result"][key] for r in rs), 2)
+    cpu = statistics.median(r["cpu_seconds"] * 1e6 / max(r["result"]["deliveries"], 1) for r in rs)
+    bad = sum(r["result"]["members_short"] + r["result"]["duplicates"] + r["result"]["expected_deliveries"] - r["result"]["deliveries"] for r in rs)
+    print(f"| {members} | {server} | {med('all_p50_ms')} | {med('all_p99_ms')} | {cpu:.1f} | {bad} |")
+EOF
