@@ -1,4 +1,8 @@
-"""Measures duplex-server's resident memory: idle, and with N idle WebSocket connections open.
+"""Measures duplex-server's resident memory: idle, and with N idle connections open.
+
+DUPLEX_RSS_KIND says which connections: `websocket` (the default, on /echo), `tcp` (silent TCP
+connections that never send a request head: measured before the request head timeout closes
+them), or `sse` (subscribers of a room's event stream, GET /chat/rss/events, which stays silent).
 
 Usage: python3 Benchmarks/server_rss.py PATH/TO/duplex-server [N [SERVER FLAGS...]]
 (for example `... 1000 --no-compression`: the clients offer permessage-deflate, as Python's
@@ -34,6 +38,25 @@ async def main(binary, count, flags):
             await asyncio.wait_for(ws.recv(), 10)
         await asyncio.sleep(1)
         idle = rss_kib(server.pid)
+
+        kind = os.environ.get("DUPLEX_RSS_KIND", "websocket")
+        if kind in ("tcp", "sse"):
+            streams = []
+            for start in range(0, count, 100):
+                streams += await asyncio.wait_for(asyncio.gather(*(asyncio.open_connection("127.0.0.1", port) for _ in range(start, min(count, start + 100)))), 30)
+            if kind == "sse":
+                for _, writer in streams:
+                    writer.write(b"GET /chat/rss/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n")
+                heads = await asyncio.wait_for(asyncio.gather(*(reader.readuntil(b"\r\n\r\n") for reader, _ in streams)), 30)
+                assert all(head.startswith(b"HTTP/1.1 200") for head in heads), heads[0]
+            await asyncio.sleep(1)
+            loaded = rss_kib(server.pid)
+            for _, writer in streams:
+                writer.close()
+            print(f"idle RSS: {idle / 1024:.1f} MiB")
+            print(f"RSS with {count} {'silent TCP connections' if kind == 'tcp' else 'room SSE subscribers'}: {loaded / 1024:.1f} MiB")
+            print(f"per connection: {(loaded - idle) / count:.1f} KiB")
+            return
 
         sockets = []
         for start in range(0, count, 100):
