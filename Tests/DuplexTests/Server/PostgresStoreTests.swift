@@ -384,6 +384,10 @@ struct PostgresStoreTests {
             let bogus = try CLIProcess("duplex-server", ["--port", "0", "--store", "mysql://x@y/z"])
             let refused = try await bogus.waitForExit()
             #expect(refused.status != 0 && refused.stderr.contains("postgres://"), "\(refused)")
+            // DUPLEX_STORE is read as --store is.
+            let fromEnvironment = try CLIProcess("duplex-server", ["--port", "0"], environment: ["DUPLEX_STORE": "redis://x@y/z"])
+            let refusedToo = try await fromEnvironment.waitForExit()
+            #expect(refusedToo.status != 0 && refusedToo.stderr.contains("--store") && refusedToo.stderr.contains("postgres://"), "\(refusedToo)")
             let refusing = try RefusingPort()
             let unreachable = try CLIProcess("duplex-server", ["--port", "0", "--store", "postgres://duplex@127.0.0.1:\(refusing.port)/none", "--store-startup-timeout", "1"])
             let failed = try await unreachable.waitForExit(within: .seconds(50))
