@@ -384,7 +384,9 @@ final class ChatRoom: Sendable {
     /// Waits until the event numbered `seq` has been applied; returns false when `timeout`
     /// passes first, or the task is cancelled.
     func waitUntilApplied(_ seq: Int, timeout: Duration) async -> Bool {
-        await withTaskGroup(of: Bool.self) { group in
+        // The usual case on the say path: the node applied its own event already.
+        if latestSeq >= seq { return true }
+        return await withTaskGroup(of: Bool.self) { group in
             group.addTask { await self.waitUntilApplied(seq) }
             group.addTask {
                 try? await Task.sleep(for: timeout)

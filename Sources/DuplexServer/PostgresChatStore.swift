@@ -144,7 +144,8 @@ final class PostgresChatStore: ChatStore {
         let (listening, reconnections, lastError, caughtUp, rooms) = state.withLockedValue {
             ($0.listening, $0.reconnections, $0.lastError, $0.caughtUpEvents, $0.replicas.count)
         }
-        let error = lastError.map { #","lastError":\#(Self.jsonString($0))"# } ?? ""
+        // Bounded: the database's message can be long.
+        let error = lastError.map { #","lastError":\#(Self.jsonString(String($0.prefix(300))))"# } ?? ""
         return #"{"kind":"postgres","node":"\#(node)","listening":\#(listening),"reconnections":\#(reconnections),"caughtUpEvents":\#(caughtUp),"rooms":\#(rooms)\#(error)}"#
     }
 
@@ -266,12 +267,12 @@ final class PostgresChatStore: ChatStore {
     /// The local replica of a room, loaded from the database (and the room created there) when
     /// this server holds none.
     private func replica(_ name: String) async throws -> ChatRoom {
-        let task: Task<ChatRoom, any Error> = try state.withLockedValue { state in
+        let held: Replica = try state.withLockedValue { state in
             switch state.replicas[name] {
             case .loaded(let room):
-                return Task { room }
+                return .loaded(room)
             case .loading(let task):
-                return task
+                return .loading(task)
             case nil:
                 if state.replicas.count >= maxRooms {
                     let idle = state.replicas.compactMap { entry -> (String, ContinuousClock.Instant)? in
@@ -285,8 +286,13 @@ final class PostgresChatStore: ChatStore {
                 }
                 let task = Task { try await self.load(name) }
                 state.replicas[name] = .loading(task)
-                return task
+                return .loading(task)
             }
+        }
+        let task: Task<ChatRoom, any Error>
+        switch held {
+        case .loaded(let room): return room
+        case .loading(let loading): task = loading
         }
         do {
             let room = try await task.value
