@@ -148,7 +148,7 @@ struct CLITests {
                 let cases: [([String], Int32, String)] = [
                     (["echo", "ws://"], 3, "malformed URL"),
                     (["echo", "ftp://127.0.0.1:\(server.port)/echo"], 3, "the scheme must be ws or wss (http and https are taken as ws and wss), not ftp"),
-                    (["echo", "--timeout", "2", "http://127.0.0.1:\(server.port)/echo", "mapped"], 0, ""),
+                    (["echo", "--timeout", "15", "http://127.0.0.1:\(server.port)/echo", "mapped"], 0, ""),
                     (["ws", "not a url"], 3, "malformed URL"),
                     (["listen", "ws://127.0.0.1/events"], 3, "the scheme must be http or https"),
                     (["proxy", "--listen", "nowhere", "--upstream", "127.0.0.1:1"], 3, "is not HOST:PORT"),

@@ -15,6 +15,14 @@ struct EpochTests {
         connectTimeout: .seconds(10)
     )
 
+    /// `fast` without its short pings: for tests that count the server's connections, where a
+    /// pong late on a loaded machine would reconnect a member at the wrong moment.
+    static let calm: WebSocketConfiguration = {
+        var configuration = fast
+        configuration.ping = PingConfig(pingInterval: .seconds(30), maxPingFailures: 2)
+        return configuration
+    }()
+
     @Test("ChatSession: a welcome in another epoch resets the position, reports the reset once, and resends")
     func sessionReset() {
         var session = ChatSession(name: "alice", idPrefix: "x")
@@ -287,8 +295,8 @@ struct NormalClosureTests {
         try await withTimeout(.seconds(30)) {
             try await withDuplexServer { server in
                 let url = server.webSocketURL("/chat/normal")
-                let alice = ChatClient(url: url, name: "alice", configuration: EpochTests.fast)
-                let bob = ChatClient(url: url, name: "bob", configuration: EpochTests.fast)
+                let alice = ChatClient(url: url, name: "alice", configuration: EpochTests.calm)
+                let bob = ChatClient(url: url, name: "bob", configuration: EpochTests.calm)
                 let bobEvents = bob.events
                 _ = try await alice.join()
                 _ = try await bob.join()
@@ -311,11 +319,11 @@ struct NormalClosureTests {
             try await withDuplexServer { server in
                 let proxy = try await FaultProxy.start(upstreamPort: server.port)
                 let url = URL(string: "ws://127.0.0.1:\(proxy.port)/chat/refused-rejoin")!
-                var slow = EpochTests.fast
+                var slow = EpochTests.calm
                 slow.reconnection = .fixedDelay(.milliseconds(400))
                 slow.connectTimeout = .seconds(10)
                 let alice = ChatClient(url: url, name: "alice", configuration: slow)
-                let bob = ChatClient(url: server.webSocketURL("/chat/refused-rejoin"), name: "bob", configuration: EpochTests.fast)
+                let bob = ChatClient(url: server.webSocketURL("/chat/refused-rejoin"), name: "bob", configuration: EpochTests.calm)
                 let aliceEvents = alice.events
                 let bobEvents = bob.events
                 _ = try await alice.join()

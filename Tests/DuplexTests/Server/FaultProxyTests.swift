@@ -139,6 +139,15 @@ struct FaultProxyTests {
 struct ServerStallTests {
     @Test("a server stall is caught by pings after exactly maxPingFailures misses, then the client reconnects")
     func stall() async throws {
+        let trace = StepTrace()
+        do {
+            try await stallScenario(trace)
+        } catch {
+            Issue.record("failed at step \"\(trace.step)\" (\(error)); client saw: \(trace.seen.joined(separator: ", "))")
+        }
+    }
+
+    private func stallScenario(_ trace: StepTrace) async throws {
         try await withTimeout(.seconds(60)) {
             try await withDuplexServer { server in
                 let socket = WebSocket(
@@ -150,16 +159,21 @@ struct ServerStallTests {
                 )
                 let states = socket.stateEvents
                 let events = socket.events
+                trace.enter("connect")
                 try await socket.connect()
                 try await socket.send("warm")
-                _ = try await events.first(within: .seconds(20)) { $0 == .message(.string("warm")) }
+                trace.enter("warm echo")
+                _ = try await events.first(within: .seconds(20)) { trace.saw($0); return $0 == .message(.string("warm")) }
                 #expect(server.server.stallConnections(.route("echo"), for: .seconds(20)) == 1)
                 // Waits generous for a machine loaded by the whole suite; the test's own limit is 60 s.
-                let failed = try await states.first(within: .seconds(20)) { if case .disconnected = $0 { true } else { false } }
+                trace.enter("ping failure")
+                let failed = try await states.first(within: .seconds(20)) { trace.saw($0); if case .disconnected = $0 { return true } else { return false } }
                 #expect(failed == .disconnected(.pingFailed(missedPings: 2)))
-                _ = try await states.first(within: .seconds(20)) { if case .connected = $0 { true } else { false } }
+                trace.enter("reconnected")
+                _ = try await states.first(within: .seconds(20)) { trace.saw($0); if case .connected = $0 { return true } else { return false } }
                 try await socket.send("fresh connection")
-                _ = try await events.first(within: .seconds(20)) { $0 == .message(.string("fresh connection")) }
+                trace.enter("echo on the fresh connection")
+                _ = try await events.first(within: .seconds(20)) { trace.saw($0); return $0 == .message(.string("fresh connection")) }
                 await socket.terminate()
             }
         }

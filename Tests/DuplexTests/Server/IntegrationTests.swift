@@ -179,6 +179,16 @@ struct IntegrationTests {
 struct RestartIntegrationTests {
     @Test("a server restart gives the client 1001; it reconnects once the server is back on the same port, and SSE resumes exactly")
     func restart() async throws {
+        // What the test waited for last and what the client reported: a timeout names its step.
+        let trace = StepTrace()
+        do {
+            try await restartScenario(trace)
+        } catch {
+            Issue.record("failed at step \"\(trace.step)\" (\(error)); client saw: \(trace.seen.joined(separator: ", "))")
+        }
+    }
+
+    private func restartScenario(_ trace: StepTrace) async throws {
         try await withTimeout(.seconds(90)) {
             try await withDuplexServer(configuration: .init(sseRetryMilliseconds: 20)) { server in
                 // A short connect timeout and pings: an attempt that reaches the server as it stops
@@ -200,31 +210,39 @@ struct RestartIntegrationTests {
                     configuration: .init(connectTimeout: .seconds(10))
                 )
                 let ticks = sse.events
+                trace.enter("connect")
                 try await socket.connect()
                 try await sse.connect()
                 try await socket.send("before")
-                _ = try await events.first(within: .seconds(30)) { $0 == .message(.string("before")) }
+                trace.enter("echo before the restart")
+                _ = try await events.first(within: .seconds(30)) { trace.saw($0); return $0 == .message(.string("before")) }
                 var received: [ServerSentEvent] = []
+                trace.enter("3 SSE ticks before the restart")
                 for await tick in ticks {
                     received.append(tick)
                     if received.count == 3 { break }
                 }
+                trace.enter("1001 from the restart")
                 server.server.restart(downFor: .milliseconds(300))
-                let closed = try await events.first(within: .seconds(30)) { if case .disconnected = $0 { true } else { false } }
+                let closed = try await events.first(within: .seconds(30)) { trace.saw($0); if case .disconnected = $0 { return true } else { return false } }
                 #expect(closed == .disconnected(code: .goingAway, reason: "server shutting down"))
-                _ = try await states.first(within: .seconds(30)) { if case .connected = $0 { true } else { false } }
+                trace.enter("connected state after the restart")
+                _ = try await states.first(within: .seconds(30)) { trace.saw($0); if case .connected = $0 { return true } else { return false } }
                 // The first connection after the 1001 can still reach the server as it stops (and
                 // be closed by it, or left unserved until pings fail): send again on each new
                 // connection until an echo comes back. One iteration of `events` throughout: a
                 // cancelled iteration would end the stream.
+                trace.enter("echo after the restart")
                 try await withTimeout(.seconds(30)) {
                     try? await socket.send("after")
                     for await event in events {
+                        trace.saw(event)
                         if event == .message(.string("after")) { return }
                         if case .connected = event { try? await socket.send("after") }
                     }
                     throw StreamEndedError()
                 }
+                trace.enter("SSE ticks after the restart")
                 for await tick in ticks {
                     received.append(tick)
                     if received.count == 30 { break }
@@ -232,6 +250,7 @@ struct RestartIntegrationTests {
                 let ids = received.compactMap { $0.id.flatMap { Int64($0) } }
                 #expect(ids == Array(ids[0]..<(ids[0] + Int64(ids.count))), "no gap and no duplicate across the restart")
                 #expect(try await server.server.port() == server.port)
+                trace.enter("terminate")
                 await socket.terminate()
                 await sse.terminate()
             }
