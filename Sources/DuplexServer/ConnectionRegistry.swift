@@ -30,7 +30,10 @@ struct ConnectionInfo: Sendable, Equatable {
 final class ConnectionRegistry: Sendable {
     private struct Entry {
         var info: ConnectionInfo
-        var commands: AsyncStream<ConnectionCommand>.Continuation
+        /// Carries a command to the connection: into its task's stream, or onto its event loop.
+        var deliver: @Sendable (ConnectionCommand) -> Void
+        /// Ends the task's stream; nothing for an event-loop connection.
+        var finish: @Sendable () -> Void
     }
 
     private struct State {
@@ -53,25 +56,38 @@ final class ConnectionRegistry: Sendable {
         _ body: (AsyncStream<ConnectionCommand>) async throws -> Result
     ) async rethrows -> Result {
         let (commands, continuation) = AsyncStream<ConnectionCommand>.makeStream()
-        let id: UInt64 = state.withLockedValue { state in
-            state.nextID += 1
-            state.entries[state.nextID] = Entry(info: info, commands: continuation)
-            if let (code, reason) = state.shutdownReason {
-                continuation.yield(.close(code, reason))
-            }
-            return state.nextID
-        }
+        let id = register(info, deliver: { continuation.yield($0) }, finish: { continuation.finish() })
         defer { remove(id) }
         return try await body(commands)
+    }
+
+    /// Registers a connection served on its event loop, with no task: `deliver` receives its
+    /// commands (on any thread). Call ``remove(_:)`` with the returned id once it has closed.
+    func register(_ info: ConnectionInfo, deliver: @escaping @Sendable (ConnectionCommand) -> Void) -> UInt64 {
+        register(info, deliver: deliver, finish: {})
+    }
+
+    private func register(
+        _ info: ConnectionInfo,
+        deliver: @escaping @Sendable (ConnectionCommand) -> Void,
+        finish: @escaping @Sendable () -> Void
+    ) -> UInt64 {
+        let (id, shutdown) = state.withLockedValue { state in
+            state.nextID += 1
+            state.entries[state.nextID] = Entry(info: info, deliver: deliver, finish: finish)
+            return (state.nextID, state.shutdownReason)
+        }
+        if let (code, reason) = shutdown { deliver(.close(code, reason)) }
+        return id
     }
 
     /// Sends `command` to every connection `matching` selects; returns how many it reached.
     @discardableResult
     func send(_ command: ConnectionCommand, matching: (ConnectionInfo) -> Bool) -> Int {
         let targets = state.withLockedValue { state in
-            state.entries.values.filter { matching($0.info) }.map(\.commands)
+            state.entries.values.filter { matching($0.info) }.map(\.deliver)
         }
-        for target in targets { target.yield(command) }
+        for deliver in targets { deliver(command) }
         return targets.count
     }
 
@@ -80,9 +96,9 @@ final class ConnectionRegistry: Sendable {
     func shutdown(code: WebSocketCloseCode, reason: String, timeout: Duration) async {
         let targets = state.withLockedValue { state in
             state.shutdownReason = (code, reason)
-            return state.entries.values.map(\.commands)
+            return state.entries.values.map(\.deliver)
         }
-        for target in targets { target.yield(.close(code, reason)) }
+        for deliver in targets { deliver(.close(code, reason)) }
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.waitUntilEmpty() }
             group.addTask { try? await Task.sleep(for: timeout) }
@@ -118,14 +134,15 @@ final class ConnectionRegistry: Sendable {
         }
     }
 
-    private func remove(_ id: UInt64) {
+    /// Forgets a connection once it has closed.
+    func remove(_ id: UInt64) {
         let (entry, waiters) = state.withLockedValue { state -> (Entry?, [CheckedContinuation<Void, Never>]) in
             let entry = state.entries.removeValue(forKey: id)
             guard state.entries.isEmpty else { return (entry, []) }
             defer { state.drainWaiters = [:] }
             return (entry, Array(state.drainWaiters.values))
         }
-        entry?.commands.finish()
+        entry?.finish()
         for waiter in waiters { waiter.resume() }
     }
 }

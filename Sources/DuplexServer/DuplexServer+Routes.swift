@@ -2,6 +2,8 @@ import DuplexSchema
 import HTTPTypes
 import Hummingbird
 import HummingbirdWebSocket
+import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOWebSocket
 
@@ -51,29 +53,59 @@ extension DuplexServer {
     /// connection, so that its answer comes after theirs.
     static let refusedPath = "/.duplex-refused"
 
-    /// The WebSocket routes, tried for every request that asks to upgrade.
+    /// The WebSocket routes, tried for every request that asks to upgrade. A route accepts with
+    /// ``DuplexRequestContext/upgrade(_:to:)``; any other answer refuses the upgrade (400).
     func makeWebSocketRouter() -> Router<DuplexRequestContext> {
         let router = Router(context: DuplexRequestContext.self)
-        router.ws("echo", shouldUpgrade: { request, _ in
-            .upgrade(Self.selecting(from: Self.offeredSubprotocols(request), preferring: self.configuration.echoSubprotocols))
-        }) { inbound, outbound, context in
-            try await self.serveEcho(inbound: inbound, outbound: outbound, channel: context.requestContext.channel)
+        router.get("echo") { request, context -> Response in
+            let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: self.configuration.echoSubprotocols)
+            // Compression takes swift-websocket's task-based path, which applies the extension.
+            if self.configuration.compression != nil, request.headers[.secWebSocketExtensions] != nil {
+                return context.upgrade(headers, to: .task { inbound, outbound, context in
+                    try await self.serveEcho(inbound: inbound, outbound: outbound, channel: context.channel)
+                })
+            }
+            return context.upgrade(headers, to: .eventLoop(self.installEcho))
         }
-        router.ws("chat/:room", shouldUpgrade: { request, _ in
-            .upgrade(Self.selecting(from: Self.offeredSubprotocols(request), preferring: [ChatProtocol.subprotocol]))
-        }) { inbound, outbound, context in
-            switch self.chatJoin(context.request, context.requestContext) {
+        router.get("chat/:room") { request, context -> Response in
+            let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: [ChatProtocol.subprotocol])
+            switch self.chatJoin(request, context) {
             case .success(let join):
-                try await self.serveChat(join, inbound: inbound, outbound: outbound, channel: context.requestContext.channel)
+                return context.upgrade(headers, to: .task { inbound, outbound, context in
+                    try await self.serveChat(join, inbound: inbound, outbound: outbound, channel: context.channel)
+                })
             case .failure(let refusal):
                 // swift-nio answers a refused upgrade with a bare 400, which loses the reason, so
                 // the upgrade is accepted and the refusal sent as an error frame and close code.
-                try await outbound.write(.text(refusal.frameJSON))
-                let code: WebSocketCloseCode = refusal.status == .serviceUnavailable ? .tryAgainLater : .policyViolation
-                try await outbound.close(code.nio, reason: String(refusal.error.code.rawValue.prefix(123)))
+                return context.upgrade(headers, to: .task { _, outbound, _ in
+                    try await outbound.write(.text(refusal.frameJSON))
+                    let code: WebSocketCloseCode = refusal.status == .serviceUnavailable ? .tryAgainLater : .policyViolation
+                    try await outbound.close(code.nio, reason: String(refusal.error.code.rawValue.prefix(123)))
+                })
             }
         }
         return router
+    }
+
+    /// Routes an upgrade request through the WebSocket router: the service a route chose, or nil.
+    func webSocketService(
+        for request: Request,
+        channel: any Channel,
+        logger: Logger,
+        responder: some HTTPResponder<DuplexRequestContext>
+    ) async -> (HTTPFields, WebSocketService)? {
+        let context = DuplexRequestContext(source: .init(channel: channel, logger: logger))
+        guard let response = try? await responder.respond(to: request, context: context), response.status == .ok else { return nil }
+        return context.webSocketService.withLockedValue { $0 }
+    }
+
+    /// Serves `/echo` on `channel`'s event loop (``EchoWebSocketHandler``).
+    func installEcho(on channel: any Channel) throws {
+        let handler = EchoWebSocketHandler(
+            configuration: .init(maxMessageBytes: configuration.maxMessageBytes, closeTimeout: configuration.closeTimeout),
+            registry: connections
+        )
+        try channel.pipeline.syncOperations.addHandler(handler)
     }
 
     /// The subprotocols a request offers in `Sec-WebSocket-Protocol`, in its order (every field,

@@ -229,11 +229,9 @@ public final class DuplexServer: Service, Sendable {
             router: makeRouter(),
             server: HTTPServerBuilder { responder in
                 GuardedChildChannel(
-                    base: HTTP1WebSocketUpgradeChannel(
-                        responder: responder,
-                        webSocketResponder: webSocketResponder,
-                        configuration: channelConfiguration
-                    ),
+                    base: DuplexChildChannel(responder: responder, configuration: channelConfiguration) { request, channel, logger in
+                        await self.webSocketService(for: request, channel: channel, logger: logger, responder: webSocketResponder)
+                    },
                     limits: guardLimits,
                     refusal: self.refusal,
                     tracker: self.channels

@@ -85,4 +85,28 @@ struct EchoRouteTests {
             }
         }
     }
+
+    @Test("a close with a code no endpoint may send, or a one-byte payload, is answered with 1002")
+    func badCloseCodes() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                for code: UInt16 in [999, 1005, 1006, 2999, 5000] {
+                    try await TestWebSocket.with(port: server.port, path: "/echo") { socket in
+                        try await socket.sendClose(code: code, reason: "")
+                        #expect(try await socket.receiveClose().code == 1002, "close code \(code)")
+                    }
+                }
+                for code: UInt16 in [1001, 1011, 3000, 4999] {
+                    try await TestWebSocket.with(port: server.port, path: "/echo") { socket in
+                        try await socket.sendClose(code: code, reason: "fine")
+                        #expect(try await socket.receiveClose().code == 1000, "close code \(code)")
+                    }
+                }
+                try await TestWebSocket.with(port: server.port, path: "/echo") { socket in
+                    try await socket.sendFrame(opcode: 0x8, payload: [0x03])
+                    #expect(try await socket.receiveClose().code == 1002, "a one-byte close payload")
+                }
+            }
+        }
+    }
 }

@@ -1,0 +1,213 @@
+import HTTPTypes
+import Hummingbird
+import HummingbirdCore
+import HummingbirdWebSocket
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+import NIOHTTPTypes
+import NIOHTTPTypesHTTP1
+import NIOWebSocket
+@_spi(WSInternal) import WSCore
+
+/// What a WebSocket route serves an upgraded connection with.
+enum WebSocketService: Sendable {
+    /// Handlers on the connection's event loop, with no task per connection (`/echo`).
+    case eventLoop(@Sendable (any Channel) throws -> Void)
+    /// A task with swift-websocket's inbound stream and outbound writer (chat rooms, and `/echo`
+    /// with permessage-deflate).
+    case task(WebSocketDataHandler<WebSocketTaskContext>)
+}
+
+/// The context a task-served WebSocket handler gets: the request and the connection's channel.
+struct WebSocketTaskContext: WebSocketContext {
+    let request: Request
+    let channel: any Channel
+    let logger: Logger
+}
+
+/// Each connection of the server: HTTP/1.1 through Hummingbird's responder, or a WebSocket
+/// upgrade. It does what hummingbird-websocket's `HTTP1WebSocketUpgradeChannel` does, except
+/// that a route may serve its upgraded connections on the event loop (``WebSocketService``):
+/// then `handle(value:)` returns at once and no task stays behind for the connection.
+struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
+    /// What became of the connection once its first request head was read.
+    enum UpgradeResult: Sendable {
+        case servedOnEventLoop
+        case task(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, WebSocketDataHandler<WebSocketTaskContext>, WebSocketTaskContext, [any WebSocketExtension])
+        case notUpgraded(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>)
+        case failedUpgrade(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>, Logger)
+    }
+
+    struct Value: ServerChildChannelValue {
+        let upgradeResult: EventLoopFuture<UpgradeResult>
+        let channel: any Channel
+    }
+
+    /// Picks the service for a WebSocket upgrade request: the response headers to add (a
+    /// subprotocol, say) and the service; nil refuses the upgrade (400).
+    typealias Router = @Sendable (Request, any Channel, Logger) async -> (HTTPFields, WebSocketService)?
+
+    let responder: HTTPChannelHandler.Responder
+    let route: Router
+    let configuration: HTTP1WebSocketUpgradeChannel.Configuration
+
+    init(responder: @escaping HTTPChannelHandler.Responder, configuration: HTTP1WebSocketUpgradeChannel.Configuration, route: @escaping Router) {
+        self.responder = Self.upgradeRedirecting(responder)
+        self.configuration = configuration
+        self.route = route
+    }
+
+    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+        channel.eventLoop.makeCompletedFuture {
+            let upgradeAttempted = NIOLoopBoundBox(false, eventLoop: channel.eventLoop)
+            let chosen = NIOLockedValueBox<(WebSocketService, Request, [any WebSocketExtension])?>(nil)
+            let configuration = self.configuration
+            let route = self.route
+            let upgrader = NIOTypedWebSocketServerUpgrader<UpgradeResult>(
+                maxFrameSize: configuration.ws.maxFrameSize,
+                shouldUpgrade: { channel, head in
+                    upgradeAttempted.value = true
+                    let request: Request
+                    do {
+                        request = Request(head: try HTTPRequest(head, secure: false, splitCookie: false), body: .init(buffer: .init()))
+                    } catch {
+                        return channel.eventLoop.makeFailedFuture(error)
+                    }
+                    let promise = channel.eventLoop.makePromise(of: HTTPHeaders?.self)
+                    promise.completeWithTask {
+                        guard let (headers, service) = await route(request, channel, logger) else { return nil }
+                        let (responseHeaders, extensions) = try Self.negotiateExtensions(
+                            configuration.ws.extensions,
+                            request: request.headers,
+                            response: headers
+                        )
+                        chosen.withLockedValue { $0 = (service, request, extensions) }
+                        return HTTPHeaders(responseHeaders)
+                    }
+                    return promise.futureResult
+                },
+                upgradePipelineHandler: { channel, _ in
+                    channel.eventLoop.makeCompletedFuture {
+                        guard let (service, request, extensions) = chosen.withLockedValue({ $0 }) else {
+                            preconditionFailure("an upgrade always follows a chosen service")
+                        }
+                        switch service {
+                        case .eventLoop(let install):
+                            try install(channel)
+                            return .servedOnEventLoop
+                        case .task(let handler):
+                            let asyncChannel = try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(
+                                wrappingChannelSynchronously: channel,
+                                configuration: .init(isOutboundHalfClosureEnabled: true)
+                            )
+                            let context = WebSocketTaskContext(request: request, channel: channel, logger: logger)
+                            return .task(asyncChannel, handler, context, extensions)
+                        }
+                    }
+                }
+            )
+            let serverUpgradeConfiguration = NIOTypedHTTPServerUpgradeConfiguration(
+                upgraders: [upgrader],
+                notUpgradingCompletionHandler: { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try channel.pipeline.syncOperations.addHandler(HTTP1ToHTTPServerCodec(secure: false))
+                        try channel.pipeline.syncOperations.addHandlers(configuration.http1.additionalChannelHandlers())
+                        try channel.pipeline.syncOperations.addHandler(
+                            HTTPConnectionStateHandler(idleTimeout: configuration.http1.idleTimeout.map { .init($0) }, logger: logger)
+                        )
+                        let asyncChannel = try NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>(
+                            wrappingChannelSynchronously: channel,
+                            configuration: .init(isOutboundHalfClosureEnabled: true)
+                        )
+                        return upgradeAttempted.value ? .failedUpgrade(asyncChannel, logger) : .notUpgraded(asyncChannel)
+                    }
+                }
+            )
+            var pipeline = NIOUpgradableHTTPServerPipelineConfiguration<UpgradeResult>(upgradeConfiguration: serverUpgradeConfiguration)
+            pipeline.enablePipelining = false  // NIOAsyncChannel pipelines HTTP
+            pipeline.enableErrorHandling = false  // Hummingbird answers errors
+            pipeline.enableResponseHeaderValidation = false  // swift-http-types validates
+            pipeline.decoderConfiguration.maxHeaderFieldSize = configuration.http1.httpDecoder.maxHeaderFieldSize
+            pipeline.decoderConfiguration.maxHeaderListSize = configuration.http1.httpDecoder.maxHeaderListSize
+            pipeline.decoderConfiguration.maxHeaderFieldCount = configuration.http1.httpDecoder.maxHeaderFieldCount
+            let result = try channel.pipeline.syncOperations.configureUpgradableHTTPServerPipeline(configuration: pipeline)
+            return Value(upgradeResult: result, channel: channel)
+        }
+    }
+
+    func handle(value: Value, logger: Logger) async {
+        do {
+            switch try await value.upgradeResult.get() {
+            case .servedOnEventLoop:
+                return
+            case .notUpgraded(let http1):
+                await handleHTTP(asyncChannel: http1, logger: logger)
+            case .failedUpgrade(let http1, let logger):
+                logger.debug("WebSocket upgrade refused")
+                await refuseUpgrade(http1)
+            case .task(let asyncChannel, let handler, let context, let extensions):
+                do {
+                    _ = try await WebSocketHandler.handle(
+                        type: .server,
+                        configuration: .init(
+                            extensions: extensions,
+                            autoPing: configuration.ws.autoPing,
+                            closeTimeout: configuration.ws.closeTimeout,
+                            validateUTF8: configuration.ws.validateUTF8,
+                            maxFrameSize: configuration.ws.maxFrameSize
+                        ),
+                        asyncChannel: asyncChannel,
+                        context: context,
+                        handler: handler
+                    )
+                } catch {
+                    logger.debug("WebSocket handler error", metadata: ["error": "\(error)"])
+                }
+            }
+        } catch let error as ChannelError where error == .inputClosed {
+            logger.trace("the connection closed before its first request")
+        } catch {
+            logger.debug("connection setup failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// A refused upgrade: 400, and the connection closes.
+    private func refuseUpgrade(_ asyncChannel: NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>) async {
+        try? await asyncChannel.executeThenClose { _, outbound in
+            let head = HTTPResponse(status: .badRequest, headerFields: [.connection: "close", .contentLength: "0"])
+            try await outbound.write(contentsOf: [.head(head), .end(nil)])
+        }
+    }
+
+    /// permessage-deflate and any other configured extension, as the client offered them.
+    static func negotiateExtensions(
+        _ builders: [any WebSocketExtensionBuilder],
+        request: HTTPFields,
+        response: HTTPFields
+    ) throws -> (HTTPFields, [any WebSocketExtension]) {
+        var response = response
+        let offered = WebSocketExtensionHTTPParameters.parseHeaders(request)
+        for header in builders.compactMap({ $0.serverResponseHeader(to: offered) }) {
+            response.append(.init(name: .secWebSocketExtensions, value: header))
+        }
+        return (response, try builders.compactMap { try $0.serverExtension(from: offered) })
+    }
+
+    /// An upgrade asked for on a connection already serving HTTP cannot be carried out there
+    /// (swift-nio upgrades only a connection's first request): redirect to the same URL and
+    /// close, so the client asks again on a new connection, as hummingbird-websocket does.
+    static func upgradeRedirecting(_ responder: @escaping HTTPChannelHandler.Responder) -> HTTPChannelHandler.Responder {
+        struct RedirectClose: Error {}
+        return { request, writer, channel in
+            guard request.headers[.upgrade] == "websocket" else {
+                return try await responder(request, writer, channel)
+            }
+            var path = request.uri.path
+            if let query = request.uri.query { path += "?\(query)" }
+            try await writer.writeResponse(HTTPResponse(status: .temporaryRedirect, headerFields: [.connection: "close", .location: path]))
+            throw RedirectClose()
+        }
+    }
+}

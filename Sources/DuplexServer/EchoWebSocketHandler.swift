@@ -1,0 +1,297 @@
+import DuplexSchema
+import NIOCore
+import NIOWebSocket
+
+/// `WS /echo` served on the connection's event loop: no task, no stream, no actor per connection.
+///
+/// It sits after swift-nio's `WebSocketFrameDecoder` and `WebSocketProtocolErrorHandler` (which
+/// answer frames over the size limit with 1009 and malformed control frames with 1002) and keeps
+/// every behaviour of the task-based path:
+/// - every message comes back whole, with its opcode, in order; fragments are reassembled;
+/// - a message over `maxMessageBytes` gets 1009, invalid UTF-8 in a text message 1007, reserved
+///   bits, a reserved opcode, a continuation with nothing to continue or a new message inside a
+///   fragmented one 1002;
+/// - pings are answered with pongs; a client's close is answered (1000, or 1002 for a bad code)
+///   and the connection closed;
+/// - the registry's commands (close, drop, stall) arrive through ``deliver(_:)``; a close the
+///   server starts waits `closeTimeout` for the client's answer, then closes TCP;
+/// - backpressure: while the channel is not writable (the client does not read its echoes), the
+///   handler stops reading, so the client's sends are held back by TCP, not buffered here.
+///
+/// Writes are flushed once per read batch, so pipelined messages share a system call.
+final class EchoWebSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = WebSocketFrame
+    typealias OutboundIn = WebSocketFrame
+    typealias OutboundOut = WebSocketFrame
+
+    /// The limits and intervals the handler applies.
+    struct Configuration: Sendable {
+        var maxMessageBytes: Int
+        var closeTimeout: Duration
+    }
+
+    private let configuration: Configuration
+    private let registry: ConnectionRegistry
+    private var registration: UInt64?
+    private var state = EchoConnectionState()
+    /// The opcode and bytes of a fragmented message being reassembled.
+    private var fragments: (opcode: WebSocketOpcode, buffer: ByteBuffer)?
+    private var needsFlush = false
+    private var readPending = false
+    private var stalledUntil: NIODeadline?
+    private var closeDeadline: Scheduled<Void>?
+
+    init(configuration: Configuration, registry: ConnectionRegistry) {
+        self.configuration = configuration
+        self.registry = registry
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        let loop = context.eventLoop
+        let bound = NIOLoopBound((self, context), eventLoop: loop)
+        registration = registry.register(.init(kind: .webSocket, route: "echo")) { command in
+            loop.execute {
+                let (handler, context) = bound.value
+                handler.deliver(command, context: context)
+            }
+        }
+        // A read asked for while the upgrade was under way may have been held back by the HTTP
+        // upgrade handler: ask again, or a quiet connection would never be read.
+        if context.channel.isActive { context.read() }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        unregister()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        unregister()
+        closeDeadline?.cancel()
+        context.fireChannelInactive()
+    }
+
+    private func unregister() {
+        if let registration {
+            registry.remove(registration)
+            self.registration = nil
+        }
+    }
+
+    // MARK: Reading
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        guard state.isOpen else {
+            // Closing: only the client's close matters now.
+            if frame.opcode == .connectionClose { context.close(promise: nil) }
+            return
+        }
+        guard frame.rsv1 == false, frame.rsv2 == false, frame.rsv3 == false else {
+            return fail(.protocolError, "reserved bits set without an extension", context: context)
+        }
+        switch frame.opcode {
+        case .text, .binary:
+            guard fragments == nil else {
+                return fail(.protocolError, "a new message inside a fragmented one", context: context)
+            }
+            if frame.fin {
+                deliver(message: frame.unmaskedData, opcode: frame.opcode, context: context)
+            } else {
+                fragments = (frame.opcode, frame.unmaskedData)
+                checkFragmentSize(context: context)
+            }
+        case .continuation:
+            guard case (let opcode, var buffer)? = fragments else {
+                return fail(.protocolError, "a continuation frame with no message to continue", context: context)
+            }
+            fragments = nil
+            var data = frame.unmaskedData
+            buffer.writeBuffer(&data)
+            if frame.fin {
+                deliver(message: buffer, opcode: opcode, context: context)
+            } else {
+                fragments = (opcode, buffer)
+                checkFragmentSize(context: context)
+            }
+        case .ping:
+            write(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData), context: context)
+        case .pong:
+            break
+        case .connectionClose:
+            answerClose(frame.unmaskedData, context: context)
+        default:
+            fail(.protocolError, "a reserved opcode", context: context)
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        // The server allows half-closure: a client that shuts its side down is done.
+        if let event = event as? ChannelEvent, event == .inputClosed {
+            context.close(promise: nil)
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        flushIfNeeded(context: context)
+        context.fireChannelReadComplete()
+    }
+
+    private func checkFragmentSize(context: ChannelHandlerContext) {
+        if let fragments, fragments.buffer.readableBytes > configuration.maxMessageBytes {
+            fail(.messageTooLarge, "message too large", context: context)
+        }
+    }
+
+    private func deliver(message: ByteBuffer, opcode: WebSocketOpcode, context: ChannelHandlerContext) {
+        guard message.readableBytes <= configuration.maxMessageBytes else {
+            return fail(.messageTooLarge, "message too large", context: context)
+        }
+        if opcode == .text, !message.readableBytesView.isValidUTF8 {
+            return fail(.dataInconsistentWithMessage, "invalid UTF-8", context: context)
+        }
+        write(WebSocketFrame(fin: true, opcode: opcode, data: message), context: context)
+    }
+
+    /// The client's close: answered with 1000, or 1002 for a malformed one, then TCP is closed.
+    private func answerClose(_ payload: ByteBuffer, context: ChannelHandlerContext) {
+        state.closeReceived()
+        let code = EchoConnectionState.answer(toClose: payload)
+        var data = context.channel.allocator.buffer(capacity: 2)
+        data.write(webSocketErrorCode: code)
+        closeAfter(context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: data))), context: context)
+    }
+
+    /// Sends a close frame for a violation and closes TCP once it is written.
+    private func fail(_ code: WebSocketErrorCode, _ reason: String, context: ChannelHandlerContext) {
+        guard state.isOpen else { return }
+        fragments = nil
+        state.closeSent()
+        closeAfter(context.writeAndFlush(wrapOutboundOut(closeFrame(code, reason, allocator: context.channel.allocator))), context: context)
+    }
+
+    /// Closes TCP once `write` completes: the server closes first, as RFC 6455 section 7.1.1 asks.
+    private func closeAfter(_ write: EventLoopFuture<Void>, context: ChannelHandlerContext) {
+        let context = NIOLoopBound(context, eventLoop: context.eventLoop)
+        write.whenComplete { _ in context.value.close(promise: nil) }
+    }
+
+    private func closeFrame(_ code: WebSocketErrorCode, _ reason: String, allocator: ByteBufferAllocator) -> WebSocketFrame {
+        var data = allocator.buffer(capacity: 2 + reason.utf8.count)
+        data.write(webSocketErrorCode: code)
+        data.writeString(reason)
+        return WebSocketFrame(fin: true, opcode: .connectionClose, data: data)
+    }
+
+    private func write(_ frame: WebSocketFrame, context: ChannelHandlerContext) {
+        context.write(wrapOutboundOut(frame), promise: nil)
+        needsFlush = true
+    }
+
+    private func flushIfNeeded(context: ChannelHandlerContext) {
+        if needsFlush {
+            needsFlush = false
+            context.flush()
+        }
+    }
+
+    // MARK: Backpressure and stalls
+
+    func read(context: ChannelHandlerContext) {
+        if context.channel.isWritable, stalledUntil == nil {
+            context.read()
+        } else {
+            readPending = true
+        }
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable { resumeReading(context: context) }
+        context.fireChannelWritabilityChanged()
+    }
+
+    private func resumeReading(context: ChannelHandlerContext) {
+        guard readPending, stalledUntil == nil, context.channel.isWritable else { return }
+        readPending = false
+        context.read()
+    }
+
+    // MARK: Commands
+
+    /// Carries out one of the registry's commands; on the event loop.
+    func deliver(_ command: ConnectionCommand, context: ChannelHandlerContext) {
+        switch command {
+        case .close(let code, let reason):
+            guard state.isOpen else { return }
+            fragments = nil
+            state.closeSent()
+            context.writeAndFlush(wrapOutboundOut(closeFrame(code.nio, reason, allocator: context.channel.allocator)), promise: nil)
+            let timeout = TimeAmount(configuration.closeTimeout)
+            let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
+            closeDeadline = context.eventLoop.scheduleTask(in: timeout) { bound.value.close(promise: nil) }
+        case .drop:
+            context.close(promise: nil)
+        case .stall(let duration):
+            let until = NIODeadline.now() + TimeAmount(duration)
+            stalledUntil = until
+            // No reads at all meanwhile, not even one the channel would issue by itself.
+            try? context.channel.syncOptions?.setOption(ChannelOptions.autoRead, value: false)
+            let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            context.eventLoop.scheduleTask(deadline: until) {
+                let (handler, context) = bound.value
+                guard handler.stalledUntil == until else { return }
+                handler.stalledUntil = nil
+                try? context.channel.syncOptions?.setOption(ChannelOptions.autoRead, value: true)
+                handler.readPending = true
+                handler.resumeReading(context: context)
+            }
+        }
+    }
+}
+
+/// Whether an echo connection is open, or which side began to close it.
+struct EchoConnectionState: Sendable, Equatable {
+    enum Phase: Sendable, Equatable {
+        case open
+        /// The server sent a close frame and waits for the client's.
+        case closeSent
+        /// The client's close arrived and was answered.
+        case closeReceived
+    }
+
+    private(set) var phase: Phase = .open
+
+    var isOpen: Bool { phase == .open }
+
+    mutating func closeSent() {
+        if phase == .open { phase = .closeSent }
+    }
+
+    mutating func closeReceived() {
+        phase = .closeReceived
+    }
+
+    /// The code that answers a client's close frame (RFC 6455 sections 5.5.1 and 7.4): 1000 for
+    /// an empty payload or a valid code with a UTF-8 reason; 1002 for a one-byte payload, a
+    /// code no endpoint may send, or a reason that is not UTF-8.
+    static func answer(toClose payload: ByteBuffer) -> WebSocketErrorCode {
+        if payload.readableBytes == 0 { return .normalClosure }
+        var payload = payload
+        guard let raw = payload.readInteger(as: UInt16.self) else { return .protocolError }
+        guard payload.readableBytesView.isValidUTF8 else { return .protocolError }
+        switch raw {
+        case 1000...1003, 1007...1014, 3000...4999: return .normalClosure
+        default: return .protocolError
+        }
+    }
+}
+
+extension ByteBufferView {
+    /// Whether these bytes are well-formed UTF-8.
+    var isValidUTF8: Bool {
+        // ASCII, the usual case, needs no decoder.
+        if allSatisfy({ $0 < 0x80 }) { return true }
+        return String(validating: self, as: UTF8.self) != nil
+    }
+}
