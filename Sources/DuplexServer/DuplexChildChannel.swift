@@ -25,6 +25,8 @@ struct WebSocketTaskContext: WebSocketContext {
     let request: Request
     let channel: any Channel
     let logger: Logger
+    /// Whether permessage-deflate (or another extension) was negotiated.
+    let compressed: Bool
 }
 
 /// Each connection of the server: HTTP/1.1 through Hummingbird's responder, or a WebSocket
@@ -48,14 +50,24 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
     /// Picks the service for a WebSocket upgrade request: the response headers to add (a
     /// subprotocol, say) and the service; nil refuses the upgrade (400).
     typealias Router = @Sendable (Request, any Channel, Logger) async -> (HTTPFields, WebSocketService)?
+    /// Picks the service at once, on the event loop, for the routes that need no task to
+    /// decide (`/echo`); nil hands the request to ``Router``.
+    typealias QuickRouter = @Sendable (Request) -> (HTTPFields, WebSocketService)?
 
     let responder: HTTPChannelHandler.Responder
     let route: Router
+    let quickRoute: QuickRouter
     let configuration: HTTP1WebSocketUpgradeChannel.Configuration
 
-    init(responder: @escaping HTTPChannelHandler.Responder, configuration: HTTP1WebSocketUpgradeChannel.Configuration, route: @escaping Router) {
+    init(
+        responder: @escaping HTTPChannelHandler.Responder,
+        configuration: HTTP1WebSocketUpgradeChannel.Configuration,
+        quickRoute: @escaping QuickRouter,
+        route: @escaping Router
+    ) {
         self.responder = Self.upgradeRedirecting(responder)
         self.configuration = configuration
+        self.quickRoute = quickRoute
         self.route = route
     }
 
@@ -65,6 +77,7 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
             let chosen = NIOLockedValueBox<(WebSocketService, Request, [any WebSocketExtension])?>(nil)
             let configuration = self.configuration
             let route = self.route
+            let quickRoute = self.quickRoute
             let upgrader = NIOTypedWebSocketServerUpgrader<UpgradeResult>(
                 maxFrameSize: configuration.ws.maxFrameSize,
                 shouldUpgrade: { channel, head in
@@ -75,9 +88,7 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
                     } catch {
                         return channel.eventLoop.makeFailedFuture(error)
                     }
-                    let promise = channel.eventLoop.makePromise(of: HTTPHeaders?.self)
-                    promise.completeWithTask {
-                        guard let (headers, service) = await route(request, channel, logger) else { return nil }
+                    let accept = { @Sendable (headers: HTTPFields, service: WebSocketService) throws -> HTTPHeaders in
                         let (responseHeaders, extensions) = try Self.negotiateExtensions(
                             configuration.ws.extensions,
                             request: request.headers,
@@ -85,6 +96,14 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
                         )
                         chosen.withLockedValue { $0 = (service, request, extensions) }
                         return HTTPHeaders(responseHeaders)
+                    }
+                    if let (headers, service) = quickRoute(request) {
+                        return channel.eventLoop.makeCompletedFuture { try accept(headers, service) }
+                    }
+                    let promise = channel.eventLoop.makePromise(of: HTTPHeaders?.self)
+                    promise.completeWithTask {
+                        guard let (headers, service) = await route(request, channel, logger) else { return nil }
+                        return try accept(headers, service)
                     }
                     return promise.futureResult
                 },
@@ -102,7 +121,7 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
                                 wrappingChannelSynchronously: channel,
                                 configuration: .init(isOutboundHalfClosureEnabled: true)
                             )
-                            let context = WebSocketTaskContext(request: request, channel: channel, logger: logger)
+                            let context = WebSocketTaskContext(request: request, channel: channel, logger: logger, compressed: !extensions.isEmpty)
                             return .task(asyncChannel, handler, context, extensions)
                         }
                     }

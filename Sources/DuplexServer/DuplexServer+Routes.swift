@@ -58,21 +58,15 @@ extension DuplexServer {
     func makeWebSocketRouter() -> Router<DuplexRequestContext> {
         let router = Router(context: DuplexRequestContext.self)
         router.get("echo") { request, context -> Response in
-            let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: self.configuration.echoSubprotocols)
-            // Compression takes swift-websocket's task-based path, which applies the extension.
-            if self.configuration.compression != nil, request.headers[.secWebSocketExtensions] != nil {
-                return context.upgrade(headers, to: .task { inbound, outbound, context in
-                    try await self.serveEcho(inbound: inbound, outbound: outbound, channel: context.channel)
-                })
-            }
-            return context.upgrade(headers, to: .eventLoop(self.installEcho))
+            guard let (headers, service) = self.echoService(for: request) else { return Response(status: .badRequest) }
+            return context.upgrade(headers, to: service)
         }
         router.get("chat/:room") { request, context -> Response in
             let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: [ChatProtocol.subprotocol])
             switch self.chatJoin(request, context) {
             case .success(let join):
                 return context.upgrade(headers, to: .task { inbound, outbound, context in
-                    try await self.serveChat(join, inbound: inbound, outbound: outbound, channel: context.channel)
+                    try await self.serveChat(join, inbound: inbound, outbound: outbound, channel: context.channel, compressed: context.compressed)
                 })
             case .failure(let refusal):
                 // swift-nio answers a refused upgrade with a bare 400, which loses the reason, so
@@ -85,6 +79,20 @@ extension DuplexServer {
             }
         }
         return router
+    }
+
+    /// `WS /echo`, decided on the event loop with no task: the subprotocol, and the event-loop
+    /// handler, or swift-websocket's for a client that offers permessage-deflate (which that
+    /// handler applies). Nil for any other path.
+    func echoService(for request: Request) -> (HTTPFields, WebSocketService)? {
+        guard request.uri.path == "/echo" else { return nil }
+        let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: configuration.echoSubprotocols)
+        if configuration.compression != nil, request.headers[.secWebSocketExtensions] != nil {
+            return (headers, .task { inbound, outbound, context in
+                try await self.serveEcho(inbound: inbound, outbound: outbound, channel: context.channel)
+            })
+        }
+        return (headers, .eventLoop(installEcho))
     }
 
     /// Routes an upgrade request through the WebSocket router: the service a route chose, or nil.

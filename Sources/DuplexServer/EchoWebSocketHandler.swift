@@ -186,7 +186,16 @@ final class EchoWebSocketHandler: ChannelDuplexHandler, RemovableChannelHandler 
 
     private func write(_ frame: WebSocketFrame, context: ChannelHandlerContext) {
         context.write(wrapOutboundOut(frame), promise: nil)
+        guard !needsFlush else { return }
         needsFlush = true
+        // Usually channelReadComplete flushes the batch. Frames the upgrade replays (sent by the
+        // client before it read the 101) come with none, so a flush is also queued behind the
+        // current event-loop turn: it finds nothing left to do when channelReadComplete came.
+        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        context.eventLoop.execute {
+            let (handler, context) = bound.value
+            handler.flushIfNeeded(context: context)
+        }
     }
 
     private func flushIfNeeded(context: ChannelHandlerContext) {

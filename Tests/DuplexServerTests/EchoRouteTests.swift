@@ -109,4 +109,19 @@ struct EchoRouteTests {
             }
         }
     }
+
+    @Test("frames sent with the handshake, before the 101, are echoed with nothing else sent after them")
+    func framesBeforeTheUpgradeAnswer() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                let early = TestWebSocket.frame(opcode: 0x1, payload: Array("early".utf8)) + TestWebSocket.frame(opcode: 0x9, payload: [7])
+                try await TestWebSocket.with(port: server.port, path: "/echo", sentWithHandshake: early) { socket in
+                    #expect(socket.status == 101)
+                    #expect(try await socket.receiveText() == "early")
+                    let pong = try await socket.receiveFrame()
+                    #expect(pong.opcode == 0xA && pong.payload == [7])
+                }
+            }
+        }
+    }
 }

@@ -34,12 +34,14 @@ final class TestWebSocket {
         self.outbound = outbound
     }
 
-    /// Connects to `127.0.0.1:port`, sends a WebSocket handshake for `path`, reads the response
-    /// head, and runs `body`. The connection is closed afterwards.
+    /// Connects to `127.0.0.1:port`, sends a WebSocket handshake for `path` (with
+    /// `sentWithHandshake` in the same write: frames that do not wait for the 101), reads the
+    /// response head, and runs `body`. The connection is closed afterwards.
     static func with<T>(
         port: Int,
         path: String,
         extraHeaders: [String] = [],
+        sentWithHandshake: [UInt8] = [],
         _ body: (TestWebSocket) async throws -> T
     ) async throws -> T {
         try await withRawConnection(port: port) { inbound, outbound in
@@ -49,7 +51,7 @@ final class TestWebSocket {
             request += "Sec-WebSocket-Key: \(key)\r\nSec-WebSocket-Version: 13\r\n"
             for header in extraHeaders { request += header + "\r\n" }
             request += "\r\n"
-            try await socket.writeRaw(Array(request.utf8))
+            try await socket.writeRaw(Array(request.utf8) + sentWithHandshake)
             let head = try await socket.readHead()
             socket.status = Int(head.split(separator: " ").dropFirst().first ?? "") ?? 0
             return try await body(socket)
@@ -68,6 +70,11 @@ final class TestWebSocket {
 
     /// Sends one frame, masked unless told otherwise, with the given flags.
     func sendFrame(fin: Bool = true, rsv: UInt8 = 0, opcode: UInt8, payload: [UInt8], masked: Bool = true) async throws {
+        try await writeRaw(Self.frame(fin: fin, rsv: rsv, opcode: opcode, payload: payload, masked: masked))
+    }
+
+    /// The bytes of one frame, masked unless told otherwise.
+    static func frame(fin: Bool = true, rsv: UInt8 = 0, opcode: UInt8, payload: [UInt8], masked: Bool = true) -> [UInt8] {
         var bytes: [UInt8] = [(fin ? 0x80 : 0) | (rsv << 4) | opcode]
         let maskBit: UInt8 = masked ? 0x80 : 0
         switch payload.count {
@@ -84,7 +91,7 @@ final class TestWebSocket {
         } else {
             bytes += payload
         }
-        try await writeRaw(bytes)
+        return bytes
     }
 
     /// Sends a close frame with a code and reason.
