@@ -73,10 +73,14 @@ extension DuplexServer {
     /// behind is closed with 1013 so that it reconnects with `since`. A join whose name is
     /// present without its token gets `name_taken` and 1008; past the room limit, `room_limit`
     /// and 1013.
-    func serveChat(_ join: ChatJoin, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, channel: any Channel) async throws {
+    func serveChat(_ join: ChatJoin, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, channel: any Channel, compressed: Bool) async throws {
         let session = UUID().uuidString.lowercased()
         let token = join.token ?? Self.makeResumeToken()
-        let queue = OutboundQueue(maxCount: configuration.outboundQueueLimit, maxBytes: configuration.outboundQueueBytes)
+        // Frames straight to the channel on its event loop, unless permessage-deflate was
+        // negotiated: then through swift-websocket's writer, which compresses.
+        let queue: MemberOutbound = compressed
+            ? .queued(OutboundQueue(maxCount: configuration.outboundQueueLimit, maxBytes: configuration.outboundQueueBytes), StallGate())
+            : .direct(ChannelTextWriter(channel: channel, maxCount: configuration.outboundQueueLimit, maxBytes: configuration.outboundQueueBytes))
         let ending = NIOLockedValueBox<(WebSocketCloseCode, String)?>(nil)
         let subscriber = RoomSubscriber(
             member: .init(name: join.name, session: session, token: token),
@@ -124,7 +128,7 @@ extension DuplexServer {
         room: ChatRoom,
         subscription: ChatRoom.Subscription,
         subscriber: RoomSubscriber,
-        queue: OutboundQueue,
+        queue: MemberOutbound,
         ending: NIOLockedValueBox<(WebSocketCloseCode, String)?>,
         inbound: WebSocketInboundStream,
         outbound: WebSocketOutboundWriter,
@@ -144,24 +148,16 @@ extension DuplexServer {
                     recovered: subscription.recovered
                 )
             )
-            try await outbound.write(.text(try welcome.jsonString()))
-            for event in subscription.backlog {
-                try await outbound.write(.text(event.json))
-            }
-            let gate = StallGate()
+            let first = try [welcome.jsonString()] + subscription.backlog.map(\.json)
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {
-                    for await frame in queue.items {
-                        await gate.wait()
-                        try await outbound.write(.text(frame))
-                        queue.written(frame)
-                    }
+                    try await queue.run(first: first, outbound: outbound)
                     if let (code, reason) = ending.withLockedValue({ $0 }) {
                         try await self.close(outbound: outbound, channel: channel, code: code, reason: reason)
                     }
                 }
                 group.addTask {
-                    try await self.obey(commands, outbound: outbound, channel: channel, gate: gate)
+                    try await self.obey(commands, outbound: outbound, channel: channel, onStall: queue.stall(for:))
                 }
                 for try await message in inbound.messages(maxSize: configuration.maxMessageBytes) {
                     let reply: String?
@@ -223,6 +219,55 @@ extension DuplexServer {
             } catch {
                 return .error(ChatErrorFrame(code: .invalidFrame, reason: "the message could not be encoded", clientMessageID: say.clientMessageID))
             }
+        }
+    }
+}
+
+/// Where a chat member's frames go.
+enum MemberOutbound: Sendable {
+    /// A queue that a writer task drains through swift-websocket's writer (which compresses,
+    /// for a connection that negotiated permessage-deflate); the gate holds it during a stall.
+    case queued(OutboundQueue, StallGate)
+    /// Straight to the channel, on its event loop.
+    case direct(ChannelTextWriter)
+
+    /// Accepts `text`; false when the member is too far behind or finished.
+    func offer(_ text: String) -> Bool {
+        switch self {
+        case .queued(let queue, _): queue.offer(text)
+        case .direct(let writer): writer.offer(text)
+        }
+    }
+
+    /// Accepts nothing more; ``run(first:outbound:)`` returns once the rest is written.
+    func finish() {
+        switch self {
+        case .queued(let queue, _): queue.finish()
+        case .direct(let writer): writer.finish()
+        }
+    }
+
+    /// Writes nothing for `duration` (a fault).
+    @Sendable func stall(for duration: Duration) {
+        switch self {
+        case .queued(_, let gate): gate.stall(for: duration)
+        case .direct(let writer): writer.stall(for: duration)
+        }
+    }
+
+    /// Writes `first` (the welcome and backlog), then everything accepted, until finished.
+    func run(first: [String], outbound: WebSocketOutboundWriter) async throws {
+        switch self {
+        case .queued(let queue, let gate):
+            for text in first { try await outbound.write(.text(text)) }
+            for await frame in queue.items {
+                await gate.wait()
+                try await outbound.write(.text(frame))
+                queue.written(frame)
+            }
+        case .direct(let writer):
+            writer.start(with: first)
+            await writer.written()
         }
     }
 }

@@ -26,17 +26,17 @@ extension DuplexServer {
     }
 
     /// Carries out the registry's commands for one WebSocket connection. A stall turns reading
-    /// off for its duration, and closes `gate` so the connection's own writers wait.
+    /// off for its duration, and calls `onStall` so the connection's own writers wait.
     func obey(
         _ commands: AsyncStream<ConnectionCommand>,
         outbound: WebSocketOutboundWriter,
         channel: any Channel,
-        gate: StallGate = StallGate()
+        onStall: @escaping @Sendable (Duration) -> Void = { _ in }
     ) async throws {
         for await command in commands {
             switch command {
             case .stall(let duration):
-                gate.stall(for: duration)
+                onStall(duration)
                 try await channel.setOption(ChannelOptions.autoRead, value: false).get()
                 Task {
                     try? await Task.sleep(for: duration)
