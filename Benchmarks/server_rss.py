@@ -4,6 +4,10 @@ DUPLEX_RSS_KIND says which connections: `websocket` (the default, on /echo), `tc
 connections that never send a request head: measured before the request head timeout closes
 them), or `sse` (subscribers of a room's event stream, GET /chat/rss/events, which stays silent).
 
+DUPLEX_RSS_DEFLATE=0 makes the WebSocket clients offer no permessage-deflate (as curl, the
+Duplex client by default and many native clients do); by default they offer it, as browsers,
+Python's websockets and Node's ws do.
+
 Usage: python3 Benchmarks/server_rss.py PATH/TO/duplex-server [N [SERVER FLAGS...]]
 (for example `... 1000 --no-compression`: the clients offer permessage-deflate, as Python's
 websockets does by default, and each sends one message).
@@ -60,7 +64,8 @@ async def main(binary, count, flags):
 
         sockets = []
         for start in range(0, count, 100):
-            batch = [websockets.connect(f"ws://127.0.0.1:{port}/echo", ping_interval=None) for _ in range(start, min(count, start + 100))]
+            deflate = {} if os.environ.get("DUPLEX_RSS_DEFLATE", "1") == "1" else {"compression": None}
+            batch = [websockets.connect(f"ws://127.0.0.1:{port}/echo", ping_interval=None, **deflate) for _ in range(start, min(count, start + 100))]
             sockets += await asyncio.wait_for(asyncio.gather(*batch), 30)
         # prove every connection is live and served, then let the server settle; with
         # DUPLEX_RSS_SILENT=1 no connection sends anything after its handshake
