@@ -132,6 +132,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                .product(name: "NIOCore", package: "swift-nio"),
             ],
             path: "Server",
             swiftSettings: swiftSettings
@@ -165,6 +166,18 @@ let package = Package(
             name: "client-peers-benchmark",
             dependencies: ["Duplex", .product(name: "WSClient", package: "swift-websocket"), .product(name: "Logging", package: "swift-log")],
             path: "Benchmarks/ClientPeersBenchmark",
+            swiftSettings: swiftSettings
+        ),
+        // Benchmarks only: a bare hummingbird-websocket echo server, a peer for server_echo.sh.
+        .executableTarget(
+            name: "hummingbird-echo-server",
+            dependencies: [
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            path: "Benchmarks/HummingbirdEchoServer",
             swiftSettings: swiftSettings
         ),
         .executableTarget(

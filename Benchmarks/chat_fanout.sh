@@ -8,6 +8,8 @@
 # Server on CPU 0, load generator on CPU 1. Reports, per server and room size, the medians over
 # `runs` (default 3) interleaved runs of delivery latency p50/p99 and the server's CPU time per
 # message delivered (user + system, from /proc), and checks every delivery.
+# DUPLEX_SERVER_FLAGS adds flags to duplex-server (default: --event-loops 1, one event loop for
+# the one core it is pinned to, as Node has one thread).
 set -euo pipefail
 bin=${1:?usage: chat_fanout.sh DUPLEX_SERVER_BINARY [runs]}
 runs=${2:-3}
@@ -21,7 +23,8 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 run() { # name members senders
     local name=$1 members=$2 senders=$3 port
     if [ "$name" = duplex ]; then
-        taskset -c 0 "$bin" --port 0 --log-level error --no-compression >"$out/server.out" 2>&1 &
+        # shellcheck disable=SC2086
+        taskset -c 0 "$bin" --port 0 --log-level error --no-compression ${DUPLEX_SERVER_FLAGS---event-loops 1} >"$out/server.out" 2>&1 &
     else
         taskset -c 0 node "$here/node_chat_server.js" 0 >"$out/server.out" 2>&1 &
     fi

@@ -3,6 +3,7 @@ import DuplexSchema
 import DuplexServer
 import Foundation
 import Logging
+import NIOCore
 import ServiceLifecycle
 import UnixSignals
 
@@ -92,11 +93,15 @@ struct DuplexServerCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Seconds a server's lease in the PostgreSQL store lasts: the members of a server that stops renewing it are removed after this.", valueName: "seconds"))
     var storeLease: Double = 10
 
+    @Option(help: ArgumentHelp("Event-loop threads; by default one per core. Use 1 for a server pinned to one core (taskset).", valueName: "count"))
+    var eventLoops: Int?
+
     func validate() throws {
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
         }
         guard (0...65535).contains(port) else { throw ValidationError("--port must be from 0 to 65535") }
+        if let eventLoops, !(1...1024).contains(eventLoops) { throw ValidationError("--event-loops must be from 1 to 1024") }
         guard history >= 0 else { throw ValidationError("--history must not be negative") }
         guard maxMessageBytes >= 125 else { throw ValidationError("--max-message-bytes must be at least 125") }
         guard maxRooms >= 1 else { throw ValidationError("--max-rooms must be at least 1") }
@@ -173,6 +178,8 @@ struct DuplexServerCommand: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "duplex-server")
+        // Read when the shared event-loop group is first made, which the server does on start.
+        if let eventLoops { NIOSingletons.groupLoopCountSuggestion = eventLoops }
         let server = DuplexServer(
             configuration: serverConfiguration,
             logger: logger

@@ -32,6 +32,26 @@ struct ServerProcessTests {
         return channel
     }
 
+    @Test("--event-loops sets how many event-loop threads serve; 0 is refused")
+    func eventLoops() async throws {
+        try await withTimeout(.seconds(60)) {
+            let (server, port) = try await Self.start(["--event-loops", "1"])
+            // Serve one request first, so the group surely exists.
+            let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connect(host: "127.0.0.1", port: port).get()
+            try await channel.close()
+            let tasks = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(server.pid)/task")
+            let loops = tasks.filter { task in
+                let name = (try? String(contentsOfFile: "/proc/\(server.pid)/task/\(task)/comm", encoding: .utf8)) ?? ""
+                return name.hasPrefix("NIO-SGLTN")
+            }
+            #expect(loops.count == 1, "event-loop threads: \(loops.count)")
+            server.signal(SIGTERM)
+            _ = try await server.waitForExit()
+            let refused = try await CLIProcess("duplex-server", ["--event-loops", "0"]).waitForExit()
+            #expect(refused.status == 64 && refused.stderr.contains("--event-loops must be from 1 to 1024"), "\(refused)")
+        }
+    }
+
     @Test("SIGTERM with peers that send and never read: the process exits 0 at the shutdown timeout")
     func sigtermWithStuckPeers() async throws {
         try await withTimeout(.seconds(60)) {

@@ -84,6 +84,9 @@ final class CLIProcess: Sendable {
     }
 
     /// Sends SIGINT, SIGTERM or another signal.
+    /// The process's id.
+    var pid: Int32 { process.processIdentifier }
+
     func signal(_ number: Int32) {
         kill(process.processIdentifier, number)
     }

@@ -1,0 +1,151 @@
+// echo_load: a WebSocket echo load generator that is not the bottleneck (one thread, epoll,
+// no allocation per message). N connections keep D messages of S bytes in flight each; every
+// echo is checked byte for byte against what was sent; round trips go into a histogram.
+//
+//   gcc -O2 -o /tmp/echo_load Benchmarks/echo_load.c
+//   /tmp/echo_load PORT N D S SECONDS [PATH]
+//
+// Prints one line: msgs/s, p50 and p99 round trip in microseconds, errors.
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAXC 20000
+#define BUCKETS 200000 /* 1 us buckets up to 200 ms */
+
+typedef struct {
+    int fd;
+    int upgraded;
+    unsigned char in[1 << 16];
+    size_t inlen;
+    uint64_t sent, received;
+    uint64_t stamps[256]; /* send time of each message in flight, by sequence mod 256 */
+} conn;
+
+static conn *conns;
+static uint64_t hist[BUCKETS + 1];
+static uint64_t total, errors;
+static int S, D;
+
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + t.tv_nsec;
+}
+
+static void fill(unsigned char *p, uint64_t seq, int n) {
+    for (int i = 0; i < n; i++) p[i] = (unsigned char)('a' + (seq + i) % 26);
+}
+
+/* Writes D or one more masked binary frames; blocking writes are fine at these sizes. */
+static void send_one(conn *c) {
+    unsigned char frame[16 + 65536];
+    int h = 0;
+    frame[h++] = 0x82;
+    if (S < 126) frame[h++] = 0x80 | S;
+    else { frame[h++] = 0x80 | 126; frame[h++] = S >> 8; frame[h++] = S & 0xff; }
+    unsigned char mask[4] = {1, 2, 3, 4};
+    memcpy(frame + h, mask, 4); h += 4;
+    fill(frame + h, c->sent, S);
+    for (int i = 0; i < S; i++) frame[h + i] ^= mask[i & 3];
+    c->stamps[c->sent & 255] = now_ns();
+    c->sent++;
+    size_t len = h + S, off = 0;
+    while (off < len) {
+        ssize_t w = write(c->fd, frame + off, len - off);
+        if (w < 0) { if (errno == EAGAIN) continue; perror("write"); exit(1); }
+        off += w;
+    }
+}
+
+static void consume(conn *c, uint64_t measure_from) {
+    size_t pos = 0;
+    if (!c->upgraded) {
+        unsigned char *end = memmem(c->in, c->inlen, "\r\n\r\n", 4);
+        if (!end) return;
+        if (memcmp(c->in, "HTTP/1.1 101", 12) != 0) { fprintf(stderr, "handshake refused\n"); exit(1); }
+        c->upgraded = 1;
+        pos = end - c->in + 4;
+        for (int i = 0; i < D; i++) send_one(c);
+    }
+    for (;;) {
+        if (c->inlen - pos < 2) break;
+        unsigned char *f = c->in + pos;
+        size_t len = f[1] & 0x7f, h = 2;
+        if (len == 126) { if (c->inlen - pos < 4) break; len = (f[2] << 8) | f[3]; h = 4; }
+        if (c->inlen - pos < h + len) break;
+        unsigned char expect[65536];
+        fill(expect, c->received, S);
+        if ((f[0] & 0x0f) != 2 || len != (size_t)S || memcmp(f + h, expect, S) != 0) errors++;
+        uint64_t t = now_ns();
+        if (t >= measure_from) {
+            uint64_t us = (t - c->stamps[c->received & 255]) / 1000;
+            hist[us > BUCKETS ? BUCKETS : us]++;
+            total++;
+        }
+        c->received++;
+        pos += h + len;
+        send_one(c);
+    }
+    memmove(c->in, c->in + pos, c->inlen - pos);
+    c->inlen -= pos;
+}
+
+static uint64_t percentile(double p) {
+    uint64_t want = (uint64_t)(total * p), seen = 0;
+    for (int i = 0; i <= BUCKETS; i++) { seen += hist[i]; if (seen > want) return i; }
+    return BUCKETS;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 6) { fprintf(stderr, "usage: echo_load PORT N D S SECONDS [PATH]\n"); return 64; }
+    int port = atoi(argv[1]), n = atoi(argv[2]);
+    D = atoi(argv[3]); S = atoi(argv[4]);
+    double seconds = atof(argv[5]);
+    const char *path = argc > 6 ? argv[6] : "/echo";
+    if (n > MAXC || D > 200 || S > 65535) { fprintf(stderr, "limits: N<=20000 D<=200 S<=65535\n"); return 64; }
+    conns = calloc(n, sizeof(conn));
+    int ep = epoll_create1(0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    char req[512];
+    int rl = snprintf(req, sizeof req,
+        "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", path);
+    for (int i = 0; i < n; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (connect(fd, (struct sockaddr *)&addr, sizeof addr) < 0) { perror("connect"); return 1; }
+        if (write(fd, req, rl) != rl) { perror("write"); return 1; }
+        conns[i].fd = fd;
+        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
+        epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+    }
+    uint64_t start = now_ns(), warm = start + 1000000000ull, stop = warm + (uint64_t)(seconds * 1e9);
+    struct epoll_event events[256];
+    while (now_ns() < stop) {
+        int k = epoll_wait(ep, events, 256, 100);
+        for (int e = 0; e < k; e++) {
+            conn *c = &conns[events[e].data.u32];
+            ssize_t r = read(c->fd, c->in + c->inlen, sizeof c->in - c->inlen);
+            if (r <= 0) { fprintf(stderr, "connection %u closed\n", events[e].data.u32); return 1; }
+            c->inlen += r;
+            consume(c, warm);
+        }
+    }
+    double elapsed = (now_ns() - warm) / 1e9;
+    printf("msgs/s %.0f p50_us %lu p99_us %lu errors %lu\n", total / elapsed,
+           (unsigned long)percentile(0.50), (unsigned long)percentile(0.99), (unsigned long)errors);
+    return errors ? 1 : 0;
+}
