@@ -3,6 +3,7 @@
 //
 //   swift build -c release --product hummingbird-echo-server
 //   .build/release/hummingbird-echo-server [PORT [EVENT_LOOPS]]
+import Foundation
 import Hummingbird
 import HummingbirdWebSocket
 import Logging
@@ -27,7 +28,10 @@ let application = Application(
     router: Router(),
     server: .http1WebSocketUpgrade(webSocketRouter: router, configuration: .init(ws: .init(maxFrameSize: 1 << 20))),
     configuration: .init(address: .hostname("127.0.0.1", port: port)),
-    onServerRunning: { channel in print("ws://127.0.0.1:\(channel.localAddress?.port ?? 0)/echo") },
+    onServerRunning: { channel in
+        // Unbuffered: the benchmark script reads the URL from a file while the server runs.
+        FileHandle.standardOutput.write(Data("ws://127.0.0.1:\(channel.localAddress?.port ?? 0)/echo\n".utf8))
+    },
     logger: logger
 )
 try await application.runService()
