@@ -74,6 +74,15 @@ struct FaultProxyTests {
 
     @Test("a blackhole is noticed by pings after exactly maxPingFailures misses; the client reconnects once the path heals")
     func blackholeAndPingFailure() async throws {
+        let trace = StepTrace()
+        do {
+            try await blackholeScenario(trace)
+        } catch {
+            Issue.record("failed at step \"\(trace.step)\" (\(error)); client saw: \(trace.seen.joined(separator: ", "))")
+        }
+    }
+
+    private func blackholeScenario(_ trace: StepTrace) async throws {
         try await withProxy { proxy, url, _ in
             let socket = WebSocket(
                 url: url,
@@ -87,18 +96,41 @@ struct FaultProxyTests {
             )
             let states = socket.stateEvents
             let events = socket.events
+            trace.enter("connect")
             try await socket.connect()
-            _ = try await roundTrip(socket, events, "before")
+            trace.enter("echo before the hole")
+            try await Self.echo("before", on: socket, events, trace)
             let hole = proxy.add(.blackhole, direction: .both)
-            let failed = try await states.first(within: Self.wait) { if case .disconnected = $0 { true } else { false } }
+            trace.enter("ping failure")
+            let failed = try await states.first(within: Self.wait) { trace.saw($0); if case .disconnected = $0 { return true } else { return false } }
             #expect(failed == .disconnected(.pingFailed(missedPings: 2)))
             proxy.remove(hole)
             // A reconnection that started before the hole was removed times out first (5 s):
-            // on a machine loaded by the whole suite, allow for two of them.
-            _ = try await states.first(within: .seconds(20)) { if case .connected = $0 { true } else { false } }
-            _ = try await roundTrip(socket, events, "after")
+            // on a machine loaded by the whole suite, allow for several.
+            trace.enter("echo after the hole")
+            try await Self.echo("after", on: socket, events, trace, within: .seconds(30))
             #expect(proxy.connectionCount >= 2)
             await socket.terminate()
+        }
+    }
+
+    /// Sends `text` until it comes back: again on each new connection, since a first connection
+    /// has, on loaded runs, gone unanswered until pings failed it (see the restart test).
+    static func echo(
+        _ text: String,
+        on socket: WebSocket,
+        _ events: AsyncStream<WebSocketEvent>,
+        _ trace: StepTrace,
+        within limit: Duration = .seconds(20)
+    ) async throws {
+        try await withTimeout(limit) {
+            try? await socket.send(text)
+            for await event in events {
+                trace.saw(event)
+                if event == .message(.string(text)) { return }
+                if case .connected = event { try? await socket.send(text) }
+            }
+            throw StreamEndedError()
         }
     }
 
@@ -162,27 +194,14 @@ struct ServerStallTests {
                 trace.enter("connect")
                 try await socket.connect()
                 trace.enter("warm echo")
-                // See the restart test: the first connection can, rarely, go unanswered; send
-                // again on each new connection until the echo comes.
-                try await withTimeout(.seconds(20)) {
-                    try? await socket.send("warm")
-                    for await event in events {
-                        trace.saw(event)
-                        if event == .message(.string("warm")) { return }
-                        if case .connected = event { try? await socket.send("warm") }
-                    }
-                    throw StreamEndedError()
-                }
-                #expect(server.server.stallConnections(.route("echo"), for: .seconds(20)) == 1)
+                try await FaultProxyTests.echo("warm", on: socket, events, trace)
+                #expect(server.server.stallConnections(.route("echo"), for: .seconds(20)) >= 1)
                 // Waits generous for a machine loaded by the whole suite; the test's own limit is 60 s.
                 trace.enter("ping failure")
                 let failed = try await states.first(within: .seconds(20)) { trace.saw($0); if case .disconnected = $0 { return true } else { return false } }
                 #expect(failed == .disconnected(.pingFailed(missedPings: 2)))
-                trace.enter("reconnected")
-                _ = try await states.first(within: .seconds(20)) { trace.saw($0); if case .connected = $0 { return true } else { return false } }
-                try await socket.send("fresh connection")
                 trace.enter("echo on the fresh connection")
-                _ = try await events.first(within: .seconds(20)) { trace.saw($0); return $0 == .message(.string("fresh connection")) }
+                try await FaultProxyTests.echo("fresh connection", on: socket, events, trace)
                 await socket.terminate()
             }
         }
