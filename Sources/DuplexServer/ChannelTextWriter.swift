@@ -147,23 +147,23 @@ final class ChannelTextWriter: Sendable {
         }
         if finishedNow { done.succeed() }
         guard !batch.isEmpty else { return }
-        for item in batch {
-            let promise = channel.eventLoop.makePromise(of: Void.self)
+        // Writes on a channel complete in order, and a failed one fails those after it: the
+        // last write's promise stands for the whole batch.
+        let promise = channel.eventLoop.makePromise(of: Void.self)
+        for (index, item) in batch.enumerated() {
             let frame = WebSocketFrame(fin: true, opcode: .text, data: channel.allocator.buffer(string: item.text))
-            channel.write(frame, promise: promise)
-            let size = item.text.utf8.count
-            let counted = item.counted
-            promise.futureResult.whenComplete { [self] _ in
-                let complete = state.withLockedValue { state -> Bool in
-                    if counted {
-                        state.counted.count -= 1
-                        state.counted.bytes -= size
-                    }
-                    state.inFlight -= 1
-                    return state.completeIfDone()
-                }
-                if complete { done.succeed() }
+            channel.write(frame, promise: index == batch.count - 1 ? promise : nil)
+        }
+        let counted = batch.filter(\.counted)
+        let (count, bytes) = (counted.count, counted.reduce(0) { $0 + $1.text.utf8.count })
+        promise.futureResult.whenComplete { [self] _ in
+            let complete = state.withLockedValue { state -> Bool in
+                state.counted.count -= count
+                state.counted.bytes -= bytes
+                state.inFlight -= batch.count
+                return state.completeIfDone()
             }
+            if complete { done.succeed() }
         }
         channel.flush()
     }

@@ -57,10 +57,7 @@ extension DuplexServer {
     /// ``DuplexRequestContext/upgrade(_:to:)``; any other answer refuses the upgrade (400).
     func makeWebSocketRouter() -> Router<DuplexRequestContext> {
         let router = Router(context: DuplexRequestContext.self)
-        router.get("echo") { request, context -> Response in
-            guard let (headers, service) = self.echoService(for: request) else { return Response(status: .badRequest) }
-            return context.upgrade(headers, to: service)
-        }
+        // `/echo` never gets here: DuplexChildChannel asks echoService(for:) first.
         router.get("chat/:room") { request, context -> Response in
             let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: [ChatProtocol.subprotocol])
             switch self.chatJoin(request, context) {

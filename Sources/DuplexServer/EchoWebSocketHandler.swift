@@ -177,10 +177,17 @@ final class EchoWebSocketHandler: ChannelDuplexHandler, RemovableChannelHandler 
         write.whenComplete { _ in context.value.close(promise: nil) }
     }
 
+    /// A close frame; the reason is cut, at a character boundary, to the 123 bytes a control
+    /// frame has room for (RFC 6455 section 5.5).
     private func closeFrame(_ code: WebSocketErrorCode, _ reason: String, allocator: ByteBufferAllocator) -> WebSocketFrame {
+        var length = 0
+        let reason = reason.prefix { character in
+            length += character.utf8.count
+            return length <= 123
+        }
         var data = allocator.buffer(capacity: 2 + reason.utf8.count)
         data.write(webSocketErrorCode: code)
-        data.writeString(reason)
+        data.writeSubstring(reason)
         return WebSocketFrame(fin: true, opcode: .connectionClose, data: data)
     }
 
