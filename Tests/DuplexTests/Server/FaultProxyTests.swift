@@ -73,13 +73,8 @@ struct FaultProxyTests {
     }
 
     @Test("a blackhole is noticed by pings after exactly maxPingFailures misses; the client reconnects once the path heals")
-    func blackholeAndPingFailure() async throws {
-        let trace = StepTrace()
-        do {
-            try await blackholeScenario(trace)
-        } catch {
-            Issue.record("failed at step \"\(trace.step)\" (\(error)); client saw: \(trace.seen.joined(separator: ", "))")
-        }
+    func blackholeAndPingFailure() async {
+        await StepTrace.run(blackholeScenario)
     }
 
     private func blackholeScenario(_ trace: StepTrace) async throws {
@@ -99,7 +94,7 @@ struct FaultProxyTests {
             trace.enter("connect")
             try await socket.connect()
             trace.enter("echo before the hole")
-            try await Self.echo("before", on: socket, events, trace)
+            try await trace.echo("before", on: socket, events)
             let hole = proxy.add(.blackhole, direction: .both)
             trace.enter("ping failure")
             let failed = try await states.first(within: Self.wait) { trace.saw($0); if case .disconnected = $0 { return true } else { return false } }
@@ -108,29 +103,9 @@ struct FaultProxyTests {
             // A reconnection that started before the hole was removed times out first (5 s):
             // on a machine loaded by the whole suite, allow for several.
             trace.enter("echo after the hole")
-            try await Self.echo("after", on: socket, events, trace, within: .seconds(30))
+            try await trace.echo("after", on: socket, events, within: .seconds(30))
             #expect(proxy.connectionCount >= 2)
             await socket.terminate()
-        }
-    }
-
-    /// Sends `text` until it comes back: again on each new connection, since a first connection
-    /// has, on loaded runs, gone unanswered until pings failed it (see the restart test).
-    static func echo(
-        _ text: String,
-        on socket: WebSocket,
-        _ events: AsyncStream<WebSocketEvent>,
-        _ trace: StepTrace,
-        within limit: Duration = .seconds(20)
-    ) async throws {
-        try await withTimeout(limit) {
-            try? await socket.send(text)
-            for await event in events {
-                trace.saw(event)
-                if event == .message(.string(text)) { return }
-                if case .connected = event { try? await socket.send(text) }
-            }
-            throw StreamEndedError()
         }
     }
 
@@ -170,13 +145,8 @@ struct FaultProxyTests {
 @Suite("server stall")
 struct ServerStallTests {
     @Test("a server stall is caught by pings after exactly maxPingFailures misses, then the client reconnects")
-    func stall() async throws {
-        let trace = StepTrace()
-        do {
-            try await stallScenario(trace)
-        } catch {
-            Issue.record("failed at step \"\(trace.step)\" (\(error)); client saw: \(trace.seen.joined(separator: ", "))")
-        }
+    func stall() async {
+        await StepTrace.run(stallScenario)
     }
 
     private func stallScenario(_ trace: StepTrace) async throws {
@@ -194,14 +164,14 @@ struct ServerStallTests {
                 trace.enter("connect")
                 try await socket.connect()
                 trace.enter("warm echo")
-                try await FaultProxyTests.echo("warm", on: socket, events, trace)
+                try await trace.echo("warm", on: socket, events)
                 #expect(server.server.stallConnections(.route("echo"), for: .seconds(20)) >= 1)
                 // Waits generous for a machine loaded by the whole suite; the test's own limit is 60 s.
                 trace.enter("ping failure")
                 let failed = try await states.first(within: .seconds(20)) { trace.saw($0); if case .disconnected = $0 { return true } else { return false } }
                 #expect(failed == .disconnected(.pingFailed(missedPings: 2)))
                 trace.enter("echo on the fresh connection")
-                try await FaultProxyTests.echo("fresh connection", on: socket, events, trace)
+                try await trace.echo("fresh connection", on: socket, events)
                 await socket.terminate()
             }
         }

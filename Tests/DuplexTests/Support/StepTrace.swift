@@ -1,4 +1,7 @@
+import Duplex
+import DuplexTesting
 import NIOConcurrencyHelpers
+import Testing
 
 /// A long test's progress, for its failure message: the step it waited on last and what the
 /// client reported meanwhile, so that a timeout on a loaded CI machine says where it stopped.
@@ -16,5 +19,32 @@ final class StepTrace: Sendable {
 
     func saw(_ value: some Sendable) {
         state.withLockedValue { $0.seen.append(String(describing: value)) }
+    }
+
+    /// Runs `body` with a fresh trace; an error it throws is recorded as an issue that names the
+    /// step and what the client saw.
+    static func run(_ body: (StepTrace) async throws -> Void) async {
+        let trace = StepTrace()
+        do {
+            try await body(trace)
+        } catch {
+            Issue.record("failed at step \"\(trace.step)\" (\(error)); client saw: \(trace.seen.joined(separator: ", "))")
+        }
+    }
+
+    /// Sends `text` until it comes back, within `limit`: again on each new connection. On loaded
+    /// runs a first connection has gone unanswered, pings too, until the client's pings failed
+    /// it; the next one worked. The cause is not found yet. One iteration of `events`
+    /// throughout: a cancelled iteration would end the stream.
+    func echo(_ text: String, on socket: WebSocket, _ events: AsyncStream<WebSocketEvent>, within limit: Duration = .seconds(20)) async throws {
+        try await withTimeout(limit) {
+            try? await socket.send(text)
+            for await event in events {
+                self.saw(event)
+                if event == .message(.string(text)) { return }
+                if case .connected = event { try? await socket.send(text) }
+            }
+            throw StreamEndedError()
+        }
     }
 }
