@@ -45,6 +45,12 @@ let package = Package(
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
     ],
     targets: [
+        // zlib, as the server's event-loop permessage-deflate calls it (dictionaries included,
+        // which compress-nio does not expose).
+        .target(
+            name: "CDuplexZlib",
+            linkerSettings: [.linkedLibrary("z")]
+        ),
         // The wire schema shared by server and clients: Foundation only.
         .target(
             name: "DuplexSchema",
@@ -89,6 +95,7 @@ let package = Package(
             name: "DuplexServer",
             dependencies: [
                 "DuplexSchema",
+                "CDuplexZlib",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
@@ -242,6 +249,8 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings

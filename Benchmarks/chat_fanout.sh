@@ -6,10 +6,13 @@
 #   Benchmarks/chat_fanout.sh .build-release/release/duplex-server [runs]
 #
 # Server on CPU 0, load generator on CPU 1. Reports, per server and room size, the medians over
-# `runs` (default 3) interleaved runs of delivery latency p50/p99 and the server's CPU time per
-# message delivered (user + system, from /proc), and checks every delivery.
+# `runs` (default 3) interleaved runs of delivery latency p50/p99 and the server's CPU time
+# (user + system, from /proc): per message delivered in the steady phase (after every member
+# joined), per join in the join phase (each join announces the member to the room), and in all
+# per message delivered; and checks every delivery.
 # DUPLEX_SERVER_FLAGS adds flags to duplex-server (default: --event-loops 1, one event loop for
-# the one core it is pinned to, as Node has one thread).
+# the one core it is pinned to, as Node has one thread). CHAT_FANOUT_MEMBERS sets the room sizes
+# (default "100 1000").
 set -euo pipefail
 bin=${1:?usage: chat_fanout.sh DUPLEX_SERVER_BINARY [runs]}
 runs=${2:-3}
@@ -36,14 +39,14 @@ run() { # name members senders
     done
     local before after result
     before=$(cpu_ticks "$server")
-    result=$(taskset -c 1 node "$here/chat_load.js" latency "ws://127.0.0.1:$port" "$members" "$senders" 1 10)
+    result=$(SERVER_PIDS=$server taskset -c 1 node "$here/chat_load.js" latency "ws://127.0.0.1:$port" "$members" "$senders" 1 10)
     after=$(cpu_ticks "$server")
     kill "$server"; wait "$server" 2>/dev/null || true; server=""
     echo "{\"server\": \"$name\", \"members\": $members, \"cpu_seconds\": $(awk -v a="$after" -v b="$before" -v hz="$(getconf CLK_TCK)" 'BEGIN { print (a - b) / hz }'), \"result\": $result}" | tee -a "$out/results.jsonl" >&2
 }
 
 for _ in $(seq 1 "$runs"); do
-    for members in 100 1000; do
+    for members in ${CHAT_FANOUT_MEMBERS:-100 1000}; do
         run duplex "$members" 10
         run node "$members" 10
     done
@@ -55,11 +58,14 @@ rows = [json.loads(line) for line in open(sys.argv[1])]
 groups = {}
 for row in rows:
     groups.setdefault((row["members"], row["server"]), []).append(row)
-print("| members | server | p50 ms | p99 ms | server CPU µs per delivery | lost or duplicated |")
-print("|---|---|---|---|---|---|")
+print("| members | server | p50 ms | p99 ms | steady CPU µs per delivery | join CPU µs per join | all CPU µs per delivery | lost or duplicated |")
+print("|---|---|---|---|---|---|---|---|")
 for (members, server), rs in sorted(groups.items()):
     med = lambda key: round(statistics.median(r["result"][key] for r in rs), 2)
-    cpu = statistics.median(r["cpu_seconds"] * 1e6 / max(r["result"]["deliveries"], 1) for r in rs)
+    per = lambda f: statistics.median(f(r) for r in rs)
+    steady = per(lambda r: r["result"]["server_cpu_steady_s"] * 1e6 / max(r["result"]["deliveries"], 1))
+    join = per(lambda r: r["result"]["server_cpu_join_s"] * 1e6 / r["members"])
+    cpu = per(lambda r: r["cpu_seconds"] * 1e6 / max(r["result"]["deliveries"], 1))
     bad = sum(r["result"]["members_short"] + r["result"]["duplicates"] + r["result"]["expected_deliveries"] - r["result"]["deliveries"] for r in rs)
-    print(f"| {members} | {server} | {med('all_p50_ms')} | {med('all_p99_ms')} | {cpu:.1f} | {bad} |")
+    print(f"| {members} | {server} | {med('all_p50_ms')} | {med('all_p99_ms')} | {steady:.1f} | {join:.0f} | {cpu:.1f} | {bad} |")
 EOF

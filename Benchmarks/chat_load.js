@@ -11,12 +11,21 @@
 // deliveries to members on another node than the sender, and over all.
 // throughput: SENDERS_PER_ROOM members of each room keep WINDOW says in flight (a new one on each
 // ack); reports acknowledged messages a second per room and in total.
-// Prints one JSON object.
+// Prints one JSON object. With SERVER_PIDS (comma-separated pids of the servers), it also reports
+// the servers' CPU time (user + system, from /proc) in the joins and in the steady phase after.
 const WebSocket = require('/usr/share/nodejs/ws');
 const [mode, nodesArg, ...rest] = process.argv.slice(2);
 const nodes = nodesArg.split(',');
 const now = () => Number(process.hrtime.bigint()) / 1e6; // milliseconds
 const room = `bench${process.pid}`;
+const fs = require('fs');
+const serverPids = (process.env.SERVER_PIDS || '').split(',').filter(Boolean);
+const ticksPerSecond = 100; // USER_HZ on Linux
+// The servers' CPU seconds so far (user + system); 0 without SERVER_PIDS.
+const serverCPU = () => serverPids.reduce((sum, pid) => {
+  const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return sum + (Number(fields[11]) + Number(fields[12])) / ticksPerSecond;
+}, 0);
 
 function join(url) {
   return new Promise((resolve, reject) => {
@@ -48,6 +57,7 @@ const say = (id, text) => JSON.stringify({ type: 'say', v: 1, clientMessageId: i
 async function latency([members, senders, rate, seconds]) {
   [members, senders, rate, seconds] = [Number(members), Number(senders), Number(rate), Number(seconds)];
   senders = Math.min(senders, members);
+  const cpuStart = serverCPU();
   const sockets = await joinAll(Array.from({ length: members }, (_, i) => `${nodes[i % nodes.length]}/chat/${room}?name=m${i}`));
   const perSender = Math.floor(rate * seconds);
   const expected = senders * perSender;
@@ -56,6 +66,9 @@ async function latency([members, senders, rate, seconds]) {
   let duplicates = 0;
   let complete = 0;
   const seen = sockets.map(() => new Set());
+  // Presence frames for the last joins may still be on their way: let them settle.
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  const cpuJoined = serverCPU();
   let finish;
   const done = new Promise((resolve) => { finish = resolve; });
   sockets.forEach((socket, i) => {
@@ -83,8 +96,10 @@ async function latency([members, senders, rate, seconds]) {
   const limit = setTimeout(finish, seconds * 1000 + 20000);
   await done;
   clearTimeout(limit);
+  const cpuEnd = serverCPU();
   sockets.forEach((socket) => socket.terminate());
   return {
+    server_cpu_join_s: cpuJoined - cpuStart, server_cpu_steady_s: cpuEnd - cpuJoined,
     mode: 'latency', nodes: nodes.length, members, messages: expected, deliveries: every.length,
     expected_deliveries: expected * members, members_short: seen.filter((s) => s.size < expected).length,
     duplicates, cross_node_p50_ms: percentile(cross, 50), cross_node_p99_ms: percentile(cross, 99),

@@ -4,12 +4,17 @@ import NIOCore
 import NIOWebSocket
 
 /// A chat member's outgoing text frames, written straight to its channel on the channel's event
-/// loop: no task wakes up per frame, and a room's fan-out costs one event-loop job per member.
+/// loop: no task wakes up per frame, and a room's fan-out costs one event-loop job per event
+/// loop (``LoopDrains``), not one per member.
+///
+/// Frames arrive encoded (``ServerTextFrame``): a room event's bytes are encoded once and shared
+/// by every member. They enter the pipeline just before swift-nio's frame encoder, through a
+/// ``RawFrameOutlet``, so that whatever sits nearer the socket still sees them.
 ///
 /// It keeps ``OutboundQueue``'s promises:
 /// - **Bounded.** Frames accepted but not yet written to the socket count against `maxCount`
-///   and `maxBytes`; past either, ``offer(_:)`` refuses, and the member is closed (a reader that
-///   does not read holds its frames in the channel, where they still count).
+///   and `maxBytes` (text bytes); past either, ``offer(_:)`` refuses, and the member is closed (a
+///   reader that does not read holds its frames in the channel, where they still count).
 /// - **In order.** Frames are written in the order ``offer(_:)`` accepted them, after the ones
 ///   given to ``start(with:)`` (the welcome and backlog), which come first whenever they arrive.
 /// - **Stalls.** While stalled (a fault), nothing is written; what is offered meanwhile waits.
@@ -17,10 +22,13 @@ import NIOWebSocket
 /// Frames go out uncompressed, which RFC 7692 allows on a connection that negotiated
 /// permessage-deflate; the server uses this writer only where no extension was negotiated.
 final class ChannelTextWriter: Sendable {
+    /// A frame to write, and the text bytes it counts against the bounds (nil: not counted).
+    private typealias Item = (frame: ByteBuffer, counted: Int?)
+
     private struct State {
         var counted = (count: 0, bytes: 0)
-        /// Accepted, not yet written: the text and whether it counts against the bounds.
-        var pending = Deque<(text: String, counted: Bool)>()
+        /// Accepted, not yet written.
+        var pending = Deque<Item>()
         var started = false
         var stalledUntil: NIODeadline?
         var finished = false
@@ -38,13 +46,20 @@ final class ChannelTextWriter: Sendable {
     }
 
     private let channel: any Channel
+    private let drains: LoopDrains
     private let state = NIOLockedValueBox(State())
+    private let outlet: FrameOutlet
     private let done: EventLoopPromise<Void>
     let maxCount: Int
     let maxBytes: Int
 
-    init(channel: any Channel, maxCount: Int, maxBytes: Int) {
+    /// A writer for `channel`, through its `outlet`, drained with the other writers of its event
+    /// loop in `drains`.
+    init(channel: any Channel, outlet: FrameOutlet, drains: LoopDrains, maxCount: Int, maxBytes: Int) {
+        precondition(drains.eventLoop === channel.eventLoop, "a writer is drained on its channel's event loop")
         self.channel = channel
+        self.outlet = outlet
+        self.drains = drains
         self.maxCount = max(maxCount, 1)
         self.maxBytes = max(maxBytes, 1)
         self.done = channel.eventLoop.makePromise()
@@ -58,29 +73,37 @@ final class ChannelTextWriter: Sendable {
     /// Accepts `text` for writing; false, accepting nothing, when that would pass either bound
     /// or the writer was finished.
     func offer(_ text: String) -> Bool {
-        let size = text.utf8.count
+        offer(frame: ServerTextFrame.encode(text))
+    }
+
+    /// Accepts a text frame encoded by ``ServerTextFrame`` (a room event's shared bytes) for
+    /// writing; false, accepting nothing, when that would pass either bound or the writer was
+    /// finished.
+    func offer(frame: ByteBuffer) -> Bool {
+        let size = frame.readableBytes - ServerTextFrame.headerSize(frame.readableBytes)
         let (accepted, schedule) = state.withLockedValue { state -> (Bool, Bool) in
             guard !state.finished, state.counted.count < maxCount,
                 state.counted.count == 0 || state.counted.bytes + size <= maxBytes
             else { return (false, false) }
             state.counted.count += 1
             state.counted.bytes += size
-            state.pending.append((text, true))
+            state.pending.append((frame, size))
             return (true, Self.claimDrain(&state))
         }
-        if schedule { scheduleDrain() }
+        if schedule { drains.schedule(self) }
         return accepted
     }
 
     /// Writes `first` (not counted against the bounds) ahead of everything offered so far, then
     /// lets the rest go.
     func start(with first: [String]) {
+        let frames = first.map { Item(ServerTextFrame.encode($0), nil) }
         let schedule = state.withLockedValue { state -> Bool in
-            state.pending.insert(contentsOf: first.map { ($0, false) }, at: 0)
+            state.pending.insert(contentsOf: frames, at: 0)
             state.started = true
             return Self.claimDrain(&state)
         }
-        if schedule { scheduleDrain() }
+        if schedule { drains.schedule(self) }
     }
 
     /// Writes nothing for `duration`; a later stall replaces an earlier one.
@@ -104,7 +127,7 @@ final class ChannelTextWriter: Sendable {
             state.started = true  // a member that ends before its welcome still completes
             return Self.claimDrain(&state)
         }
-        if schedule { scheduleDrain() }
+        if schedule { drains.schedule(self) }
     }
 
     /// Returns once the writer is finished and everything it accepted was written to the
@@ -126,45 +149,81 @@ final class ChannelTextWriter: Sendable {
         return true
     }
 
-    private func scheduleDrain() {
-        if channel.eventLoop.inEventLoop {
-            drain()
-        } else {
-            channel.eventLoop.execute { self.drain() }
-        }
-    }
-
     /// On the event loop: writes what is pending, flushes once, and completes `done` when the
     /// writer is finished and nothing is left.
-    private func drain() {
-        let (batch, finishedNow) = state.withLockedValue { state -> ([(text: String, counted: Bool)], Bool) in
+    func drain() {
+        drains.eventLoop.assertInEventLoop()
+        // A fan-out leaves one frame pending per member: that case takes no array.
+        var single: ByteBuffer?
+        var batch: [ByteBuffer] = []
+        let (total, count, bytes, finishedNow) = state.withLockedValue { state -> (Int, Int, Int, Bool) in
             state.drainScheduled = false
-            guard state.started, state.stalledUntil == nil else { return ([], false) }
-            let batch = Array(state.pending)
-            state.pending.removeAll()
-            state.inFlight += batch.count
-            return (batch, state.completeIfDone())
+            guard state.started, state.stalledUntil == nil, !state.pending.isEmpty else { return (0, 0, 0, state.completeIfDone()) }
+            var (total, count, bytes) = (0, 0, 0)
+            if state.pending.count == 1 {
+                let item = state.pending.removeFirst()
+                single = item.frame
+                (total, count, bytes) = (1, item.counted == nil ? 0 : 1, item.counted ?? 0)
+            } else {
+                batch.reserveCapacity(state.pending.count)
+                while let item = state.pending.popFirst() {
+                    batch.append(item.frame)
+                    total += 1
+                    if let counted = item.counted { (count, bytes) = (count + 1, bytes + counted) }
+                }
+            }
+            state.inFlight += total
+            return (total, count, bytes, false)
         }
         if finishedNow { done.succeed() }
-        guard !batch.isEmpty else { return }
-        // Writes on a channel complete in order, and a failed one fails those after it: the
-        // last write's promise stands for the whole batch.
-        let promise = channel.eventLoop.makePromise(of: Void.self)
-        for (index, item) in batch.enumerated() {
-            let frame = WebSocketFrame(fin: true, opcode: .text, data: channel.allocator.buffer(string: item.text))
-            channel.write(frame, promise: index == batch.count - 1 ? promise : nil)
-        }
-        let counted = batch.filter(\.counted)
-        let (count, bytes) = (counted.count, counted.reduce(0) { $0 + $1.text.utf8.count })
-        promise.futureResult.whenComplete { [self] _ in
+        guard total > 0 else { return }
+        let written = drains.eventLoop.makePromise(of: Void.self)
+        written.futureResult.whenComplete { [self] _ in
             let complete = state.withLockedValue { state -> Bool in
                 state.counted.count -= count
                 state.counted.bytes -= bytes
-                state.inFlight -= batch.count
+                state.inFlight -= total
                 return state.completeIfDone()
             }
             if complete { done.succeed() }
         }
-        channel.flush()
+        let context = outlet.context
+        if let single {
+            context.write(NIOAny(single), promise: written)
+        } else {
+            // Writes on a channel complete in order, and a failed one fails those after it: the
+            // last write's promise stands for the whole batch.
+            for (index, frame) in batch.enumerated() {
+                context.write(NIOAny(frame), promise: index == batch.count - 1 ? written : nil)
+            }
+        }
+        context.flush()
     }
+}
+
+/// Where pre-encoded WebSocket frames enter a connection's pipeline: ahead of the
+/// ``ConnectionGuard`` (which only reads) and of swift-nio's frame encoder, so that they go to
+/// the socket as they are, with no handler between.
+final class RawFrameOutlet: ChannelOutboundHandler, RemovableChannelHandler {
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    /// Adds an outlet to an upgraded WebSocket connection's pipeline; on its event loop.
+    static func install(on channel: any Channel) throws -> FrameOutlet {
+        let pipeline = channel.pipeline.syncOperations
+        let outlet = RawFrameOutlet()
+        if let guardHandler = try? pipeline.handler(type: ConnectionGuard.self) {
+            try pipeline.addHandler(outlet, position: .before(guardHandler))
+        } else {
+            try pipeline.addHandler(outlet, position: .before(try pipeline.handler(type: WebSocketFrameEncoder.self)))
+        }
+        return FrameOutlet(context: try pipeline.context(handler: outlet))
+    }
+}
+
+/// The context of a connection's ``RawFrameOutlet``: pre-encoded frames are written there.
+struct FrameOutlet: @unchecked Sendable {
+    /// Only touched on the channel's event loop (`@unchecked` for that reason: a fan-out reads
+    /// it once per member and event, and a loop-bound box would check the thread every time).
+    let context: ChannelHandlerContext
 }

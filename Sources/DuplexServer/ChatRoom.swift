@@ -2,6 +2,7 @@ import DequeModule
 import DuplexSchema
 import Foundation
 import NIOConcurrencyHelpers
+import NIOCore
 
 /// One room event as the server keeps and sends it: encoded once, as a WebSocket frame and as
 /// an SSE event, and shared by every subscriber.
@@ -19,6 +20,9 @@ struct RoomEvent: Sendable {
     /// For a `left` event sequenced by a shared store: whose connection ended, and why. A room
     /// that applies it closes that connection if it is still here (see ``ChatRoom/apply(_:)``).
     var departure: Departure?
+    /// The WebSocket text frame carrying ``json`` (``ServerTextFrame``), encoded once for the
+    /// live fan-out and shared by every member; nil in history, which keeps no second copy.
+    var frame: ByteBuffer?
 
     /// Why a member left, as a shared store records it.
     struct Departure: Sendable, Equatable {
@@ -146,9 +150,16 @@ final class ChatRoom: Sendable {
 
     /// A subscriber, and whether it fell behind: a stalled one gets no more events and is
     /// expected to disconnect, which removes it.
-    private struct Slot {
-        var subscriber: RoomSubscriber
+    ///
+    /// A class, so that a fan-out to 1,000 subscribers retains 1,000 references rather than
+    /// copying every subscriber's closures and strings. It is only touched under the room's lock.
+    private final class Slot: @unchecked Sendable {
+        let subscriber: RoomSubscriber
         var stalled = false
+
+        init(subscriber: RoomSubscriber) {
+            self.subscriber = subscriber
+        }
     }
 
     private let state = NIOLockedValueBox(State())
@@ -260,7 +271,7 @@ final class ChatRoom: Sendable {
             let id = state.nextSubscriberID
             prelude?(recovered, self.epoch, state.latestSeq)
             var backlog = since.map { since in state.history.filter { $0.seq > since } } ?? []
-            var slot = Slot(subscriber: subscriber)
+            let slot = Slot(subscriber: subscriber)
             if deliverBacklog {
                 slot.stalled = !backlog.allSatisfy { subscriber.deliver($0) }
                 backlog = []
@@ -483,8 +494,11 @@ final class ChatRoom: Sendable {
             }
         }
         var overflowed: [RoomSubscriber] = []
-        for (id, slot) in state.subscribers where !slot.stalled && !slot.subscriber.deliver(event) {
-            state.subscribers[id]?.stalled = true
+        guard !state.subscribers.isEmpty else { return overflowed }
+        var live = event
+        live.frame = ServerTextFrame.encode(event.json)
+        for slot in state.subscribers.values where !slot.stalled && !slot.subscriber.deliver(live) {
+            slot.stalled = true
             overflowed.append(slot.subscriber)
         }
         return overflowed

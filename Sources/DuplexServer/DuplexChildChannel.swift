@@ -27,6 +27,8 @@ struct WebSocketTaskContext: WebSocketContext {
     let logger: Logger
     /// Whether permessage-deflate (or another extension) was negotiated.
     let compressed: Bool
+    /// Where frames encoded ahead of time (``ServerTextFrame``) are written.
+    let outlet: FrameOutlet
 }
 
 /// Each connection of the server: HTTP/1.1 through Hummingbird's responder, or a WebSocket
@@ -121,7 +123,13 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
                                 wrappingChannelSynchronously: channel,
                                 configuration: .init(isOutboundHalfClosureEnabled: true)
                             )
-                            let context = WebSocketTaskContext(request: request, channel: channel, logger: logger, compressed: !extensions.isEmpty)
+                            let context = WebSocketTaskContext(
+                                request: request,
+                                channel: channel,
+                                logger: logger,
+                                compressed: !extensions.isEmpty,
+                                outlet: try RawFrameOutlet.install(on: channel)
+                            )
                             return .task(asyncChannel, handler, context, extensions)
                         }
                     }

@@ -73,18 +73,18 @@ extension DuplexServer {
     /// behind is closed with 1013 so that it reconnects with `since`. A join whose name is
     /// present without its token gets `name_taken` and 1008; past the room limit, `room_limit`
     /// and 1013.
-    func serveChat(_ join: ChatJoin, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, channel: any Channel, compressed: Bool) async throws {
+    func serveChat(_ join: ChatJoin, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, channel: any Channel, outlet: FrameOutlet, compressed: Bool) async throws {
         let session = UUID().uuidString.lowercased()
         let token = join.token ?? Self.makeResumeToken()
         // Frames straight to the channel on its event loop, unless permessage-deflate was
         // negotiated: then through swift-websocket's writer, which compresses.
         let queue: MemberOutbound = compressed
             ? .queued(OutboundQueue(maxCount: configuration.outboundQueueLimit, maxBytes: configuration.outboundQueueBytes), StallGate())
-            : .direct(ChannelTextWriter(channel: channel, maxCount: configuration.outboundQueueLimit, maxBytes: configuration.outboundQueueBytes))
+            : .direct(ChannelTextWriter(channel: channel, outlet: outlet, drains: writerDrains.drains(for: channel.eventLoop), maxCount: configuration.outboundQueueLimit, maxBytes: configuration.outboundQueueBytes))
         let ending = NIOLockedValueBox<(WebSocketCloseCode, String)?>(nil)
         let subscriber = RoomSubscriber(
             member: .init(name: join.name, session: session, token: token),
-            deliver: { event in queue.offer(event.json) },
+            deliver: { event in queue.offer(event) },
             onOverflow: {
                 ending.withLockedValue { $0 = $0 ?? (.tryAgainLater, "too far behind: reconnect with since") }
                 queue.finish()
@@ -236,6 +236,15 @@ enum MemberOutbound: Sendable {
         switch self {
         case .queued(let queue, _): queue.offer(text)
         case .direct(let writer): writer.offer(text)
+        }
+    }
+
+    /// Accepts a room event: its shared frame when it has one; false when the member is too far
+    /// behind or finished.
+    func offer(_ event: RoomEvent) -> Bool {
+        switch (self, event.frame) {
+        case (.direct(let writer), let frame?): writer.offer(frame: frame)
+        default: offer(event.json)
         }
     }
 

@@ -63,7 +63,7 @@ extension DuplexServer {
             switch self.chatJoin(request, context) {
             case .success(let join):
                 return context.upgrade(headers, to: .task { inbound, outbound, context in
-                    try await self.serveChat(join, inbound: inbound, outbound: outbound, channel: context.channel, compressed: context.compressed)
+                    try await self.serveChat(join, inbound: inbound, outbound: outbound, channel: context.channel, outlet: context.outlet, compressed: context.compressed)
                 })
             case .failure(let refusal):
                 // swift-nio answers a refused upgrade with a bare 400, which loses the reason, so

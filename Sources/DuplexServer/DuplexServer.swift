@@ -37,6 +37,8 @@ public final class DuplexServer: Service, Sendable {
     public let configuration: DuplexServerConfiguration
     let logger: Logger
     let connections = ConnectionRegistry()
+    /// The chat members' writers with frames to write, batched per event loop.
+    let writerDrains = WriterDrains()
     /// Where the chat rooms live: memory, or PostgreSQL (``DuplexServerConfiguration/store``).
     let rooms: any ChatStore
     let ticks = TickClock()

@@ -1,0 +1,55 @@
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// The ``ChannelTextWriter``s of one event loop that have frames to write, drained together: a
+/// room's fan-out to 1,000 members on one event loop costs one event-loop job, not 1,000.
+final class LoopDrains: Sendable {
+    let eventLoop: any EventLoop
+    private let pending = NIOLockedValueBox<(writers: [ChannelTextWriter], scheduled: Bool)>(([], false))
+
+    init(eventLoop: any EventLoop) {
+        self.eventLoop = eventLoop
+    }
+
+    /// Drains `writer` on the event loop: at once when called there, else in the loop's next
+    /// batch (one job for every writer scheduled before it runs).
+    func schedule(_ writer: ChannelTextWriter) {
+        if eventLoop.inEventLoop {
+            writer.drain()
+            return
+        }
+        let first = pending.withLockedValue { pending -> Bool in
+            pending.writers.append(writer)
+            defer { pending.scheduled = true }
+            return !pending.scheduled
+        }
+        if first {
+            eventLoop.execute { self.run() }
+        }
+    }
+
+    private func run() {
+        let writers = pending.withLockedValue { pending -> [ChannelTextWriter] in
+            pending.scheduled = false
+            defer { pending.writers.removeAll(keepingCapacity: true) }
+            return pending.writers
+        }
+        for writer in writers { writer.drain() }
+    }
+}
+
+/// A server's ``LoopDrains``, one per event loop, made on first use.
+final class WriterDrains: Sendable {
+    private let loops = NIOLockedValueBox<[ObjectIdentifier: LoopDrains]>([:])
+
+    /// The drains of `eventLoop`.
+    func drains(for eventLoop: any EventLoop) -> LoopDrains {
+        loops.withLockedValue { loops in
+            let key = ObjectIdentifier(eventLoop)
+            if let drains = loops[key] { return drains }
+            let drains = LoopDrains(eventLoop: eventLoop)
+            loops[key] = drains
+            return drains
+        }
+    }
+}
