@@ -13,8 +13,9 @@ import NIOWebSocket
 
 /// What a WebSocket route serves an upgraded connection with.
 enum WebSocketService: Sendable {
-    /// Handlers on the connection's event loop, with no task per connection (`/echo`).
-    case eventLoop(@Sendable (any Channel) throws -> Void)
+    /// Handlers on the connection's event loop, with no task per connection (`/echo`). They
+    /// get the server's `Sec-WebSocket-Extensions` answer, if it gave one, and apply it.
+    case eventLoop(@Sendable (_ channel: any Channel, _ extensionsAnswer: String?) throws -> Void)
     /// A task with swift-websocket's inbound stream and outbound writer (chat rooms, and `/echo`
     /// with permessage-deflate).
     case task(WebSocketDataHandler<WebSocketTaskContext>)
@@ -76,7 +77,7 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         channel.eventLoop.makeCompletedFuture {
             let upgradeAttempted = NIOLoopBoundBox(false, eventLoop: channel.eventLoop)
-            let chosen = NIOLockedValueBox<(WebSocketService, Request, [any WebSocketExtension])?>(nil)
+            let chosen = NIOLockedValueBox<(WebSocketService, Request, [any WebSocketExtension], String?)?>(nil)
             let configuration = self.configuration
             let route = self.route
             let quickRoute = self.quickRoute
@@ -96,7 +97,8 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
                             request: request.headers,
                             response: headers
                         )
-                        chosen.withLockedValue { $0 = (service, request, extensions) }
+                        let answer = responseHeaders[.secWebSocketExtensions]
+                        chosen.withLockedValue { $0 = (service, request, extensions, answer) }
                         return HTTPHeaders(responseHeaders)
                     }
                     if let (headers, service) = quickRoute(request) {
@@ -111,12 +113,12 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
                 },
                 upgradePipelineHandler: { channel, _ in
                     channel.eventLoop.makeCompletedFuture {
-                        guard let (service, request, extensions) = chosen.withLockedValue({ $0 }) else {
+                        guard let (service, request, extensions, answer) = chosen.withLockedValue({ $0 }) else {
                             preconditionFailure("an upgrade always follows a chosen service")
                         }
                         switch service {
                         case .eventLoop(let install):
-                            try install(channel)
+                            try install(channel, answer)
                             return .servedOnEventLoop
                         case .task(let handler):
                             let asyncChannel = try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(

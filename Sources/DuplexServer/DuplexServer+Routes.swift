@@ -78,17 +78,12 @@ extension DuplexServer {
         return router
     }
 
-    /// `WS /echo`, decided on the event loop with no task: the subprotocol, and the event-loop
-    /// handler, or swift-websocket's for a client that offers permessage-deflate (which that
-    /// handler applies). Nil for any other path.
+    /// `WS /echo`, decided and served on the event loop with no task: the subprotocol, and the
+    /// event-loop handler, which applies permessage-deflate when it was negotiated. Nil for any
+    /// other path.
     func echoService(for request: Request) -> (HTTPFields, WebSocketService)? {
         guard request.uri.path == "/echo" else { return nil }
         let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: configuration.echoSubprotocols)
-        if configuration.compression != nil, request.headers[.secWebSocketExtensions] != nil {
-            return (headers, .task { inbound, outbound, context in
-                try await self.serveEcho(inbound: inbound, outbound: outbound, channel: context.channel)
-            })
-        }
         return (headers, .eventLoop(installEcho))
     }
 
@@ -104,11 +99,14 @@ extension DuplexServer {
         return context.webSocketService.withLockedValue { $0 }
     }
 
-    /// Serves `/echo` on `channel`'s event loop (``EchoWebSocketHandler``).
-    func installEcho(on channel: any Channel) throws {
+    /// Serves `/echo` on `channel`'s event loop (``EchoWebSocketHandler``), with
+    /// permessage-deflate as `extensionsAnswer` agreed it.
+    func installEcho(on channel: any Channel, extensionsAnswer: String?) throws {
+        let agreement = extensionsAnswer.flatMap { ServerDeflateAgreement(answer: $0, minimumBytes: configuration.compression?.minimumBytes ?? 0) }
         let handler = EchoWebSocketHandler(
             configuration: .init(maxMessageBytes: configuration.maxMessageBytes, closeTimeout: configuration.closeTimeout),
-            registry: connections
+            registry: connections,
+            deflate: agreement.map { DeflateContext(agreement: $0, zlib: loopZlibs.zlib(for: channel.eventLoop)) }
         )
         try channel.pipeline.syncOperations.addHandler(handler)
     }

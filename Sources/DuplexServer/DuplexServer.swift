@@ -39,6 +39,8 @@ public final class DuplexServer: Service, Sendable {
     let connections = ConnectionRegistry()
     /// The chat members' writers with frames to write, batched per event loop.
     let writerDrains = WriterDrains()
+    /// The zlib streams of each event loop, shared by the `/echo` connections that compress.
+    let loopZlibs = LoopZlibs()
     /// Where the chat rooms live: memory, or PostgreSQL (``DuplexServerConfiguration/store``).
     let rooms: any ChatStore
     let ticks = TickClock()

@@ -16,7 +16,11 @@ import NIOWebSocket
 /// - the registry's commands (close, drop, stall) arrive through ``deliver(_:)``; a close the
 ///   server starts waits `closeTimeout` for the client's answer, then closes TCP;
 /// - backpressure: while the channel is not writable (the client does not read its echoes), the
-///   handler stops reading, so the client's sends are held back by TCP, not buffered here.
+///   handler stops reading, so the client's sends are held back by TCP, not buffered here;
+/// - permessage-deflate, when negotiated (``DeflateContext``): a message whose first frame has
+///   RSV1 is inflated within `maxMessageBytes` (1009 past it, 1007 for bytes that do not inflate),
+///   and echoes of at least the threshold go back compressed. The zlib streams are the event
+///   loop's, shared; the connection keeps only its two windows.
 ///
 /// Writes are flushed once per read batch, so pipelined messages share a system call.
 final class EchoWebSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
@@ -34,16 +38,19 @@ final class EchoWebSocketHandler: ChannelDuplexHandler, RemovableChannelHandler 
     private let registry: ConnectionRegistry
     private var registration: UInt64?
     private var state = EchoConnectionState()
-    /// The opcode and bytes of a fragmented message being reassembled.
-    private var fragments: (opcode: WebSocketOpcode, buffer: ByteBuffer)?
+    private var deflate: DeflateContext?
+    /// The opcode and bytes of a fragmented message being reassembled, and whether it is
+    /// compressed.
+    private var fragments: (opcode: WebSocketOpcode, buffer: ByteBuffer, compressed: Bool)?
     private var needsFlush = false
     private var readPending = false
     private var stalledUntil: NIODeadline?
     private var closeDeadline: Scheduled<Void>?
 
-    init(configuration: Configuration, registry: ConnectionRegistry) {
+    init(configuration: Configuration, registry: ConnectionRegistry, deflate: DeflateContext? = nil) {
         self.configuration = configuration
         self.registry = registry
+        self.deflate = deflate
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -86,8 +93,17 @@ final class EchoWebSocketHandler: ChannelDuplexHandler, RemovableChannelHandler 
             if frame.opcode == .connectionClose { context.close(promise: nil) }
             return
         }
-        guard frame.rsv1 == false, frame.rsv2 == false, frame.rsv3 == false else {
+        guard frame.rsv2 == false, frame.rsv3 == false else {
             return fail(.protocolError, "reserved bits set without an extension", context: context)
+        }
+        // RSV1 marks a compressed message, on its first frame only (RFC 7692 section 6).
+        if frame.rsv1 {
+            guard deflate != nil else {
+                return fail(.protocolError, "reserved bits set without an extension", context: context)
+            }
+            guard frame.opcode == .text || frame.opcode == .binary else {
+                return fail(.protocolError, "RSV1 on a frame that does not begin a message", context: context)
+            }
         }
         switch frame.opcode {
         case .text, .binary:
@@ -95,22 +111,22 @@ final class EchoWebSocketHandler: ChannelDuplexHandler, RemovableChannelHandler 
                 return fail(.protocolError, "a new message inside a fragmented one", context: context)
             }
             if frame.fin {
-                deliver(message: frame.unmaskedData, opcode: frame.opcode, context: context)
+                deliver(message: frame.unmaskedData, opcode: frame.opcode, compressed: frame.rsv1, context: context)
             } else {
-                fragments = (frame.opcode, frame.unmaskedData)
+                fragments = (frame.opcode, frame.unmaskedData, frame.rsv1)
                 checkFragmentSize(context: context)
             }
         case .continuation:
-            guard case (let opcode, var buffer)? = fragments else {
+            guard case (let opcode, var buffer, let compressed)? = fragments else {
                 return fail(.protocolError, "a continuation frame with no message to continue", context: context)
             }
             fragments = nil
             var data = frame.unmaskedData
             buffer.writeBuffer(&data)
             if frame.fin {
-                deliver(message: buffer, opcode: opcode, context: context)
+                deliver(message: buffer, opcode: opcode, compressed: compressed, context: context)
             } else {
-                fragments = (opcode, buffer)
+                fragments = (opcode, buffer, compressed)
                 checkFragmentSize(context: context)
             }
         case .ping:
@@ -144,14 +160,29 @@ final class EchoWebSocketHandler: ChannelDuplexHandler, RemovableChannelHandler 
         }
     }
 
-    private func deliver(message: ByteBuffer, opcode: WebSocketOpcode, context: ChannelHandlerContext) {
+    private func deliver(message: ByteBuffer, opcode: WebSocketOpcode, compressed: Bool, context: ChannelHandlerContext) {
         guard message.readableBytes <= configuration.maxMessageBytes else {
             return fail(.messageTooLarge, "message too large", context: context)
+        }
+        var message = message
+        if compressed, deflate != nil {
+            do {
+                message = try deflate!.inflate(message, maxBytes: configuration.maxMessageBytes, allocator: context.channel.allocator)
+            } catch .tooLarge {
+                return fail(.messageTooLarge, "message too large once inflated", context: context)
+            } catch {
+                return fail(.dataInconsistentWithMessage, "the compressed message does not inflate", context: context)
+            }
         }
         if opcode == .text, !message.readableBytesView.isValidUTF8 {
             return fail(.dataInconsistentWithMessage, "invalid UTF-8", context: context)
         }
-        write(WebSocketFrame(fin: true, opcode: opcode, data: message), context: context)
+        if deflate != nil {
+            let (payload, compressed) = deflate!.deflate(message, allocator: context.channel.allocator)
+            write(WebSocketFrame(fin: true, rsv1: compressed, opcode: opcode, data: payload), context: context)
+        } else {
+            write(WebSocketFrame(fin: true, opcode: opcode, data: message), context: context)
+        }
     }
 
     /// The client's close: answered with 1000, or 1002 for a malformed one, then TCP is closed.

@@ -9,6 +9,8 @@ final class TestWebSocket {
         var fin: Bool
         var opcode: UInt8
         var payload: [UInt8]
+        /// RSV1: a compressed message, with permessage-deflate.
+        var rsv1 = false
 
         var text: String? { opcode == 0x1 ? String(decoding: payload, as: UTF8.self) : nil }
 
@@ -176,7 +178,7 @@ final class TestWebSocket {
         }
         guard bytes.count >= index + length else { return nil }
         buffer.moveReaderIndex(forwardBy: index + length)
-        return Frame(fin: bytes[0] & 0x80 != 0, opcode: bytes[0] & 0x0F, payload: Array(bytes[index..<index + length]))
+        return Frame(fin: bytes[0] & 0x80 != 0, opcode: bytes[0] & 0x0F, payload: Array(bytes[index..<index + length]), rsv1: bytes[0] & 0x40 != 0)
     }
 }
 

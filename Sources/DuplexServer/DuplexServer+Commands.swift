@@ -3,28 +3,6 @@ import HummingbirdWebSocket
 import NIOCore
 
 extension DuplexServer {
-    /// `WS /echo`: sends every message back with the same opcode, in order.
-    ///
-    /// Messages larger than `maxMessageBytes` get close 1009, invalid UTF-8 in a text message
-    /// 1007, and protocol violations 1002: the errors the inbound stream throws carry those codes
-    /// and are rethrown for the WebSocket handler to send.
-    func serveEcho(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, channel: any Channel) async throws {
-        try await connections.withConnection(.init(kind: .webSocket, route: "echo")) { commands in
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask {
-                    try await self.obey(commands, outbound: outbound, channel: channel)
-                }
-                for try await message in inbound.messages(maxSize: configuration.maxMessageBytes) {
-                    switch message {
-                    case .text(let text): try await outbound.write(.text(text))
-                    case .binary(let buffer): try await outbound.write(.binary(buffer))
-                    }
-                }
-                group.cancelAll()
-            }
-        }
-    }
-
     /// Carries out the registry's commands for one WebSocket connection. A stall turns reading
     /// off for its duration, and calls `onStall` so the connection's own writers wait.
     func obey(

@@ -1,0 +1,187 @@
+import CDuplexZlib
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// One event loop's zlib streams, shared by every permessage-deflate connection served there.
+///
+/// A connection keeps no zlib stream of its own, only the last window of what it sent and
+/// received (``DeflateContext``). Each message resets the shared stream and gives it that
+/// window as its dictionary, which is what the peer's stream holds, so context takeover works
+/// as RFC 7692 section 7.2 describes. A silent connection costs nothing here, and one that has
+/// spoken costs at most its two windows (4 KiB each at the server's default 12 bits), instead of
+/// two zlib streams of 20 KiB or more.
+///
+/// Used only on its event loop (hence `@unchecked Sendable`: the registry hands it out there).
+final class LoopZlib: @unchecked Sendable {
+    /// Why inflating stopped.
+    enum InflateFailure: Error, Equatable {
+        /// The message inflates past the limit; inflating stopped there.
+        case tooLarge
+        /// The bytes are not a deflate stream, or refer back past the window.
+        case corrupt
+    }
+
+    private let memoryLevel: Int32
+    private var inflater: UnsafeMutablePointer<z_stream>?
+    /// Compressors by window bits (a server usually has one).
+    private var deflaters: [Int: UnsafeMutablePointer<z_stream>] = [:]
+
+    /// The streams compress at `memoryLevel` (zlib's 1 to 9; 5 takes 16 KiB for the hash).
+    init(memoryLevel: Int = 5) {
+        self.memoryLevel = Int32(min(max(memoryLevel, 1), 9))
+    }
+
+    deinit {
+        if let inflater {
+            CDuplexZlib.inflateEnd(inflater)
+            inflater.deallocate()
+        }
+        for deflater in deflaters.values {
+            CDuplexZlib.deflateEnd(deflater)
+            deflater.deallocate()
+        }
+    }
+
+    /// Inflates one message's payload (without the `00 00 FF FF` its sender removed), with
+    /// `dictionary` as the window before it; at most `maxBytes` come out.
+    func inflate(_ payload: ByteBuffer, dictionary: ByteBuffer?, maxBytes: Int, allocator: ByteBufferAllocator) throws(InflateFailure) -> ByteBuffer {
+        guard let stream = inflateStream() else { throw .corrupt }
+        guard CDuplexZlib.inflateReset(stream) == Z_OK else { throw .corrupt }
+        if let dictionary, dictionary.readableBytes > 0 {
+            let status = dictionary.withUnsafeReadableBytes { bytes in
+                CDuplexZlib.inflateSetDictionary(stream, bytes.baseAddress?.assumingMemoryBound(to: Bytef.self), uInt(bytes.count))
+            }
+            guard status == Z_OK else { throw .corrupt }
+        }
+        var output = allocator.buffer(capacity: min(maxBytes + 1, max(payload.readableBytes * 3, 256)))
+        try Self.inflate(payload, into: &output, stream: stream, maxBytes: maxBytes)
+        try Self.inflate(Self.syncTail, into: &output, stream: stream, maxBytes: maxBytes)
+        return output
+    }
+
+    private static let syncTail = ByteBuffer(bytes: [0x00, 0x00, 0xFF, 0xFF])
+
+    private static func inflate(_ input: ByteBuffer, into output: inout ByteBuffer, stream: UnsafeMutablePointer<z_stream>, maxBytes: Int) throws(InflateFailure) {
+        let failure: InflateFailure? = input.withUnsafeReadableBytes { bytes -> InflateFailure? in
+            stream.pointee.next_in = UnsafeMutablePointer(mutating: bytes.baseAddress?.assumingMemoryBound(to: Bytef.self))
+            stream.pointee.avail_in = uInt(bytes.count)
+            defer {
+                stream.pointee.next_in = nil
+                stream.pointee.avail_in = 0
+            }
+            while true {
+                if output.writableBytes == 0 {
+                    // One byte past the limit is how a message too large shows.
+                    guard output.readableBytes <= maxBytes else { return .tooLarge }
+                    output.reserveCapacity(min(maxBytes + 1, max(output.capacity * 2, 256)))
+                }
+                var status: Int32 = Z_OK
+                let produced = output.writeWithUnsafeMutableBytes(minimumWritableBytes: 0) { space -> Int in
+                    stream.pointee.next_out = space.baseAddress?.assumingMemoryBound(to: Bytef.self)
+                    stream.pointee.avail_out = uInt(space.count)
+                    status = CDuplexZlib.inflate(stream, Z_SYNC_FLUSH)
+                    let produced = space.count - Int(stream.pointee.avail_out)
+                    stream.pointee.next_out = nil
+                    stream.pointee.avail_out = 0
+                    return produced
+                }
+                if output.readableBytes > maxBytes { return .tooLarge }
+                switch status {
+                case Z_OK:
+                    // Done when every byte was taken and the output had room to spare.
+                    if stream.pointee.avail_in == 0, output.writableBytes > 0 { return nil }
+                case Z_BUF_ERROR:
+                    // No progress: the input is used up (or more output room is needed).
+                    if stream.pointee.avail_in == 0, produced == 0, output.writableBytes > 0 { return nil }
+                case Z_STREAM_END:
+                    // A final block ends the stream; nothing may follow it in this message.
+                    return stream.pointee.avail_in == 0 ? nil : .corrupt
+                default:
+                    return .corrupt
+                }
+            }
+        }
+        if let failure { throw failure }
+    }
+
+    /// Compresses one message with a `windowBits` window (9 to 15) and `dictionary` as the
+    /// window before it; the result ends without the `00 00 FF FF` of the sync flush.
+    func deflate(_ payload: ByteBuffer, windowBits: Int, dictionary: ByteBuffer?, allocator: ByteBufferAllocator) -> ByteBuffer? {
+        guard let stream = deflateStream(windowBits: windowBits), CDuplexZlib.deflateReset(stream) == Z_OK else { return nil }
+        if let dictionary, dictionary.readableBytes > 0 {
+            let status = dictionary.withUnsafeReadableBytes { bytes in
+                CDuplexZlib.deflateSetDictionary(stream, bytes.baseAddress?.assumingMemoryBound(to: Bytef.self), uInt(bytes.count))
+            }
+            guard status == Z_OK else { return nil }
+        }
+        var output = allocator.buffer(capacity: Int(CDuplexZlib.deflateBound(stream, uLong(payload.readableBytes))) + 16)
+        let done = payload.withUnsafeReadableBytes { bytes -> Bool in
+            stream.pointee.next_in = UnsafeMutablePointer(mutating: bytes.baseAddress?.assumingMemoryBound(to: Bytef.self))
+            stream.pointee.avail_in = uInt(bytes.count)
+            defer {
+                stream.pointee.next_in = nil
+                stream.pointee.avail_in = 0
+            }
+            while true {
+                if output.writableBytes < 16 { output.reserveCapacity(output.capacity * 2) }
+                var status: Int32 = Z_OK
+                output.writeWithUnsafeMutableBytes(minimumWritableBytes: 0) { space -> Int in
+                    stream.pointee.next_out = space.baseAddress?.assumingMemoryBound(to: Bytef.self)
+                    stream.pointee.avail_out = uInt(space.count)
+                    status = CDuplexZlib.deflate(stream, Z_SYNC_FLUSH)
+                    let produced = space.count - Int(stream.pointee.avail_out)
+                    stream.pointee.next_out = nil
+                    stream.pointee.avail_out = 0
+                    return produced
+                }
+                guard status == Z_OK || status == Z_BUF_ERROR else { return false }
+                // A sync flush is complete once the input is used up with output room to spare.
+                if stream.pointee.avail_in == 0, output.writableBytes > 0 { return true }
+            }
+        }
+        guard done, output.readableBytes >= 4, output.getBytes(at: output.writerIndex - 4, length: 4) == [0x00, 0x00, 0xFF, 0xFF] else { return nil }
+        output.moveWriterIndex(to: output.writerIndex - 4)
+        return output
+    }
+
+    private func inflateStream() -> UnsafeMutablePointer<z_stream>? {
+        if let inflater { return inflater }
+        let stream = UnsafeMutablePointer<z_stream>.allocate(capacity: 1)
+        stream.initialize(to: z_stream())
+        // A raw stream with the largest window takes a peer's stream of any window size.
+        guard CDuplexZlib_inflateInit2(stream, -15) == Z_OK else {
+            stream.deallocate()
+            return nil
+        }
+        inflater = stream
+        return stream
+    }
+
+    private func deflateStream(windowBits: Int) -> UnsafeMutablePointer<z_stream>? {
+        if let stream = deflaters[windowBits] { return stream }
+        let stream = UnsafeMutablePointer<z_stream>.allocate(capacity: 1)
+        stream.initialize(to: z_stream())
+        guard CDuplexZlib_deflateInit2(stream, Z_DEFAULT_COMPRESSION, -Int32(windowBits), memoryLevel) == Z_OK else {
+            stream.deallocate()
+            return nil
+        }
+        deflaters[windowBits] = stream
+        return stream
+    }
+}
+
+/// A server's ``LoopZlib``s, one per event loop, made on first use.
+final class LoopZlibs: Sendable {
+    private let loops = NIOLockedValueBox<[ObjectIdentifier: LoopZlib]>([:])
+
+    /// The streams of `eventLoop`; use them only there.
+    func zlib(for eventLoop: any EventLoop) -> LoopZlib {
+        loops.withLockedValue { loops in
+            let key = ObjectIdentifier(eventLoop)
+            if let zlib = loops[key] { return zlib }
+            let zlib = LoopZlib()
+            loops[key] = zlib
+            return zlib
+        }
+    }
+}

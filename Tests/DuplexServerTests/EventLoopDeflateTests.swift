@@ -1,0 +1,149 @@
+import CompressNIO
+@testable import DuplexServer
+import DuplexSchema
+import DuplexTesting
+import NIOCore
+import Testing
+
+/// permessage-deflate on the event-loop `/echo` path: the event loop's zlib streams are shared,
+/// and each connection keeps only its windows, which must stand in for a peer's persistent
+/// stream exactly (context takeover, RFC 7692 section 7.2.1).
+@Suite("event-loop permessage-deflate: shared streams, per-connection windows")
+struct EventLoopDeflateTests {
+    static let allocator = ByteBufferAllocator()
+
+    /// Messages that refer back to each other: 200 random letters (within the reach of the
+    /// smallest window: zlib reaches back 2^9 - 262 bytes)
+    /// compress poorly on their own, and the second and later messages compress to a few bytes
+    /// only when the earlier ones are in the window. Then one longer than any window.
+    static let block = randomLetters(200)
+    static let messages = (0..<6).map { "\(block) number \($0)" } + [randomLetters(40_000)]
+
+    static func randomLetters(_ count: Int) -> String {
+        String((0..<count).map { _ in Character(UnicodeScalar(UInt8.random(in: 0x61...0x7A))) })
+    }
+
+    @Test("a client's persistent compressor is inflated through the shared stream, message after message", arguments: [9, 12, 15])
+    func inflatesContextTakeover(windowBits: Int) throws {
+        let client = try ZlibCompressor(algorithm: .deflate, configuration: ZlibConfiguration(windowSize: Int32(windowBits)))
+        var answer = "permessage-deflate; client_max_window_bits=\(windowBits)"
+        if windowBits == 15 { answer = "permessage-deflate" }
+        let agreement = try #require(ServerDeflateAgreement(answer: answer, minimumBytes: 0))
+        #expect(agreement.clientWindowBits == windowBits)
+        var context = DeflateContext(agreement: agreement, zlib: LoopZlib())
+        var sizes: [Int] = []
+        for message in Self.messages {
+            var input = ByteBuffer(string: message)
+            var payload = try input.compressStream(with: client, flush: .sync, allocator: Self.allocator)
+            payload.moveWriterIndex(to: payload.writerIndex - 4)  // the 00 00 FF FF a sender drops
+            sizes.append(payload.readableBytes)
+            let inflated = try context.inflate(payload, maxBytes: 1 << 20, allocator: Self.allocator)
+            #expect(String(buffer: inflated) == message)
+        }
+        #expect(sizes[1] < sizes[0] / 4, "the client referred back to the first message: \(sizes)")
+    }
+
+    @Test("the shared compressor with a connection's window is read by a client's persistent inflater", arguments: [9, 12, 15])
+    func deflatesContextTakeover(windowBits: Int) throws {
+        let client = try ZlibDecompressor(algorithm: .deflate, windowSize: Int32(windowBits))
+        let agreement = try #require(ServerDeflateAgreement(answer: "permessage-deflate; server_max_window_bits=\(windowBits)", minimumBytes: 0))
+        var context = DeflateContext(agreement: agreement, zlib: LoopZlib())
+        var sizes: [Int] = []
+        for message in Self.messages {
+            let (payload, compressed) = context.deflate(ByteBuffer(string: message), allocator: Self.allocator)
+            #expect(compressed)
+            sizes.append(payload.readableBytes)
+            var input = payload
+            input.writeBytes([0x00, 0x00, 0xFF, 0xFF])
+            let inflated = try input.decompressStream(with: client, maxSize: 1 << 20, allocator: Self.allocator)
+            #expect(String(buffer: inflated) == message)
+        }
+        #expect(sizes[1] < sizes[0] / 4, "the server referred back to the first message: \(sizes)")
+    }
+
+    @Test("without context takeover each message stands alone; under the threshold a message goes uncompressed")
+    func noContextTakeoverAndThreshold() throws {
+        let agreement = try #require(ServerDeflateAgreement(answer: "permessage-deflate; server_no_context_takeover; client_no_context_takeover", minimumBytes: 100))
+        #expect(agreement.serverNoContextTakeover && agreement.clientNoContextTakeover)
+        var context = DeflateContext(agreement: agreement, zlib: LoopZlib())
+        for message in Self.messages.prefix(3) {
+            let (payload, compressed) = context.deflate(ByteBuffer(string: message), allocator: Self.allocator)
+            #expect(compressed)
+            // A fresh inflater each time: nothing may refer to an earlier message.
+            let fresh = try ZlibDecompressor(algorithm: .deflate, windowSize: 15)
+            var input = payload
+            input.writeBytes([0x00, 0x00, 0xFF, 0xFF])
+            #expect(String(buffer: try input.decompressStream(with: fresh, maxSize: 1 << 20, allocator: Self.allocator)) == message)
+        }
+        let (small, compressed) = context.deflate(ByteBuffer(string: "short"), allocator: Self.allocator)
+        #expect(!compressed && String(buffer: small) == "short")
+    }
+
+    @Test("inflating stops one byte past the limit, and bytes that are not deflate are corrupt")
+    func bombAndGarbage() throws {
+        var context = DeflateContext(agreement: try #require(ServerDeflateAgreement(answer: "permessage-deflate", minimumBytes: 0)), zlib: LoopZlib())
+        let compressor = try ZlibCompressor(algorithm: .deflate)
+        var zeros = Self.allocator.buffer(repeating: 0, count: 4 << 20)
+        var bomb = try zeros.compressStream(with: compressor, flush: .sync, allocator: Self.allocator)
+        bomb.moveWriterIndex(to: bomb.writerIndex - 4)
+        #expect(throws: LoopZlib.InflateFailure.tooLarge) { try context.inflate(bomb, maxBytes: 64 * 1024, allocator: Self.allocator) }
+        #expect(throws: LoopZlib.InflateFailure.corrupt) { try context.inflate(ByteBuffer(bytes: [0xFF, 0xFF, 0xFF, 0x00, 0x13]), maxBytes: 1024, allocator: Self.allocator) }
+        // The shared stream is fine afterwards.
+        var fresh = DeflateContext(agreement: context.agreement, zlib: context.zlib)
+        var input = ByteBuffer(string: "after the bomb")
+        var payload = try input.compressStream(with: try ZlibCompressor(algorithm: .deflate), flush: .sync, allocator: Self.allocator)
+        payload.moveWriterIndex(to: payload.writerIndex - 4)
+        #expect(String(buffer: try fresh.inflate(payload, maxBytes: 1024, allocator: Self.allocator)) == "after the bomb")
+    }
+
+    @Test("a window keeps the last 2^bits bytes, in a buffer of its own")
+    func window() {
+        let message = ByteBuffer(string: String(repeating: "a", count: 600) + String(repeating: "b", count: 100))
+        let first = DeflateContext.window(nil, then: message, bits: 9, allocator: Self.allocator)
+        #expect(first.readableBytes == 512)
+        #expect(String(buffer: first) == String(repeating: "a", count: 412) + String(repeating: "b", count: 100))
+        let second = DeflateContext.window(first, then: ByteBuffer(string: "cc"), bits: 9, allocator: Self.allocator)
+        #expect(String(buffer: second) == String(repeating: "a", count: 410) + String(repeating: "b", count: 100) + "cc")
+        #expect(first.storageCapacity <= 512 + 64, "the window does not hold the message's buffer")
+    }
+
+    @Test("over loopback: compressed echoes both ways; RSV1 on a continuation gets 1002, and a message that does not inflate 1007")
+    func overLoopback() async throws {
+        try await withTimeout(.seconds(30)) {
+            try await withDuplexServer(configuration: .init(compression: .init(minimumBytes: 16, maxWindowBits: 12, peerMaxWindowBits: 12))) { server in
+                let offer = ["Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits"]
+                try await TestWebSocket.with(port: server.port, path: "/echo", extraHeaders: offer) { socket in
+                    let compressor = try ZlibCompressor(algorithm: .deflate, configuration: ZlibConfiguration(windowSize: 12))
+                    let inflater = try ZlibDecompressor(algorithm: .deflate, windowSize: 12)
+                    for message in Self.messages {
+                        var input = ByteBuffer(string: message)
+                        var payload = try input.compressStream(with: compressor, flush: .sync, allocator: Self.allocator)
+                        payload.moveWriterIndex(to: payload.writerIndex - 4)
+                        try await socket.sendFrame(rsv: 0x4, opcode: 0x1, payload: Array(payload.readableBytesView))
+                        let echo = try await socket.receiveFrame()
+                        #expect(echo.rsv1, "the echo of \(message.utf8.count) bytes comes compressed")
+                        var received = ByteBuffer(bytes: echo.payload + [0x00, 0x00, 0xFF, 0xFF])
+                        #expect(String(buffer: try received.decompressStream(with: inflater, maxSize: 1 << 20, allocator: Self.allocator)) == message)
+                    }
+                    try await socket.sendText("tiny")
+                    let tiny = try await socket.receiveFrame()
+                    #expect(!tiny.rsv1 && tiny.text == "tiny", "under the threshold: uncompressed")
+                }
+                try await TestWebSocket.with(port: server.port, path: "/echo", extraHeaders: offer) { socket in
+                    try await socket.sendFrame(fin: false, opcode: 0x1, payload: Array("a".utf8))
+                    try await socket.sendFrame(rsv: 0x4, opcode: 0x0, payload: Array("b".utf8))
+                    #expect(try await socket.receiveClose().code == 1002)
+                }
+                try await TestWebSocket.with(port: server.port, path: "/echo", extraHeaders: offer) { socket in
+                    try await socket.sendFrame(rsv: 0x4, opcode: 0x1, payload: [0xFF, 0xFF, 0xFF, 0x00, 0x13])
+                    #expect(try await socket.receiveClose().code == 1007)
+                }
+                // Without the offer, RSV1 is a protocol error, as before.
+                try await TestWebSocket.with(port: server.port, path: "/echo") { socket in
+                    try await socket.sendFrame(rsv: 0x4, opcode: 0x1, payload: Array("x".utf8))
+                    #expect(try await socket.receiveClose().code == 1002)
+                }
+            }
+        }
+    }
+}
