@@ -8,6 +8,10 @@ DUPLEX_RSS_DEFLATE=0 makes the WebSocket clients offer no permessage-deflate (as
 Duplex client by default and many native clients do); by default they offer it, as browsers,
 Python's websockets and Node's ws do.
 
+DUPLEX_RSS_MESSAGE_BYTES sets the size of the one message each WebSocket connection sends and
+gets back (default 1). With compression, 8192 fills the windows a connection keeps both ways
+(4 KiB each at the server's default 12 bits): the most an idle compressing connection holds.
+
 Usage: python3 Benchmarks/server_rss.py PATH/TO/duplex-server [N [SERVER FLAGS...]]
 (for example `... 1000 --no-compression`: the clients offer permessage-deflate, as Python's
 websockets does by default, and each sends one message).
@@ -70,8 +74,11 @@ async def main(binary, count, flags):
         # prove every connection is live and served, then let the server settle; with
         # DUPLEX_RSS_SILENT=1 no connection sends anything after its handshake
         if os.environ.get("DUPLEX_RSS_SILENT") != "1":
-            await asyncio.wait_for(asyncio.gather(*(ws.send("x") for ws in sockets)), 30)
-            await asyncio.wait_for(asyncio.gather(*(ws.recv() for ws in sockets)), 30)
+            size = int(os.environ.get("DUPLEX_RSS_MESSAGE_BYTES", "1"))
+            message = "".join(f"{{\"seq\":{i},\"text\":\"message {i * 7919 % 10007}\"}}," for i in range(size // 20 + 1))[:size]
+            await asyncio.wait_for(asyncio.gather(*(ws.send(message) for ws in sockets)), 60)
+            echoes = await asyncio.wait_for(asyncio.gather(*(ws.recv() for ws in sockets)), 60)
+            assert all(echo == message for echo in echoes), "an echo differed from its message"
         await asyncio.sleep(1)
         loaded = rss_kib(server.pid)
         await asyncio.gather(*(ws.close() for ws in sockets))

@@ -79,6 +79,9 @@ struct DuplexServerCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Messages smaller than this are sent uncompressed.", valueName: "bytes"))
     var compressionThreshold = 256
 
+    @Option(help: ArgumentHelp("The LZ77 window, in bits (9 to 15), the server compresses with and asks clients to compress with. Each idle /echo connection that compressed keeps up to 2^bits bytes each way.", valueName: "bits"))
+    var compressionWindowBits = 12
+
     @Option(
         help: ArgumentHelp(
             "Where chat rooms live: memory (the default), or postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?sslmode=require] to share rooms with every server on that database and keep them across restarts. Default: $DUPLEX_STORE, else memory.",
@@ -109,6 +112,7 @@ struct DuplexServerCommand: AsyncParsableCommand {
         guard queueBytes >= 1024 else { throw ValidationError("--queue-bytes must be at least 1024") }
         guard maxConnections >= 1 else { throw ValidationError("--max-connections must be at least 1") }
         guard compressionThreshold >= 0 else { throw ValidationError("--compression-threshold must not be negative") }
+        guard (9...15).contains(compressionWindowBits) else { throw ValidationError("--compression-window-bits must be 9 to 15 (zlib's windows); got \(compressionWindowBits)") }
         do {
             _ = try storeConfiguration
         } catch {
@@ -147,7 +151,7 @@ struct DuplexServerCommand: AsyncParsableCommand {
             totalHistoryBytesLimit: totalHistoryBytes,
             outboundQueueBytes: queueBytes,
             echoSubprotocols: echoSubprotocols.map(Self.list),
-            compression: noCompression ? nil : PerMessageDeflate(minimumBytes: compressionThreshold, maxWindowBits: 12, peerMaxWindowBits: 12)
+            compression: noCompression ? nil : PerMessageDeflate(minimumBytes: compressionThreshold, maxWindowBits: compressionWindowBits, peerMaxWindowBits: compressionWindowBits)
         )
         switch try? storeConfiguration {
         case .postgres(var postgres)?:

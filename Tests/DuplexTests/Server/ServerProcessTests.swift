@@ -1,3 +1,5 @@
+import Duplex
+import DuplexSchema
 import DuplexTesting
 import Foundation
 import NIOCore
@@ -49,6 +51,32 @@ struct ServerProcessTests {
             _ = try await server.waitForExit()
             let refused = try await CLIProcess("duplex-server", ["--event-loops", "0"]).waitForExit()
             #expect(refused.status == 64 && refused.stderr.contains("--event-loops must be from 1 to 1024"), "\(refused)")
+        }
+    }
+
+    @Test("--compression-window-bits sets the windows the server answers with; 16 is refused")
+    func compressionWindowBits() async throws {
+        try await withTimeout(.seconds(60)) {
+            let (server, port) = try await Self.start(["--compression-window-bits", "10"])
+            let socket = WebSocket(url: URL(string: "ws://127.0.0.1:\(port)/echo")!, configuration: .init(compression: PerMessageDeflate()))
+            let messages = socket.messages
+            try await socket.connect()
+            let answer = try #require(socket.negotiatedExtensions)
+            #expect(answer.contains("server_max_window_bits=10") && answer.contains("client_max_window_bits=10"), "\(answer)")
+            let text = String(repeating: "a window of ten bits; ", count: 200)
+            try await socket.send(text)
+            try await socket.send(text)
+            var echoes: [String] = []
+            for await message in messages {
+                echoes.append(message.text ?? "")
+                if echoes.count == 2 { break }
+            }
+            #expect(echoes == [text, text])
+            await socket.terminate()
+            server.signal(SIGTERM)
+            _ = try await server.waitForExit()
+            let refused = try await CLIProcess("duplex-server", ["--compression-window-bits", "16"]).waitForExit()
+            #expect(refused.status == 64 && refused.stderr.contains("--compression-window-bits must be 9 to 15"), "\(refused)")
         }
     }
 
