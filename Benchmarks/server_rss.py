@@ -1,6 +1,7 @@
 """Measures duplex-server's resident memory: idle, and with N idle connections open.
 
-DUPLEX_RSS_KIND says which connections: `websocket` (the default, on /echo), `tcp` (silent TCP
+DUPLEX_RSS_KIND says which connections: `websocket` (the default, on /echo), `chat` (members of
+chat rooms of 100, each welcomed; then silent, as the presence frames settle), `tcp` (silent TCP
 connections that never send a request head: measured before the request head timeout closes
 them), or `sse` (subscribers of a room's event stream, GET /chat/rss/events, which stays silent).
 
@@ -69,8 +70,23 @@ async def main(binary, count, flags):
         sockets = []
         for start in range(0, count, 100):
             deflate = {} if os.environ.get("DUPLEX_RSS_DEFLATE", "1") == "1" else {"compression": None}
-            batch = [websockets.connect(f"ws://127.0.0.1:{port}/echo", ping_interval=None, **deflate) for _ in range(start, min(count, start + 100))]
+            if kind == "chat":
+                urls = [f"ws://127.0.0.1:{port}/chat/rss{start // 100}?name=m{i}" for i in range(start, min(count, start + 100))]
+            else:
+                urls = [f"ws://127.0.0.1:{port}/echo" for _ in range(start, min(count, start + 100))]
+            batch = [websockets.connect(url, ping_interval=None, max_queue=None, **deflate) for url in urls]
             sockets += await asyncio.wait_for(asyncio.gather(*batch), 30)
+        if kind == "chat":
+            # every member's welcome, then the room's presence frames, read as they come
+            welcomes = await asyncio.wait_for(asyncio.gather(*(ws.recv() for ws in sockets)), 60)
+            assert all('"welcome"' in welcome for welcome in welcomes), welcomes[0]
+            await asyncio.sleep(2)
+            loaded = rss_kib(server.pid)
+            await asyncio.gather(*(ws.close() for ws in sockets))
+            print(f"idle RSS: {idle / 1024:.1f} MiB")
+            print(f"RSS with {count} chat members: {loaded / 1024:.1f} MiB")
+            print(f"per connection: {(loaded - idle) / count:.1f} KiB")
+            return
         # prove every connection is live and served, then let the server settle; with
         # DUPLEX_RSS_SILENT=1 no connection sends anything after its handshake
         if os.environ.get("DUPLEX_RSS_SILENT") != "1":

@@ -19,11 +19,14 @@ import NIOWebSocket
 ///   given to ``start(with:)`` (the welcome and backlog), which come first whenever they arrive.
 /// - **Stalls.** While stalled (a fault), nothing is written; what is offered meanwhile waits.
 ///
-/// Frames go out uncompressed, which RFC 7692 allows on a connection that negotiated
-/// permessage-deflate; the server uses this writer only where no extension was negotiated.
+/// On a connection that negotiated permessage-deflate (``WriterDeflate``), frames of at least
+/// the threshold go out compressed, each on its own with the event loop's shared compressor; a
+/// room event's compressed frame is made once and shared (``DeflatedFrameCache``). The others
+/// go out uncompressed, which RFC 7692 allows.
 final class ChannelTextWriter: Sendable {
-    /// A frame to write, and the text bytes it counts against the bounds (nil: not counted).
-    private typealias Item = (frame: ByteBuffer, counted: Int?)
+    /// A frame to write, the text bytes it counts against the bounds (nil: not counted), and
+    /// where its compressed form is shared, for a room event.
+    private typealias Item = (frame: ByteBuffer, counted: Int?, deflated: DeflatedFrameCache?)
 
     private struct State {
         var counted = (count: 0, bytes: 0)
@@ -49,16 +52,20 @@ final class ChannelTextWriter: Sendable {
     private let drains: LoopDrains
     private let state = NIOLockedValueBox(State())
     private let outlet: FrameOutlet
+    private let deflate: WriterDeflate?
     private let done: EventLoopPromise<Void>
     let maxCount: Int
     let maxBytes: Int
 
     /// A writer for `channel`, through its `outlet`, drained with the other writers of its event
     /// loop in `drains`.
-    init(channel: any Channel, outlet: FrameOutlet, drains: LoopDrains, maxCount: Int, maxBytes: Int) {
+    /// With `deflate`, frames are compressed as it agreed.
+    init(channel: any Channel, outlet: FrameOutlet, drains: LoopDrains, maxCount: Int, maxBytes: Int, deflate: WriterDeflate? = nil) {
         precondition(drains.eventLoop === channel.eventLoop, "a writer is drained on its channel's event loop")
+        precondition(deflate.map { $0.zlib === drains.zlib } ?? true, "a writer compresses with its event loop's streams")
         self.channel = channel
         self.outlet = outlet
+        self.deflate = deflate
         self.drains = drains
         self.maxCount = max(maxCount, 1)
         self.maxBytes = max(maxBytes, 1)
@@ -76,18 +83,18 @@ final class ChannelTextWriter: Sendable {
         offer(frame: ServerTextFrame.encode(text))
     }
 
-    /// Accepts a text frame encoded by ``ServerTextFrame`` (a room event's shared bytes) for
-    /// writing; false, accepting nothing, when that would pass either bound or the writer was
-    /// finished.
-    func offer(frame: ByteBuffer) -> Bool {
-        let size = frame.readableBytes - ServerTextFrame.headerSize(frame.readableBytes)
+    /// Accepts a text frame encoded by ``ServerTextFrame`` (a room event's shared bytes, with
+    /// its shared compressed form) for writing; false, accepting nothing, when that would pass
+    /// either bound or the writer was finished.
+    func offer(frame: ByteBuffer, deflated: DeflatedFrameCache? = nil) -> Bool {
+        let size = ServerTextFrame.payload(of: frame).readableBytes
         let (accepted, schedule) = state.withLockedValue { state -> (Bool, Bool) in
             guard !state.finished, state.counted.count < maxCount,
                 state.counted.count == 0 || state.counted.bytes + size <= maxBytes
             else { return (false, false) }
             state.counted.count += 1
             state.counted.bytes += size
-            state.pending.append((frame, size))
+            state.pending.append((frame, size, deflated))
             return (true, Self.claimDrain(&state))
         }
         if schedule { drains.schedule(self) }
@@ -97,7 +104,7 @@ final class ChannelTextWriter: Sendable {
     /// Writes `first` (not counted against the bounds) ahead of everything offered so far, then
     /// lets the rest go.
     func start(with first: [String]) {
-        let frames = first.map { Item(ServerTextFrame.encode($0), nil) }
+        let frames = first.map { Item(ServerTextFrame.encode($0), nil, nil) }
         let schedule = state.withLockedValue { state -> Bool in
             state.pending.insert(contentsOf: frames, at: 0)
             state.started = true
@@ -154,20 +161,20 @@ final class ChannelTextWriter: Sendable {
     func drain() {
         drains.eventLoop.assertInEventLoop()
         // A fan-out leaves one frame pending per member: that case takes no array.
-        var single: ByteBuffer?
-        var batch: [ByteBuffer] = []
+        var single: Item?
+        var batch: [Item] = []
         let (total, count, bytes, finishedNow) = state.withLockedValue { state -> (Int, Int, Int, Bool) in
             state.drainScheduled = false
             guard state.started, state.stalledUntil == nil, !state.pending.isEmpty else { return (0, 0, 0, state.completeIfDone()) }
             var (total, count, bytes) = (0, 0, 0)
             if state.pending.count == 1 {
                 let item = state.pending.removeFirst()
-                single = item.frame
+                single = item
                 (total, count, bytes) = (1, item.counted == nil ? 0 : 1, item.counted ?? 0)
             } else {
                 batch.reserveCapacity(state.pending.count)
                 while let item = state.pending.popFirst() {
-                    batch.append(item.frame)
+                    batch.append(item)
                     total += 1
                     if let counted = item.counted { (count, bytes) = (count + 1, bytes + counted) }
                 }
@@ -189,16 +196,39 @@ final class ChannelTextWriter: Sendable {
         }
         let context = outlet.context
         if let single {
-            context.write(NIOAny(single), promise: written)
+            context.write(NIOAny(outgoing(single)), promise: written)
         } else {
             // Writes on a channel complete in order, and a failed one fails those after it: the
             // last write's promise stands for the whole batch.
-            for (index, frame) in batch.enumerated() {
-                context.write(NIOAny(frame), promise: index == batch.count - 1 ? written : nil)
+            for (index, item) in batch.enumerated() {
+                context.write(NIOAny(outgoing(item)), promise: index == batch.count - 1 ? written : nil)
             }
         }
         context.flush()
     }
+
+    /// The frame to write for `item`: compressed when the connection agreed to permessage-deflate
+    /// and the text reaches the threshold; on the event loop, whose compressor it uses.
+    private func outgoing(_ item: Item) -> ByteBuffer {
+        guard let deflate else { return item.frame }
+        let payload = ServerTextFrame.payload(of: item.frame)
+        let agreement = deflate.agreement
+        guard payload.readableBytes >= agreement.minimumBytes, agreement.serverWindowBits >= 9 else { return item.frame }
+        let make = { () -> ByteBuffer? in
+            deflate.zlib.deflate(payload, windowBits: agreement.serverWindowBits, dictionary: nil, allocator: self.channel.allocator)
+                .map { ServerTextFrame.encode(payload: $0, compressed: true) }
+        }
+        let compressed = item.deflated.map { $0.frame(windowBits: agreement.serverWindowBits, make: make) } ?? make()
+        return compressed ?? item.frame
+    }
+}
+
+/// How a chat member's writer compresses: what the connection agreed, and the event loop's
+/// shared streams. Each message is compressed on its own, which is valid whether or not the
+/// agreement keeps context (the peer's inflater only ever adds to its window).
+struct WriterDeflate: Sendable {
+    let agreement: ServerDeflateAgreement
+    let zlib: LoopZlib
 }
 
 /// Where pre-encoded WebSocket frames enter a connection's pipeline: ahead of the

@@ -23,6 +23,9 @@ struct RoomEvent: Sendable {
     /// The WebSocket text frame carrying ``json`` (``ServerTextFrame``), encoded once for the
     /// live fan-out and shared by every member; nil in history, which keeps no second copy.
     var frame: ByteBuffer?
+    /// Its compressed frame, made once for the members that negotiated permessage-deflate; nil
+    /// in history.
+    var deflated: DeflatedFrameCache?
 
     /// Why a member left, as a shared store records it.
     struct Departure: Sendable, Equatable {
@@ -497,6 +500,7 @@ final class ChatRoom: Sendable {
         guard !state.subscribers.isEmpty else { return overflowed }
         var live = event
         live.frame = ServerTextFrame.encode(event.json)
+        live.deflated = DeflatedFrameCache()
         for slot in state.subscribers.values where !slot.stalled && !slot.subscriber.deliver(live) {
             slot.stalled = true
             overflowed.append(slot.subscriber)

@@ -26,8 +26,8 @@ struct WebSocketTaskContext: WebSocketContext {
     let request: Request
     let channel: any Channel
     let logger: Logger
-    /// Whether permessage-deflate (or another extension) was negotiated.
-    let compressed: Bool
+    /// The server's `Sec-WebSocket-Extensions` answer (permessage-deflate), if it gave one.
+    let extensionsAnswer: String?
     /// Where frames encoded ahead of time (``ServerTextFrame``) are written.
     let outlet: FrameOutlet
 }
@@ -129,7 +129,7 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
                                 request: request,
                                 channel: channel,
                                 logger: logger,
-                                compressed: !extensions.isEmpty,
+                                extensionsAnswer: extensions.isEmpty ? nil : answer,
                                 outlet: try RawFrameOutlet.install(on: channel)
                             )
                             return .task(asyncChannel, handler, context, extensions)

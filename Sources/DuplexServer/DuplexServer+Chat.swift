@@ -73,14 +73,24 @@ extension DuplexServer {
     /// behind is closed with 1013 so that it reconnects with `since`. A join whose name is
     /// present without its token gets `name_taken` and 1008; past the room limit, `room_limit`
     /// and 1013.
-    func serveChat(_ join: ChatJoin, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, channel: any Channel, outlet: FrameOutlet, compressed: Bool) async throws {
+    ///
+    /// Frames go straight to the channel on its event loop (``ChannelTextWriter``); with
+    /// permessage-deflate (`extensionsAnswer`), those of at least the threshold compressed, a
+    /// room event's once for every member. swift-websocket's handler inflates what the member
+    /// sends.
+    func serveChat(_ join: ChatJoin, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, channel: any Channel, outlet: FrameOutlet, extensionsAnswer: String?) async throws {
         let session = UUID().uuidString.lowercased()
         let token = join.token ?? Self.makeResumeToken()
-        // Frames straight to the channel on its event loop, unless permessage-deflate was
-        // negotiated: then through swift-websocket's writer, which compresses.
-        let queue: MemberOutbound = compressed
-            ? .queued(OutboundQueue(maxCount: configuration.outboundQueueLimit, maxBytes: configuration.outboundQueueBytes), StallGate())
-            : .direct(ChannelTextWriter(channel: channel, outlet: outlet, drains: writerDrains.drains(for: channel.eventLoop), maxCount: configuration.outboundQueueLimit, maxBytes: configuration.outboundQueueBytes))
+        let drains = writerDrains.drains(for: channel.eventLoop)
+        let agreement = extensionsAnswer.flatMap { ServerDeflateAgreement(answer: $0, minimumBytes: configuration.compression?.minimumBytes ?? 0) }
+        let queue = ChannelTextWriter(
+            channel: channel,
+            outlet: outlet,
+            drains: drains,
+            maxCount: configuration.outboundQueueLimit,
+            maxBytes: configuration.outboundQueueBytes,
+            deflate: agreement.map { WriterDeflate(agreement: $0, zlib: drains.zlib) }
+        )
         let ending = NIOLockedValueBox<(WebSocketCloseCode, String)?>(nil)
         let subscriber = RoomSubscriber(
             member: .init(name: join.name, session: session, token: token),
@@ -128,7 +138,7 @@ extension DuplexServer {
         room: ChatRoom,
         subscription: ChatRoom.Subscription,
         subscriber: RoomSubscriber,
-        queue: MemberOutbound,
+        queue: ChannelTextWriter,
         ending: NIOLockedValueBox<(WebSocketCloseCode, String)?>,
         inbound: WebSocketInboundStream,
         outbound: WebSocketOutboundWriter,
@@ -151,7 +161,8 @@ extension DuplexServer {
             let first = try [welcome.jsonString()] + subscription.backlog.map(\.json)
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {
-                    try await queue.run(first: first, outbound: outbound)
+                    queue.start(with: first)
+                    await queue.written()
                     if let (code, reason) = ending.withLockedValue({ $0 }) {
                         try await self.close(outbound: outbound, channel: channel, code: code, reason: reason)
                     }
@@ -223,60 +234,11 @@ extension DuplexServer {
     }
 }
 
-/// Where a chat member's frames go.
-enum MemberOutbound: Sendable {
-    /// A queue that a writer task drains through swift-websocket's writer (which compresses,
-    /// for a connection that negotiated permessage-deflate); the gate holds it during a stall.
-    case queued(OutboundQueue, StallGate)
-    /// Straight to the channel, on its event loop.
-    case direct(ChannelTextWriter)
-
-    /// Accepts `text`; false when the member is too far behind or finished.
-    func offer(_ text: String) -> Bool {
-        switch self {
-        case .queued(let queue, _): queue.offer(text)
-        case .direct(let writer): writer.offer(text)
-        }
-    }
-
-    /// Accepts a room event: its shared frame when it has one; false when the member is too far
-    /// behind or finished.
+extension ChannelTextWriter {
+    /// Accepts a room event: its shared frame (and shared compressed frame) when it has them;
+    /// false when the member is too far behind or finished.
     func offer(_ event: RoomEvent) -> Bool {
-        switch (self, event.frame) {
-        case (.direct(let writer), let frame?): writer.offer(frame: frame)
-        default: offer(event.json)
-        }
-    }
-
-    /// Accepts nothing more; ``run(first:outbound:)`` returns once the rest is written.
-    func finish() {
-        switch self {
-        case .queued(let queue, _): queue.finish()
-        case .direct(let writer): writer.finish()
-        }
-    }
-
-    /// Writes nothing for `duration` (a fault).
-    @Sendable func stall(for duration: Duration) {
-        switch self {
-        case .queued(_, let gate): gate.stall(for: duration)
-        case .direct(let writer): writer.stall(for: duration)
-        }
-    }
-
-    /// Writes `first` (the welcome and backlog), then everything accepted, until finished.
-    func run(first: [String], outbound: WebSocketOutboundWriter) async throws {
-        switch self {
-        case .queued(let queue, let gate):
-            for text in first { try await outbound.write(.text(text)) }
-            for await frame in queue.items {
-                await gate.wait()
-                try await outbound.write(.text(frame))
-                queue.written(frame)
-            }
-        case .direct(let writer):
-            writer.start(with: first)
-            await writer.written()
-        }
+        if let frame = event.frame { return offer(frame: frame, deflated: event.deflated) }
+        return offer(event.json)
     }
 }

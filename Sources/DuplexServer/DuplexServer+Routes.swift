@@ -63,7 +63,7 @@ extension DuplexServer {
             switch self.chatJoin(request, context) {
             case .success(let join):
                 return context.upgrade(headers, to: .task { inbound, outbound, context in
-                    try await self.serveChat(join, inbound: inbound, outbound: outbound, channel: context.channel, outlet: context.outlet, compressed: context.compressed)
+                    try await self.serveChat(join, inbound: inbound, outbound: outbound, channel: context.channel, outlet: context.outlet, extensionsAnswer: context.extensionsAnswer)
                 })
             case .failure(let refusal):
                 // swift-nio answers a refused upgrade with a bare 400, which loses the reason, so
@@ -106,7 +106,7 @@ extension DuplexServer {
         let handler = EchoWebSocketHandler(
             configuration: .init(maxMessageBytes: configuration.maxMessageBytes, closeTimeout: configuration.closeTimeout),
             registry: connections,
-            deflate: agreement.map { DeflateContext(agreement: $0, zlib: loopZlibs.zlib(for: channel.eventLoop)) }
+            deflate: agreement.map { DeflateContext(agreement: $0, zlib: writerDrains.drains(for: channel.eventLoop).zlib) }
         )
         try channel.pipeline.syncOperations.addHandler(handler)
     }

@@ -37,10 +37,9 @@ public final class DuplexServer: Service, Sendable {
     public let configuration: DuplexServerConfiguration
     let logger: Logger
     let connections = ConnectionRegistry()
-    /// The chat members' writers with frames to write, batched per event loop.
+    /// Per event loop: the chat members' writers with frames to write, and the zlib streams
+    /// the connections that compress share.
     let writerDrains = WriterDrains()
-    /// The zlib streams of each event loop, shared by the `/echo` connections that compress.
-    let loopZlibs = LoopZlibs()
     /// Where the chat rooms live: memory, or PostgreSQL (``DuplexServerConfiguration/store``).
     let rooms: any ChatStore
     let ticks = TickClock()

@@ -1,10 +1,13 @@
 import NIOConcurrencyHelpers
 import NIOCore
 
-/// The ``ChannelTextWriter``s of one event loop that have frames to write, drained together: a
-/// room's fan-out to 1,000 members on one event loop costs one event-loop job, not 1,000.
+/// What the connections of one event loop share: the ``ChannelTextWriter``s that have frames to
+/// write, drained together (a room's fan-out to 1,000 members on one event loop costs one
+/// event-loop job, not 1,000), and the loop's zlib streams for permessage-deflate.
 final class LoopDrains: Sendable {
     let eventLoop: any EventLoop
+    /// The loop's zlib streams, for the connections that compress; use them only on the loop.
+    let zlib = LoopZlib()
     private let pending = NIOLockedValueBox<(writers: [ChannelTextWriter], scheduled: Bool)>(([], false))
 
     init(eventLoop: any EventLoop) {

@@ -169,19 +169,3 @@ final class LoopZlib: @unchecked Sendable {
         return stream
     }
 }
-
-/// A server's ``LoopZlib``s, one per event loop, made on first use.
-final class LoopZlibs: Sendable {
-    private let loops = NIOLockedValueBox<[ObjectIdentifier: LoopZlib]>([:])
-
-    /// The streams of `eventLoop`; use them only there.
-    func zlib(for eventLoop: any EventLoop) -> LoopZlib {
-        loops.withLockedValue { loops in
-            let key = ObjectIdentifier(eventLoop)
-            if let zlib = loops[key] { return zlib }
-            let zlib = LoopZlib()
-            loops[key] = zlib
-            return zlib
-        }
-    }
-}

@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import NIOCore
 
 /// A server's text frame as it goes on the wire: unmasked, final, encoded once.
@@ -26,6 +27,37 @@ enum ServerTextFrame {
         return buffer
     }
 
+    /// A text frame carrying `payload` as it is, with RSV1 set when it is compressed
+    /// (permessage-deflate).
+    static func encode(payload: ByteBuffer, compressed: Bool, allocator: ByteBufferAllocator = ByteBufferAllocator()) -> ByteBuffer {
+        let length = payload.readableBytes
+        var buffer = allocator.buffer(capacity: length + headerSize(length))
+        buffer.writeInteger(UInt8(compressed ? 0xC1 : 0x81))
+        switch length {
+        case ..<126:
+            buffer.writeInteger(UInt8(length))
+        case ..<65_536:
+            buffer.writeInteger(UInt8(126))
+            buffer.writeInteger(UInt16(length))
+        default:
+            buffer.writeInteger(UInt8(127))
+            buffer.writeInteger(UInt64(length))
+        }
+        buffer.writeImmutableBuffer(payload)
+        return buffer
+    }
+
+    /// The payload of a frame ``encode(_:allocator:)`` made.
+    static func payload(of frame: ByteBuffer) -> ByteBuffer {
+        let header: Int
+        switch frame.getInteger(at: frame.readerIndex + 1, as: UInt8.self).map({ $0 & 0x7F }) ?? 0 {
+        case ..<126: header = 2
+        case 126: header = 4
+        default: header = 10
+        }
+        return frame.getSlice(at: frame.readerIndex + header, length: max(frame.readableBytes - header, 0)) ?? ByteBuffer()
+    }
+
     /// The header's size for a payload of `length` bytes.
     static func headerSize(_ length: Int) -> Int {
         switch length {
@@ -33,5 +65,25 @@ enum ServerTextFrame {
         case ..<65_536: 4
         default: 10
         }
+    }
+}
+
+/// A room event's compressed frame, made once by the first member's writer that needs it and
+/// shared by every member that negotiated permessage-deflate with the same window.
+///
+/// Each message is compressed on its own (no dictionary), which any peer's inflater reads
+/// whatever it holds from earlier messages, so the same bytes serve every member.
+final class DeflatedFrameCache: Sendable {
+    private let made = NIOLockedValueBox<(windowBits: Int, frame: ByteBuffer?)?>(nil)
+
+    /// The compressed frame for `windowBits`, made with `make` the first time (nil when it
+    /// could not be compressed; the caller then sends the frame uncompressed).
+    func frame(windowBits: Int, make: () -> ByteBuffer?) -> ByteBuffer? {
+        if let (bits, frame) = made.withLockedValue({ $0 }), bits == windowBits { return frame }
+        let frame = make()
+        made.withLockedValue { made in
+            if made == nil { made = (windowBits, frame) }
+        }
+        return frame
     }
 }

@@ -146,4 +146,36 @@ struct EventLoopDeflateTests {
             }
         }
     }
+
+    @Test("chat members that negotiated compression get a room event compressed once, the same bytes each, and short frames plain")
+    func chatSharesCompressedFrames() async throws {
+        try await withTimeout(.seconds(30)) {
+            try await withDuplexServer { server in
+                let offer = ["Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits"]
+                try await TestWebSocket.with(port: server.port, path: "/chat/zip?name=ann", extraHeaders: offer) { ann in
+                    #expect(try await ann.receiveText().contains(#""type":"welcome""#), "a short frame comes plain")
+                    try await TestWebSocket.with(port: server.port, path: "/chat/zip?name=bob", extraHeaders: offer) { bob in
+                        let text = String(repeating: "a long line, long enough to compress; ", count: 20)
+                        try await bob.sendText(#"{"type":"say","v":1,"clientMessageId":"m1","text":"\#(text)"}"#)
+                        var payloads: [[UInt8]] = []
+                        for member in [ann, bob] {
+                            while true {
+                                let frame = try await member.receiveFrame()
+                                guard frame.rsv1 else { continue }  // presence, welcome, ack: short and plain
+                                payloads.append(frame.payload)
+                                // Each member's own inflater, holding whatever came before.
+                                let inflater = try ZlibDecompressor(algorithm: .deflate, windowSize: 15)
+                                var input = ByteBuffer(bytes: frame.payload + [0x00, 0x00, 0xFF, 0xFF])
+                                let json = String(buffer: try input.decompressStream(with: inflater, maxSize: 1 << 20, allocator: Self.allocator))
+                                #expect(json.contains(#""type":"message""#) && json.contains(text))
+                                break
+                            }
+                        }
+                        #expect(payloads.count == 2 && payloads[0] == payloads[1], "the same compressed bytes for both members")
+                        #expect(payloads[0].count < text.utf8.count / 4)
+                    }
+                }
+            }
+        }
+    }
 }
