@@ -137,6 +137,30 @@ final class ChannelTextWriter: Sendable {
         if schedule { drains.schedule(self) }
     }
 
+    /// Accepts nothing more and drops what is not yet handed to the channel: the connection is
+    /// closing, and no data frame may follow its close frame.
+    func discard() {
+        let complete = state.withLockedValue { state -> Bool in
+            state.finished = true
+            state.started = true
+            for item in state.pending {
+                if let counted = item.counted {
+                    state.counted.count -= 1
+                    state.counted.bytes -= counted
+                }
+            }
+            state.pending.removeAll()
+            return state.completeIfDone()
+        }
+        if complete { done.succeed() }
+    }
+
+    /// Calls `body` on the event loop once the writer is finished and everything it accepted
+    /// was written (or dropped, or failed with the connection).
+    func whenWritten(_ body: @escaping @Sendable () -> Void) {
+        done.futureResult.whenComplete { _ in body() }
+    }
+
     /// Returns once the writer is finished and everything it accepted was written to the
     /// socket, or failed to be because the connection closed; or when the task is cancelled.
     func written() async {

@@ -22,9 +22,13 @@ extension DuplexServer {
     /// Validates `room`, `name`, `since` and `token` of a chat request. It creates no room:
     /// rooms are created by the members and watchers who join them.
     func chatJoin(_ request: Request, _ context: DuplexRequestContext) -> Result<ChatJoin, Refusal> {
+        chatJoin(request, room: context.parameters.get("room") ?? "")
+    }
+
+    /// ``chatJoin(_:_:)`` for the room named `roomName`.
+    func chatJoin(_ request: Request, room roomName: String) -> Result<ChatJoin, Refusal> {
         let limits = configuration.chatLimits
         do throws(ChatProtocolError) {
-            let roomName = context.parameters.get("room") ?? ""
             try limits.validate(room: roomName)
             guard let name = request.uri.queryParameters.get("name") else {
                 throw ChatProtocolError(.invalidName, "the query parameter name is required, as in ?name=alice")
@@ -82,7 +86,7 @@ extension DuplexServer {
         let session = UUID().uuidString.lowercased()
         let token = join.token ?? Self.makeResumeToken()
         let drains = writerDrains.drains(for: channel.eventLoop)
-        let agreement = extensionsAnswer.flatMap { ServerDeflateAgreement(answer: $0, minimumBytes: configuration.compression?.minimumBytes ?? 0) }
+        let agreement = deflateAgreement(extensionsAnswer)
         let queue = ChannelTextWriter(
             channel: channel,
             outlet: outlet,
@@ -145,20 +149,7 @@ extension DuplexServer {
         channel: any Channel
     ) async throws {
         try await connections.withConnection(.init(kind: .webSocket, route: "chat", room: join.room)) { commands in
-            let welcome = ChatServerFrame.welcome(
-                ChatWelcome(
-                    session: session,
-                    room: join.room,
-                    name: join.name,
-                    members: subscription.members,
-                    latestSeq: subscription.latestSeq,
-                    oldestSeq: subscription.oldestSeq,
-                    resumeToken: token,
-                    epoch: room.epoch,
-                    recovered: subscription.recovered
-                )
-            )
-            let first = try [welcome.jsonString()] + subscription.backlog.map(\.json)
+            let first = try Self.firstFrames(join, session: session, token: token, room: room, subscription: subscription)
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {
                     queue.start(with: first)
@@ -192,6 +183,24 @@ extension DuplexServer {
         }
     }
 
+    /// What a member gets first: the welcome, then the backlog its `since` asked for.
+    static func firstFrames(_ join: ChatJoin, session: String, token: String, room: ChatRoom, subscription: ChatRoom.Subscription) throws -> [String] {
+        let welcome = ChatServerFrame.welcome(
+            ChatWelcome(
+                session: session,
+                room: join.room,
+                name: join.name,
+                members: subscription.members,
+                latestSeq: subscription.latestSeq,
+                oldestSeq: subscription.oldestSeq,
+                resumeToken: token,
+                epoch: room.epoch,
+                recovered: subscription.recovered
+            )
+        )
+        return try [welcome.jsonString()] + subscription.backlog.map(\.json)
+    }
+
     /// The `ack` or `error` frame answering one message from a member.
     /// - Throws: ``ChatStoreUnavailable`` when the room store could not record a message.
     private func reply(to message: WebSocketMessage, from name: String, token: String, matchByName: Bool, in room: ChatRoom) async throws -> String? {
@@ -206,11 +215,47 @@ extension DuplexServer {
     }
 
     static func answer(text: String, from name: String, token: String, matchByName: Bool, in room: ChatRoom, store: any ChatStore, limits: ChatLimits) async throws(ChatStoreUnavailable) -> ChatServerFrame {
+        let say: ChatSay
+        switch parseSay(text: text, limits: limits) {
+        case .failure(let error): return error.frame
+        case .success(let parsed): say = parsed
+        }
+        do {
+            return ack(say, try await store.say(say, in: room, from: name, token: token, matchByName: matchByName))
+        } catch let error as ChatStoreUnavailable {
+            throw error
+        } catch {
+            return .error(ChatErrorFrame(code: .invalidFrame, reason: "the message could not be encoded", clientMessageID: say.clientMessageID))
+        }
+    }
+
+    /// ``answer(text:from:token:matchByName:in:store:limits:)`` for a room of the in-memory
+    /// store, which records a message at once: on the connection's event loop, with no task.
+    static func answerNow(text: String, from name: String, token: String, matchByName: Bool, in room: ChatRoom, limits: ChatLimits) -> ChatServerFrame {
+        switch parseSay(text: text, limits: limits) {
+        case .failure(let error):
+            return error.frame
+        case .success(let say):
+            do {
+                return ack(say, try room.say(say, from: name, token: token, matchByName: matchByName))
+            } catch {
+                return .error(ChatErrorFrame(code: .invalidFrame, reason: "the message could not be encoded", clientMessageID: say.clientMessageID))
+            }
+        }
+    }
+
+    /// A frame that is not a valid `say`, as the error frame that answers it.
+    struct SayRefusal: Error {
+        var frame: ChatServerFrame
+    }
+
+    /// The `say` a member's text frame holds, within the limits; or the error frame answering it.
+    static func parseSay(text: String, limits: ChatLimits) -> Result<ChatSay, SayRefusal> {
         let frame: ChatClientFrame
         do {
             frame = try ChatClientFrame.decode(Data(text.utf8))
         } catch {
-            return .error(ChatErrorFrame(error))
+            return .failure(SayRefusal(frame: .error(ChatErrorFrame(error))))
         }
         switch frame {
         case .say(let say):
@@ -218,18 +263,17 @@ extension DuplexServer {
                 try limits.validate(messageID: say.clientMessageID)
                 try limits.validate(text: say.text)
             } catch {
-                return .error(ChatErrorFrame(error, clientMessageID: say.clientMessageID))
+                return .failure(SayRefusal(frame: .error(ChatErrorFrame(error, clientMessageID: say.clientMessageID))))
             }
-            do {
-                switch try await store.say(say, in: room, from: name, token: token, matchByName: matchByName) {
-                case .accepted(let seq): return .ack(ChatAck(clientMessageID: say.clientMessageID, seq: seq))
-                case .duplicate(let seq): return .ack(ChatAck(clientMessageID: say.clientMessageID, seq: seq, duplicate: true))
-                }
-            } catch let error as ChatStoreUnavailable {
-                throw error
-            } catch {
-                return .error(ChatErrorFrame(code: .invalidFrame, reason: "the message could not be encoded", clientMessageID: say.clientMessageID))
-            }
+            return .success(say)
+        }
+    }
+
+    /// The `ack` for a recorded `say`.
+    static func ack(_ say: ChatSay, _ result: ChatRoom.SayResult) -> ChatServerFrame {
+        switch result {
+        case .accepted(let seq): .ack(ChatAck(clientMessageID: say.clientMessageID, seq: seq))
+        case .duplicate(let seq): .ack(ChatAck(clientMessageID: say.clientMessageID, seq: seq, duplicate: true))
         }
     }
 }

@@ -57,7 +57,8 @@ extension DuplexServer {
     /// ``DuplexRequestContext/upgrade(_:to:)``; any other answer refuses the upgrade (400).
     func makeWebSocketRouter() -> Router<DuplexRequestContext> {
         let router = Router(context: DuplexRequestContext.self)
-        // `/echo` never gets here: DuplexChildChannel asks echoService(for:) first.
+        // `/echo` never gets here, nor a valid join to an in-memory room: DuplexChildChannel asks
+        // quickService(for:) first.
         router.get("chat/:room") { request, context -> Response in
             let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: [ChatProtocol.subprotocol])
             switch self.chatJoin(request, context) {
@@ -78,13 +79,33 @@ extension DuplexServer {
         return router
     }
 
-    /// `WS /echo`, decided and served on the event loop with no task: the subprotocol, and the
-    /// event-loop handler, which applies permessage-deflate when it was negotiated. Nil for any
-    /// other path.
-    func echoService(for request: Request) -> (HTTPFields, WebSocketService)? {
-        guard request.uri.path == "/echo" else { return nil }
-        let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: configuration.echoSubprotocols)
-        return (headers, .eventLoop(installEcho))
+    /// The WebSocket routes decided and served on the event loop, with no task: `/echo`, and
+    /// `/chat/{room}` with a valid join when the rooms are in memory. Nil hands the request to
+    /// the WebSocket router (a refused chat join, whose answer it sends, or the PostgreSQL
+    /// store, whose calls wait on the database).
+    func quickService(for request: Request) -> (HTTPFields, WebSocketService)? {
+        let path = request.uri.path
+        if path == "/echo" {
+            let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: configuration.echoSubprotocols)
+            return (headers, .eventLoop { channel, answer in try self.installEventLoopService(EchoService.shared, on: channel, extensionsAnswer: answer) })
+        }
+        guard path.hasPrefix("/chat/"), let rooms = rooms as? ChatRooms else { return nil }
+        let roomName = path.dropFirst("/chat/".count)
+        guard !roomName.contains("/"), case .success(let join) = chatJoin(request, room: String(roomName)) else { return nil }
+        let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: [ChatProtocol.subprotocol])
+        return (headers, .eventLoop { channel, answer in
+            let agreement = self.deflateAgreement(answer)
+            let drains = self.writerDrains.drains(for: channel.eventLoop)
+            let writer = ChannelTextWriter(
+                channel: channel,
+                outlet: try RawFrameOutlet.install(on: channel),
+                drains: drains,
+                maxCount: self.configuration.outboundQueueLimit,
+                maxBytes: self.configuration.outboundQueueBytes,
+                deflate: agreement.map { WriterDeflate(agreement: $0, zlib: drains.zlib) }
+            )
+            try self.installEventLoopService(ChatMemberService(server: self, rooms: rooms, join: join, writer: writer), on: channel, extensionsAnswer: answer)
+        })
     }
 
     /// Routes an upgrade request through the WebSocket router: the service a route chose, or nil.
@@ -99,16 +120,21 @@ extension DuplexServer {
         return context.webSocketService.withLockedValue { $0 }
     }
 
-    /// Serves `/echo` on `channel`'s event loop (``EchoWebSocketHandler``), with
+    /// Serves `service` on `channel`'s event loop (``EventLoopWebSocketHandler``), with
     /// permessage-deflate as `extensionsAnswer` agreed it.
-    func installEcho(on channel: any Channel, extensionsAnswer: String?) throws {
-        let agreement = extensionsAnswer.flatMap { ServerDeflateAgreement(answer: $0, minimumBytes: configuration.compression?.minimumBytes ?? 0) }
-        let handler = EchoWebSocketHandler(
+    func installEventLoopService(_ service: any EventLoopWebSocketService, on channel: any Channel, extensionsAnswer: String?) throws {
+        let handler = EventLoopWebSocketHandler(
             configuration: .init(maxMessageBytes: configuration.maxMessageBytes, closeTimeout: configuration.closeTimeout),
             registry: connections,
-            deflate: agreement.map { DeflateContext(agreement: $0, zlib: writerDrains.drains(for: channel.eventLoop).zlib) }
+            service: service,
+            deflate: deflateAgreement(extensionsAnswer).map { DeflateContext(agreement: $0, zlib: writerDrains.drains(for: channel.eventLoop).zlib) }
         )
         try channel.pipeline.syncOperations.addHandler(handler)
+    }
+
+    /// The permessage-deflate agreement the server's `Sec-WebSocket-Extensions` answer states.
+    func deflateAgreement(_ extensionsAnswer: String?) -> ServerDeflateAgreement? {
+        extensionsAnswer.flatMap { ServerDeflateAgreement(answer: $0, minimumBytes: configuration.compression?.minimumBytes ?? 0) }
     }
 
     /// The subprotocols a request offers in `Sec-WebSocket-Protocol`, in its order (every field,

@@ -232,7 +232,7 @@ public final class DuplexServer: Service, Sendable {
             router: makeRouter(),
             server: HTTPServerBuilder { responder in
                 GuardedChildChannel(
-                    base: DuplexChildChannel(responder: responder, configuration: channelConfiguration, quickRoute: self.echoService(for:)) { request, channel, logger in
+                    base: DuplexChildChannel(responder: responder, configuration: channelConfiguration, quickRoute: self.quickService(for:)) { request, channel, logger in
                         await self.webSocketService(for: request, channel: channel, logger: logger, responder: webSocketResponder)
                     },
                     limits: guardLimits,

@@ -2,28 +2,45 @@ import DuplexSchema
 import NIOCore
 import NIOWebSocket
 
-/// `WS /echo` served on the connection's event loop: no task, no stream, no actor per connection.
+/// What an ``EventLoopWebSocketHandler`` serves: `/echo` (``EchoService``) or a chat member
+/// (``ChatMemberService``). Called on the connection's event loop only.
+protocol EventLoopWebSocketService: AnyObject {
+    /// How the connection is listed in the server's ``ConnectionRegistry``.
+    var connectionInfo: ConnectionInfo { get }
+    /// The connection is upgraded and registered.
+    func start(handler: EventLoopWebSocketHandler, context: ChannelHandlerContext)
+    /// A whole message arrived (reassembled, inflated, and for text checked as UTF-8).
+    func receive(_ message: ByteBuffer, opcode: WebSocketOpcode, handler: EventLoopWebSocketHandler, context: ChannelHandlerContext)
+    /// Nothing may be written for `duration` (a fault): the handler stops reading meanwhile.
+    func stall(for duration: Duration)
+    /// The server sends a close frame now: nothing the service holds may follow it.
+    func closing()
+    /// The connection is gone.
+    func end()
+}
+
+/// A WebSocket connection served on its event loop: no task, no stream, no actor per connection.
 ///
 /// It sits after swift-nio's `WebSocketFrameDecoder` and `WebSocketProtocolErrorHandler` (which
-/// answer frames over the size limit with 1009 and malformed control frames with 1002) and keeps
-/// every behaviour of the task-based path:
-/// - every message comes back whole, with its opcode, in order; fragments are reassembled;
+/// answer frames over the size limit with 1009 and malformed control frames with 1002), does
+/// what RFC 6455 asks of a server, and hands each whole message to its service:
+/// - fragments are reassembled;
 /// - a message over `maxMessageBytes` gets 1009, invalid UTF-8 in a text message 1007, reserved
 ///   bits, a reserved opcode, a continuation with nothing to continue or a new message inside a
 ///   fragmented one 1002;
 /// - pings are answered with pongs; a client's close is answered (1000, or 1002 for a bad code)
 ///   and the connection closed;
-/// - the registry's commands (close, drop, stall) arrive through ``deliver(_:)``; a close the
-///   server starts waits `closeTimeout` for the client's answer, then closes TCP;
-/// - backpressure: while the channel is not writable (the client does not read its echoes), the
-///   handler stops reading, so the client's sends are held back by TCP, not buffered here;
+/// - the registry's commands (close, drop, stall) arrive through ``deliver(_:context:)``; a close
+///   the server starts waits `closeTimeout` for the client's answer, then closes TCP;
+/// - backpressure: while the channel is not writable (the client does not read), the handler
+///   stops reading, so the client's sends are held back by TCP, not buffered here;
 /// - permessage-deflate, when negotiated (``DeflateContext``): a message whose first frame has
 ///   RSV1 is inflated within `maxMessageBytes` (1009 past it, 1007 for bytes that do not inflate),
-///   and echoes of at least the threshold go back compressed. The zlib streams are the event
-///   loop's, shared; the connection keeps only its two windows.
+///   and what ``send(_:opcode:context:)`` sends of at least the threshold goes compressed. The
+///   zlib streams are the event loop's, shared; the connection keeps only its two windows.
 ///
 /// Writes are flushed once per read batch, so pipelined messages share a system call.
-final class EchoWebSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
+final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = WebSocketFrame
     typealias OutboundIn = WebSocketFrame
     typealias OutboundOut = WebSocketFrame
@@ -36,8 +53,9 @@ final class EchoWebSocketHandler: ChannelDuplexHandler, RemovableChannelHandler 
 
     private let configuration: Configuration
     private let registry: ConnectionRegistry
+    private let service: any EventLoopWebSocketService
     private var registration: UInt64?
-    private var state = EchoConnectionState()
+    private var state = WebSocketCloseState()
     private var deflate: DeflateContext?
     /// The opcode and bytes of a fragmented message being reassembled, and whether it is
     /// compressed.
@@ -47,40 +65,44 @@ final class EchoWebSocketHandler: ChannelDuplexHandler, RemovableChannelHandler 
     private var stalledUntil: NIODeadline?
     private var closeDeadline: Scheduled<Void>?
 
-    init(configuration: Configuration, registry: ConnectionRegistry, deflate: DeflateContext? = nil) {
+    init(configuration: Configuration, registry: ConnectionRegistry, service: any EventLoopWebSocketService, deflate: DeflateContext? = nil) {
         self.configuration = configuration
         self.registry = registry
+        self.service = service
         self.deflate = deflate
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
         let loop = context.eventLoop
         let bound = NIOLoopBound((self, context), eventLoop: loop)
-        registration = registry.register(.init(kind: .webSocket, route: "echo")) { command in
+        registration = registry.register(service.connectionInfo) { command in
             loop.execute {
                 let (handler, context) = bound.value
                 handler.deliver(command, context: context)
             }
         }
+        service.start(handler: self, context: context)
         // A read asked for while the upgrade was under way may have been held back by the HTTP
         // upgrade handler: ask again, or a quiet connection would never be read.
         if context.channel.isActive { context.read() }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        unregister()
+        finish()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        unregister()
+        finish()
         closeDeadline?.cancel()
         context.fireChannelInactive()
     }
 
-    private func unregister() {
+    /// Unregisters and tells the service, once.
+    private func finish() {
         if let registration {
             registry.remove(registration)
             self.registration = nil
+            service.end()
         }
     }
 
@@ -177,6 +199,13 @@ final class EchoWebSocketHandler: ChannelDuplexHandler, RemovableChannelHandler 
         if opcode == .text, !message.readableBytesView.isValidUTF8 {
             return fail(.dataInconsistentWithMessage, "invalid UTF-8", context: context)
         }
+        service.receive(message, opcode: opcode, handler: self, context: context)
+    }
+
+    /// Sends a message, compressed when permessage-deflate was agreed and it reaches the
+    /// threshold; flushed with the read batch. Nothing is sent once the connection is closing.
+    func send(_ message: ByteBuffer, opcode: WebSocketOpcode, context: ChannelHandlerContext) {
+        guard state.isOpen else { return }
         if deflate != nil {
             let (payload, compressed) = deflate!.deflate(message, allocator: context.channel.allocator)
             write(WebSocketFrame(fin: true, rsv1: compressed, opcode: opcode, data: payload), context: context)
@@ -185,10 +214,24 @@ final class EchoWebSocketHandler: ChannelDuplexHandler, RemovableChannelHandler 
         }
     }
 
+    /// Starts the close handshake with `code` (the reason cut to fit a control frame), and
+    /// closes TCP if the client has not answered within `closeTimeout`.
+    func close(code: WebSocketErrorCode, reason: String, context: ChannelHandlerContext) {
+        guard state.isOpen else { return }
+        fragments = nil
+        state.closeSent()
+        service.closing()
+        context.writeAndFlush(wrapOutboundOut(closeFrame(code, reason, allocator: context.channel.allocator)), promise: nil)
+        let timeout = TimeAmount(configuration.closeTimeout)
+        let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
+        closeDeadline = context.eventLoop.scheduleTask(in: timeout) { bound.value.close(promise: nil) }
+    }
+
     /// The client's close: answered with 1000, or 1002 for a malformed one, then TCP is closed.
     private func answerClose(_ payload: ByteBuffer, context: ChannelHandlerContext) {
         state.closeReceived()
-        let code = EchoConnectionState.answer(toClose: payload)
+        service.closing()
+        let code = WebSocketCloseState.answer(toClose: payload)
         var data = context.channel.allocator.buffer(capacity: 2)
         data.write(webSocketErrorCode: code)
         closeAfter(context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: data))), context: context)
@@ -199,6 +242,7 @@ final class EchoWebSocketHandler: ChannelDuplexHandler, RemovableChannelHandler 
         guard state.isOpen else { return }
         fragments = nil
         state.closeSent()
+        service.closing()
         closeAfter(context.writeAndFlush(wrapOutboundOut(closeFrame(code, reason, allocator: context.channel.allocator))), context: context)
     }
 
@@ -270,16 +314,11 @@ final class EchoWebSocketHandler: ChannelDuplexHandler, RemovableChannelHandler 
     func deliver(_ command: ConnectionCommand, context: ChannelHandlerContext) {
         switch command {
         case .close(let code, let reason):
-            guard state.isOpen else { return }
-            fragments = nil
-            state.closeSent()
-            context.writeAndFlush(wrapOutboundOut(closeFrame(code.nio, reason, allocator: context.channel.allocator)), promise: nil)
-            let timeout = TimeAmount(configuration.closeTimeout)
-            let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
-            closeDeadline = context.eventLoop.scheduleTask(in: timeout) { bound.value.close(promise: nil) }
+            close(code: code.nio, reason: reason, context: context)
         case .drop:
             context.close(promise: nil)
         case .stall(let duration):
+            service.stall(for: duration)
             let until = NIODeadline.now() + TimeAmount(duration)
             stalledUntil = until
             // No reads at all meanwhile, not even one the channel would issue by itself.
@@ -297,8 +336,8 @@ final class EchoWebSocketHandler: ChannelDuplexHandler, RemovableChannelHandler 
     }
 }
 
-/// Whether an echo connection is open, or which side began to close it.
-struct EchoConnectionState: Sendable, Equatable {
+/// Whether an event-loop WebSocket connection is open, or which side began to close it.
+struct WebSocketCloseState: Sendable, Equatable {
     enum Phase: Sendable, Equatable {
         case open
         /// The server sent a close frame and waits for the client's.
