@@ -14,13 +14,13 @@ final class LoopDrains: Sendable {
         self.eventLoop = eventLoop
     }
 
-    /// Drains `writer` on the event loop: at once when called there, else in the loop's next
-    /// batch (one job for every writer scheduled before it runs).
+    /// Drains `writer` in the loop's next batch: one job for every writer scheduled before it
+    /// runs.
+    ///
+    /// Never at once, even on the loop itself: a room fans out under its lock, and a write can
+    /// fail and close a member's channel there and then, whose departure would take the same
+    /// lock again.
     func schedule(_ writer: ChannelTextWriter) {
-        if eventLoop.inEventLoop {
-            writer.drain()
-            return
-        }
         let first = pending.withLockedValue { pending -> Bool in
             pending.writers.append(writer)
             defer { pending.scheduled = true }
