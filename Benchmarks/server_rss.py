@@ -29,6 +29,12 @@ import sys
 import websockets
 
 
+def report(idle, loaded, count, what):
+    print(f"idle RSS: {idle / 1024:.1f} MiB")
+    print(f"RSS with {count} {what}: {loaded / 1024:.1f} MiB")
+    print(f"per connection: {(loaded - idle) / count:.1f} KiB")
+
+
 def rss_kib(pid):
     with open(f"/proc/{pid}/status") as status:
         return int(re.search(r"VmRSS:\s+(\d+) kB", status.read()).group(1))
@@ -62,9 +68,7 @@ async def main(binary, count, flags):
             loaded = rss_kib(server.pid)
             for _, writer in streams:
                 writer.close()
-            print(f"idle RSS: {idle / 1024:.1f} MiB")
-            print(f"RSS with {count} {'silent TCP connections' if kind == 'tcp' else 'room SSE subscribers'}: {loaded / 1024:.1f} MiB")
-            print(f"per connection: {(loaded - idle) / count:.1f} KiB")
+            report(idle, loaded, count, 'silent TCP connections' if kind == 'tcp' else 'room SSE subscribers')
             return
 
         sockets = []
@@ -83,9 +87,7 @@ async def main(binary, count, flags):
             await asyncio.sleep(2)
             loaded = rss_kib(server.pid)
             await asyncio.gather(*(ws.close() for ws in sockets))
-            print(f"idle RSS: {idle / 1024:.1f} MiB")
-            print(f"RSS with {count} chat members: {loaded / 1024:.1f} MiB")
-            print(f"per connection: {(loaded - idle) / count:.1f} KiB")
+            report(idle, loaded, count, "chat members")
             return
         # prove every connection is live and served, then let the server settle; with
         # DUPLEX_RSS_SILENT=1 no connection sends anything after its handshake
@@ -99,9 +101,7 @@ async def main(binary, count, flags):
         loaded = rss_kib(server.pid)
         await asyncio.gather(*(ws.close() for ws in sockets))
 
-        print(f"idle RSS: {idle / 1024:.1f} MiB")
-        print(f"RSS with {count} idle WebSocket connections: {loaded / 1024:.1f} MiB")
-        print(f"per connection: {(loaded - idle) / count:.1f} KiB")
+        report(idle, loaded, count, "idle WebSocket connections")
     finally:
         server.terminate()
         server.wait(15)

@@ -75,16 +75,7 @@ final class LoopZlib: @unchecked Sendable {
                     guard output.readableBytes <= maxBytes else { return .tooLarge }
                     output.reserveCapacity(min(maxBytes + 1, max(output.capacity * 2, 256)))
                 }
-                var status: Int32 = Z_OK
-                let produced = output.writeWithUnsafeMutableBytes(minimumWritableBytes: 0) { space -> Int in
-                    stream.pointee.next_out = space.baseAddress?.assumingMemoryBound(to: Bytef.self)
-                    stream.pointee.avail_out = uInt(space.count)
-                    status = CDuplexZlib.inflate(stream, Z_SYNC_FLUSH)
-                    let produced = space.count - Int(stream.pointee.avail_out)
-                    stream.pointee.next_out = nil
-                    stream.pointee.avail_out = 0
-                    return produced
-                }
+                let (status, produced) = Self.step(stream, into: &output) { CDuplexZlib.inflate($0, Z_SYNC_FLUSH) }
                 if output.readableBytes > maxBytes { return .tooLarge }
                 switch status {
                 case Z_OK:
@@ -124,16 +115,7 @@ final class LoopZlib: @unchecked Sendable {
             }
             while true {
                 if output.writableBytes < 16 { output.reserveCapacity(output.capacity * 2) }
-                var status: Int32 = Z_OK
-                output.writeWithUnsafeMutableBytes(minimumWritableBytes: 0) { space -> Int in
-                    stream.pointee.next_out = space.baseAddress?.assumingMemoryBound(to: Bytef.self)
-                    stream.pointee.avail_out = uInt(space.count)
-                    status = CDuplexZlib.deflate(stream, Z_SYNC_FLUSH)
-                    let produced = space.count - Int(stream.pointee.avail_out)
-                    stream.pointee.next_out = nil
-                    stream.pointee.avail_out = 0
-                    return produced
-                }
+                let (status, _) = Self.step(stream, into: &output) { CDuplexZlib.deflate($0, Z_SYNC_FLUSH) }
                 guard status == Z_OK || status == Z_BUF_ERROR else { return false }
                 // A sync flush is complete once the input is used up with output room to spare.
                 if stream.pointee.avail_in == 0, output.writableBytes > 0 { return true }
@@ -142,6 +124,22 @@ final class LoopZlib: @unchecked Sendable {
         guard done, output.readableBytes >= 4, output.getBytes(at: output.writerIndex - 4, length: 4) == [0x00, 0x00, 0xFF, 0xFF] else { return nil }
         output.moveWriterIndex(to: output.writerIndex - 4)
         return output
+    }
+
+    /// Runs `call` (inflate or deflate) once with `output`'s writable bytes as its room; returns
+    /// zlib's status and how many bytes it wrote there.
+    private static func step(_ stream: UnsafeMutablePointer<z_stream>, into output: inout ByteBuffer, _ call: (UnsafeMutablePointer<z_stream>) -> Int32) -> (Int32, Int) {
+        var status: Int32 = Z_OK
+        let produced = output.writeWithUnsafeMutableBytes(minimumWritableBytes: 0) { space -> Int in
+            stream.pointee.next_out = space.baseAddress?.assumingMemoryBound(to: Bytef.self)
+            stream.pointee.avail_out = uInt(space.count)
+            status = call(stream)
+            let produced = space.count - Int(stream.pointee.avail_out)
+            stream.pointee.next_out = nil
+            stream.pointee.avail_out = 0
+            return produced
+        }
+        return (status, produced)
     }
 
     private func inflateStream() -> UnsafeMutablePointer<z_stream>? {

@@ -12,17 +12,7 @@ enum ServerTextFrame {
     static func encode(_ text: String, allocator: ByteBufferAllocator = ByteBufferAllocator()) -> ByteBuffer {
         let length = text.utf8.count
         var buffer = allocator.buffer(capacity: length + headerSize(length))
-        buffer.writeInteger(UInt8(0x81))
-        switch length {
-        case ..<126:
-            buffer.writeInteger(UInt8(length))
-        case ..<65_536:
-            buffer.writeInteger(UInt8(126))
-            buffer.writeInteger(UInt16(length))
-        default:
-            buffer.writeInteger(UInt8(127))
-            buffer.writeInteger(UInt64(length))
-        }
+        writeHeader(into: &buffer, length: length, compressed: false)
         buffer.writeString(text)
         return buffer
     }
@@ -32,6 +22,13 @@ enum ServerTextFrame {
     static func encode(payload: ByteBuffer, compressed: Bool, allocator: ByteBufferAllocator = ByteBufferAllocator()) -> ByteBuffer {
         let length = payload.readableBytes
         var buffer = allocator.buffer(capacity: length + headerSize(length))
+        writeHeader(into: &buffer, length: length, compressed: compressed)
+        buffer.writeImmutableBuffer(payload)
+        return buffer
+    }
+
+    /// FIN, RSV1 when compressed, opcode 1, no mask, and the payload length in 7, 16 or 64 bits.
+    private static func writeHeader(into buffer: inout ByteBuffer, length: Int, compressed: Bool) {
         buffer.writeInteger(UInt8(compressed ? 0xC1 : 0x81))
         switch length {
         case ..<126:
@@ -43,8 +40,6 @@ enum ServerTextFrame {
             buffer.writeInteger(UInt8(127))
             buffer.writeInteger(UInt64(length))
         }
-        buffer.writeImmutableBuffer(payload)
-        return buffer
     }
 
     /// The payload of a frame ``encode(_:allocator:)`` made.
