@@ -12,9 +12,10 @@ import NIOWebSocket
 /// ``RawFrameOutlet``, so that whatever sits nearer the socket still sees them.
 ///
 /// It keeps ``OutboundQueue``'s promises:
-/// - **Bounded.** Frames accepted but not yet written to the socket count against `maxCount`
-///   and `maxBytes` (text bytes); past either, ``offer(_:)`` refuses, and the member is closed (a
-///   reader that does not read holds its frames in the channel, where they still count).
+/// - **Bounded.** Frames accepted but not yet handed to the channel count against `maxCount` and
+///   `maxBytes` (text bytes); past either, ``offer(_:)`` refuses, and the member is closed. The
+///   writer hands frames over only while the channel is writable: a reader that does not read
+///   fills its socket, then the channel up to its high watermark (64 KiB), then this queue.
 /// - **In order.** Frames are written in the order ``offer(_:)`` accepted them, after the ones
 ///   given to ``start(with:)`` (the welcome and backlog), which come first whenever they arrive.
 /// - **Stalls.** While stalled (a fault), nothing is written; what is offered meanwhile waits.
@@ -36,13 +37,16 @@ final class ChannelTextWriter: Sendable {
         var stalledUntil: NIODeadline?
         var finished = false
         var drainScheduled = false
-        /// Frames handed to the channel whose writes have not completed yet.
-        var inFlight = 0
         var completed = false
+        /// A drain is handing frames to the channel (which can call back in, when it becomes
+        /// writable during a flush); another one asked for meanwhile runs after it, in order.
+        var draining = false
+        var drainAgain = false
 
-        /// Whether everything accepted is written and nothing more will be: true once.
+        /// Whether everything accepted is handed to the channel and nothing more will be: true
+        /// once.
         mutating func completeIfDone() -> Bool {
-            guard finished, started, inFlight == 0, pending.isEmpty, !completed else { return false }
+            guard finished, started, pending.isEmpty, !completed else { return false }
             completed = true
             return true
         }
@@ -70,6 +74,12 @@ final class ChannelTextWriter: Sendable {
         self.maxCount = max(maxCount, 1)
         self.maxBytes = max(maxBytes, 1)
         self.done = channel.eventLoop.makePromise()
+        // Frames held back while the channel was not writable go once it is again.
+        let outlet = self.outlet
+        let resume = { @Sendable [weak self] in
+            outlet.handler.onWritable = { self?.drain() }
+        }
+        if channel.eventLoop.inEventLoop { resume() } else { channel.eventLoop.execute(resume) }
     }
 
     deinit {
@@ -156,13 +166,14 @@ final class ChannelTextWriter: Sendable {
     }
 
     /// Calls `body` on the event loop once the writer is finished and everything it accepted
-    /// was written (or dropped, or failed with the connection).
+    /// was handed to the channel (or dropped).
     func whenWritten(_ body: @escaping @Sendable () -> Void) {
         done.futureResult.whenComplete { _ in body() }
     }
 
-    /// Returns once the writer is finished and everything it accepted was written to the
-    /// socket, or failed to be because the connection closed; or when the task is cancelled.
+    /// Returns once the writer is finished and everything it accepted was handed to the
+    /// channel (in order, ahead of anything written after), or dropped; or when the task is
+    /// cancelled.
     func written() async {
         let returned = channel.eventLoop.makePromise(of: Void.self)
         done.futureResult.cascade(to: returned)
@@ -180,55 +191,63 @@ final class ChannelTextWriter: Sendable {
         return true
     }
 
-    /// On the event loop: writes what is pending, flushes once, and completes `done` when the
-    /// writer is finished and nothing is left.
+    /// On the event loop: hands what is pending to the channel while it is writable, flushes
+    /// once, and completes `done` when the writer is finished and nothing is left.
+    ///
+    /// No promise per write: what leaves the queue stops counting, and the channel's writability
+    /// (its high watermark) holds back the rest, so a fan-out costs one write and one flush per
+    /// member.
     func drain() {
         drains.eventLoop.assertInEventLoop()
+        while drainOnce() {}
+    }
+
+    /// One pass of ``drain()``; true when another was asked for while it wrote.
+    private func drainOnce() -> Bool {
+        let writable = channel.isWritable
         // A fan-out leaves one frame pending per member: that case takes no array.
         var single: Item?
         var batch: [Item] = []
-        let (total, count, bytes, finishedNow) = state.withLockedValue { state -> (Int, Int, Int, Bool) in
+        let (proceed, finishedNow) = state.withLockedValue { state -> (Bool, Bool) in
             state.drainScheduled = false
-            guard state.started, state.stalledUntil == nil, !state.pending.isEmpty else { return (0, 0, 0, state.completeIfDone()) }
-            var (total, count, bytes) = (0, 0, 0)
+            if state.draining {
+                state.drainAgain = true
+                return (false, false)
+            }
+            guard state.started, state.stalledUntil == nil, writable, !state.pending.isEmpty else { return (false, state.completeIfDone()) }
             if state.pending.count == 1 {
-                let item = state.pending.removeFirst()
-                single = item
-                (total, count, bytes) = (1, item.counted == nil ? 0 : 1, item.counted ?? 0)
+                single = state.pending.removeFirst()
             } else {
                 batch.reserveCapacity(state.pending.count)
-                while let item = state.pending.popFirst() {
-                    batch.append(item)
-                    total += 1
-                    if let counted = item.counted { (count, bytes) = (count + 1, bytes + counted) }
+                while let item = state.pending.popFirst() { batch.append(item) }
+            }
+            for item in single.map({ [$0] }) ?? batch {
+                if let counted = item.counted {
+                    state.counted.count -= 1
+                    state.counted.bytes -= counted
                 }
             }
-            state.inFlight += total
-            return (total, count, bytes, false)
+            state.draining = true
+            return (true, state.completeIfDone())
         }
-        if finishedNow { done.succeed() }
-        guard total > 0 else { return }
-        let written = drains.eventLoop.makePromise(of: Void.self)
-        written.futureResult.whenComplete { [self] _ in
-            let complete = state.withLockedValue { state -> Bool in
-                state.counted.count -= count
-                state.counted.bytes -= bytes
-                state.inFlight -= total
-                return state.completeIfDone()
-            }
-            if complete { done.succeed() }
+        guard proceed else {
+            if finishedNow { done.succeed() }
+            return false
         }
         let context = outlet.context
         if let single {
-            context.write(NIOAny(outgoing(single)), promise: written)
+            context.write(NIOAny(outgoing(single)), promise: nil)
         } else {
-            // Writes on a channel complete in order, and a failed one fails those after it: the
-            // last write's promise stands for the whole batch.
-            for (index, item) in batch.enumerated() {
-                context.write(NIOAny(outgoing(item)), promise: index == batch.count - 1 ? written : nil)
-            }
+            for item in batch { context.write(NIOAny(outgoing(item)), promise: nil) }
         }
         context.flush()
+        let again = state.withLockedValue { state -> Bool in
+            state.draining = false
+            defer { state.drainAgain = false }
+            return state.drainAgain
+        }
+        if finishedNow { done.succeed() }
+        return again
     }
 
     /// The frame to write for `item`: compressed when the connection agreed to permessage-deflate
@@ -257,10 +276,25 @@ struct WriterDeflate: Sendable {
 
 /// Where pre-encoded WebSocket frames enter a connection's pipeline: ahead of the
 /// ``ConnectionGuard`` (which only reads) and of swift-nio's frame encoder, so that they go to
-/// the socket as they are, with no handler between.
-final class RawFrameOutlet: ChannelOutboundHandler, RemovableChannelHandler {
+/// the socket as they are, with no handler between. It tells the connection's writer when the
+/// channel is writable again.
+final class RawFrameOutlet: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
+
+    /// Called on the event loop when the channel becomes writable again.
+    var onWritable: (() -> Void)?
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        context.fireChannelWritabilityChanged()
+        if context.channel.isWritable { onWritable?() }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        onWritable = nil
+    }
 
     /// Adds an outlet to an upgraded WebSocket connection's pipeline; on its event loop.
     static func install(on channel: any Channel) throws -> FrameOutlet {
@@ -271,7 +305,7 @@ final class RawFrameOutlet: ChannelOutboundHandler, RemovableChannelHandler {
         } else {
             try pipeline.addHandler(outlet, position: .before(try pipeline.handler(type: WebSocketFrameEncoder.self)))
         }
-        return FrameOutlet(context: try pipeline.context(handler: outlet))
+        return FrameOutlet(context: try pipeline.context(handler: outlet), handler: outlet)
     }
 }
 
@@ -280,4 +314,5 @@ struct FrameOutlet: @unchecked Sendable {
     /// Only touched on the channel's event loop (`@unchecked` for that reason: a fan-out reads
     /// it once per member and event, and a loop-bound box would check the thread every time).
     let context: ChannelHandlerContext
+    let handler: RawFrameOutlet
 }

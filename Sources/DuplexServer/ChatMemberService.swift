@@ -10,7 +10,8 @@ import NIOWebSocket
 /// It keeps every promise of the task-served member (``DuplexServer/serveChat``):
 /// - the welcome and backlog first, then live events, through the member's
 ///   ``ChannelTextWriter`` (bounded; 1013 "too far behind" past its bounds, 4001 when a newer
-///   connection of the member replaces this one, each after what was accepted is written);
+///   connection of the member replaces this one: what was not handed to the channel yet is
+///   dropped, since the member resumes with `since`, and the close frame follows);
 /// - each `say` answered with an `ack` after the message itself, or an `error` frame (the
 ///   connection stays open); binary messages get `binary_not_supported`;
 /// - a refused join (`name_taken`, `room_limit`) gets its error frame, then 1008 or 1013;
@@ -42,9 +43,11 @@ final class ChatMemberService: EventLoopWebSocketService {
     func start(handler: EventLoopWebSocketHandler, context: ChannelHandlerContext) {
         let writer = self.writer
         let ending = self.ending
+        // A member too far behind, or replaced, resumes elsewhere with `since`: what it has not
+        // been handed yet is dropped, so the close does not wait on a reader that does not read.
         let end = { @Sendable (code: WebSocketCloseCode, reason: String) in
             ending.withLockedValue { $0 = $0 ?? (code, reason) }
-            writer.finish()
+            writer.discard()
         }
         let member = RoomSubscriber.Member(name: join.name, session: session, token: token)
         let subscriber = RoomSubscriber(
@@ -63,8 +66,9 @@ final class ChatMemberService: EventLoopWebSocketService {
             }
         case .failure(let reason):
             let refusal = server.refusal(reason, name: join.name)
+            ending.withLockedValue { $0 = (reason == .roomLimit ? .tryAgainLater : .policyViolation, String(refusal.error.code.rawValue.prefix(123))) }
             writer.start(with: [refusal.frameJSON])
-            end(reason == .roomLimit ? .tryAgainLater : .policyViolation, String(refusal.error.code.rawValue.prefix(123)))
+            writer.finish()
         }
         // Once the writer is done because the server ends the connection, the close frame.
         let bound = NIOLoopBound((handler, context), eventLoop: context.eventLoop)
@@ -93,7 +97,7 @@ final class ChatMemberService: EventLoopWebSocketService {
         guard let json = try? reply.jsonString() else { return }
         if !writer.offer(json) {
             ending.withLockedValue { $0 = $0 ?? (.tryAgainLater, "too far behind: reconnect with since") }
-            writer.finish()
+            writer.discard()
         }
     }
 

@@ -99,13 +99,15 @@ extension DuplexServer {
         let subscriber = RoomSubscriber(
             member: .init(name: join.name, session: session, token: token),
             deliver: { event in queue.offer(event) },
+            // What was not handed to the channel yet is dropped: the member resumes with since,
+            // and the close must not wait on a reader that does not read.
             onOverflow: {
                 ending.withLockedValue { $0 = $0 ?? (.tryAgainLater, "too far behind: reconnect with since") }
-                queue.finish()
+                queue.discard()
             },
             onReplaced: {
                 ending.withLockedValue { $0 = $0 ?? (ChatProtocol.replacedCloseCode, "replaced by a newer connection of this member") }
-                queue.finish()
+                queue.discard()
             }
         )
         let joined: (ChatRoom, ChatRoom.Subscription)
