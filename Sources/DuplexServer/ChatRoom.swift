@@ -3,6 +3,7 @@ import DuplexSchema
 import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
+import OrderedCollections
 
 /// One room event as the server keeps and sends it: encoded once, as a WebSocket frame and as
 /// an SSE event, and shared by every subscriber.
@@ -140,7 +141,8 @@ final class ChatRoom: Sendable {
         var historyBytes = 0
         /// Message dedupe keys still in history, and their seqs.
         var acceptedMessages: [String: Int] = [:]
-        var subscribers: [UInt64: Slot] = [:]
+        /// In the order they subscribed: a fan-out reaches the earliest members first.
+        var subscribers: OrderedDictionary<UInt64, Slot> = [:]
         var nextSubscriberID: UInt64 = 0
         /// When the room last changed: the least recently used empty room is evicted first.
         var lastActive = ContinuousClock.now
@@ -462,7 +464,7 @@ final class ChatRoom: Sendable {
         }
     }
 
-    private static func memberNames(_ subscribers: [UInt64: Slot]) -> [String] {
+    private static func memberNames(_ subscribers: OrderedDictionary<UInt64, Slot>) -> [String] {
         subscribers.values.compactMap(\.subscriber.member?.name).sorted()
     }
 

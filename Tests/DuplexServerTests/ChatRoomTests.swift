@@ -54,6 +54,29 @@ struct ChatRoomTests {
         #expect(alice.types == ["joined", "message", "joined", "left"])
     }
 
+    @Test("an event reaches the subscribers in the order they joined, also after some left")
+    func fanOutInJoinOrder() throws {
+        let room = ChatRoom(name: "r", historyLimit: 10)
+        let order = NIOLockedValueBox([String]())
+        var subscriptions: [String: ChatRoom.Subscription] = [:]
+        for index in 0..<200 {
+            let name = "m\(index)"
+            let subscriber = RoomSubscriber(
+                member: .init(name: name, session: name, token: name),
+                deliver: { event in
+                    if event.type == "message" { order.withLockedValue { $0.append(name) } }
+                    return true
+                },
+                onOverflow: {}
+            )
+            subscriptions[name] = try room.subscribe(subscriber, since: nil).get()
+        }
+        for index in stride(from: 0, to: 200, by: 3) { room.unsubscribe(subscriptions["m\(index)"]!.id) }
+        _ = try Self.say(room, "1", from: "m1", token: "m1")
+        let expected = (0..<200).filter { $0 % 3 != 0 }.map { "m\($0)" }
+        #expect(order.withLockedValue { $0 } == expected)
+    }
+
     @Test("a repeated id is a duplicate only while the original is in history, and only from the same token")
     func dedupeFollowsHistory() throws {
         let room = ChatRoom(name: "r", historyLimit: 2)
