@@ -62,13 +62,7 @@ final class LoopZlib: @unchecked Sendable {
     private static let syncTail = ByteBuffer(bytes: [0x00, 0x00, 0xFF, 0xFF])
 
     private static func inflate(_ input: ByteBuffer, into output: inout ByteBuffer, stream: UnsafeMutablePointer<z_stream>, maxBytes: Int) throws(InflateFailure) {
-        let failure: InflateFailure? = input.withUnsafeReadableBytes { bytes -> InflateFailure? in
-            stream.pointee.next_in = UnsafeMutablePointer(mutating: bytes.baseAddress?.assumingMemoryBound(to: Bytef.self))
-            stream.pointee.avail_in = uInt(bytes.count)
-            defer {
-                stream.pointee.next_in = nil
-                stream.pointee.avail_in = 0
-            }
+        let failure: InflateFailure? = withInput(input, stream: stream) {
             while true {
                 if output.writableBytes == 0 {
                     // One byte past the limit is how a message too large shows.
@@ -106,13 +100,7 @@ final class LoopZlib: @unchecked Sendable {
             guard status == Z_OK else { return nil }
         }
         var output = allocator.buffer(capacity: Int(CDuplexZlib.deflateBound(stream, uLong(payload.readableBytes))) + 16)
-        let done = payload.withUnsafeReadableBytes { bytes -> Bool in
-            stream.pointee.next_in = UnsafeMutablePointer(mutating: bytes.baseAddress?.assumingMemoryBound(to: Bytef.self))
-            stream.pointee.avail_in = uInt(bytes.count)
-            defer {
-                stream.pointee.next_in = nil
-                stream.pointee.avail_in = 0
-            }
+        let done = Self.withInput(payload, stream: stream) {
             while true {
                 if output.writableBytes < 16 { output.reserveCapacity(output.capacity * 2) }
                 let (status, _) = Self.step(stream, into: &output) { CDuplexZlib.deflate($0, Z_SYNC_FLUSH) }
@@ -124,6 +112,19 @@ final class LoopZlib: @unchecked Sendable {
         guard done, output.readableBytes >= 4, output.getBytes(at: output.writerIndex - 4, length: 4) == [0x00, 0x00, 0xFF, 0xFF] else { return nil }
         output.moveWriterIndex(to: output.writerIndex - 4)
         return output
+    }
+
+    /// Runs `body` with `input`'s bytes as the stream's input; the stream lets go of them after.
+    private static func withInput<Result>(_ input: ByteBuffer, stream: UnsafeMutablePointer<z_stream>, _ body: () -> Result) -> Result {
+        input.withUnsafeReadableBytes { bytes in
+            stream.pointee.next_in = UnsafeMutablePointer(mutating: bytes.baseAddress?.assumingMemoryBound(to: Bytef.self))
+            stream.pointee.avail_in = uInt(bytes.count)
+            defer {
+                stream.pointee.next_in = nil
+                stream.pointee.avail_in = 0
+            }
+            return body()
+        }
     }
 
     /// Runs `call` (inflate or deflate) once with `output`'s writable bytes as its room; returns
