@@ -15,7 +15,8 @@ import NIOWebSocket
 /// - each `say` answered with an `ack` after the message itself, or an `error` frame (the
 ///   connection stays open); binary messages get `binary_not_supported`;
 /// - a refused join (`name_taken`, `room_limit`) gets its error frame, then 1008 or 1013;
-/// - the registry's commands: a stall holds the writer, a close drops what is not yet written.
+/// - the registry's commands: a stall holds the writer, a close drops what is not yet written;
+/// - the member leaves the room when the close handshake begins, from either side.
 ///
 /// A `say` is recorded and fanned out on the sender's event loop, before the next frame is read.
 final class ChatMemberService: EventLoopWebSocketService {
@@ -105,11 +106,19 @@ final class ChatMemberService: EventLoopWebSocketService {
         writer.stall(for: duration)
     }
 
+    /// The member leaves when the close handshake begins, whichever side begins it: by the time
+    /// the client reads the server's close frame, the room has seen it go (its name is free, an
+    /// empty room can be evicted).
     func closing() {
-        writer.discard()
+        leave()
     }
 
     func end() {
+        leave()
+    }
+
+    /// Drops what is not yet written and leaves the room; once.
+    private func leave() {
         writer.discard()
         if let (room, subscription, _) = membership {
             membership = nil

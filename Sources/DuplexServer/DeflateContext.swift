@@ -21,7 +21,10 @@ struct ServerDeflateAgreement: Sendable, Equatable {
         self.minimumBytes = minimumBytes
         for part in parts {
             let pair = part.split(separator: "=", maxSplits: 1).map { $0.trimmingBlanks }
-            let value = pair.count == 2 ? Int(pair[1].trimmingCharacters(in: "\"")) : nil
+            // The values come from the client's offer (through the answer): RFC 7692 allows 8 to
+            // 15. A larger client window than asked only keeps more history; a server window
+            // under 9, which zlib cannot compress with, turns the server's compression off.
+            let value = pair.count == 2 ? Int(pair[1].trimmingCharacters(in: "\"")).map { min(max($0, 8), 15) } : nil
             switch pair[0].lowercased() {
             case "client_max_window_bits": clientWindowBits = value ?? 15
             case "client_no_context_takeover": clientNoContextTakeover = true

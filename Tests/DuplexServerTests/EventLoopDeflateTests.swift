@@ -178,4 +178,51 @@ struct EventLoopDeflateTests {
             }
         }
     }
+
+    @Test("window sizes from a hostile offer are held to 8...15", arguments: [
+        ("permessage-deflate; client_max_window_bits=-5; server_max_window_bits=99", 8, 15),
+        ("permessage-deflate; client_max_window_bits=99; server_max_window_bits=-1", 15, 8),
+        ("permessage-deflate; client_max_window_bits=\"10\"", 10, 15),
+    ])
+    func hostileWindowBits(answer: String, client: Int, server: Int) throws {
+        let agreement = try #require(ServerDeflateAgreement(answer: answer, minimumBytes: 0))
+        #expect(agreement.clientWindowBits == client && agreement.serverWindowBits == server)
+        var context = DeflateContext(agreement: agreement, zlib: LoopZlib())
+        let message = ByteBuffer(string: Self.messages[0])
+        let (payload, compressed) = context.deflate(message, allocator: Self.allocator)
+        #expect(compressed == (server >= 9), "no compressing with a window zlib cannot make")
+        #expect(compressed || payload == message)
+    }
+
+    @Test("over loopback, hostile window offers get an answer and a working echo, never a crash", arguments: [
+        "permessage-deflate; client_max_window_bits=-5",
+        "permessage-deflate; server_max_window_bits=8",
+        "permessage-deflate; client_max_window_bits=99999999999999999999999",
+        "permessage-deflate; server_max_window_bits",
+    ])
+    func hostileOffersOverLoopback(offer: String) async throws {
+        try await withTimeout(.seconds(30)) {
+            try await withDuplexServer { server in
+                try await TestWebSocket.with(port: server.port, path: "/echo", extraHeaders: ["Sec-WebSocket-Extensions: \(offer)"]) { socket in
+                    #expect(socket.status == 101 || socket.status == 400, "status \(socket.status)")
+                    guard socket.status == 101 else { return }
+                    let text = String(repeating: "an echo long enough to be compressed ", count: 20)
+                    try await socket.sendText(text)
+                    let echo = try await socket.receiveFrame()
+                    if echo.rsv1 {
+                        var received = ByteBuffer(bytes: echo.payload + [0x00, 0x00, 0xFF, 0xFF])
+                        let inflater = try ZlibDecompressor(algorithm: .deflate, windowSize: 15)
+                        #expect(String(buffer: try received.decompressStream(with: inflater, maxSize: 1 << 20, allocator: Self.allocator)) == text)
+                    } else {
+                        #expect(echo.text == text)
+                    }
+                }
+                // The server still serves.
+                try await TestWebSocket.with(port: server.port, path: "/echo") { socket in
+                    try await socket.sendText("still here")
+                    #expect(try await socket.receiveText() == "still here")
+                }
+            }
+        }
+    }
 }
