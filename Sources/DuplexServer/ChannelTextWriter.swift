@@ -74,10 +74,12 @@ final class ChannelTextWriter: Sendable {
         self.maxCount = max(maxCount, 1)
         self.maxBytes = max(maxBytes, 1)
         self.done = channel.eventLoop.makePromise()
-        // Frames held back while the channel was not writable go once it is again.
+        // Frames held back while the channel was not writable go once it is again. A strong
+        // reference: the outlet lets it go when it leaves the pipeline, as it does when the
+        // channel closes (a weak one would make every retain of the writer take the slow path).
         let outlet = self.outlet
-        let resume = { @Sendable [weak self] in
-            outlet.handler.onWritable = { self?.drain() }
+        let resume = { @Sendable in
+            outlet.handler.onWritable = { self.drain() }
         }
         if channel.eventLoop.inEventLoop { resume() } else { channel.eventLoop.execute(resume) }
     }
@@ -97,7 +99,16 @@ final class ChannelTextWriter: Sendable {
     /// its shared compressed form) for writing; false, accepting nothing, when that would pass
     /// either bound or the writer was finished.
     func offer(frame: ByteBuffer, deflated: DeflatedFrameCache? = nil) -> Bool {
-        let size = ServerTextFrame.payload(of: frame).readableBytes
+        offer(frame: frame, textBytes: ServerTextFrame.payload(of: frame).readableBytes, deflated: deflated)
+    }
+
+    /// ``offer(frame:deflated:)`` for a frame whose text is `size` bytes.
+    ///
+    /// On the writer's event loop, the frame is handed to the channel at once (when nothing is
+    /// ahead of it, within the loop's budget for this turn: ``LoopDrains/mayDrainNow()``);
+    /// elsewhere, in the loop's next batch. No caller holds a
+    /// lock that closing the channel would take: a room delivers outside its lock.
+    func offer(frame: ByteBuffer, textBytes size: Int, deflated: DeflatedFrameCache? = nil) -> Bool {
         let (accepted, schedule) = state.withLockedValue { state -> (Bool, Bool) in
             guard !state.finished, state.counted.count < maxCount,
                 state.counted.count == 0 || state.counted.bytes + size <= maxBytes
@@ -107,7 +118,7 @@ final class ChannelTextWriter: Sendable {
             state.pending.append((frame, size, deflated))
             return (true, Self.claimDrain(&state))
         }
-        if schedule { drains.schedule(self) }
+        if schedule { drainSoon() }
         return accepted
     }
 
@@ -120,7 +131,7 @@ final class ChannelTextWriter: Sendable {
             state.started = true
             return Self.claimDrain(&state)
         }
-        if schedule { drains.schedule(self) }
+        if schedule { drainSoon() }
     }
 
     /// Writes nothing for `duration`; a later stall replaces an earlier one.
@@ -144,7 +155,7 @@ final class ChannelTextWriter: Sendable {
             state.started = true  // a member that ends before its welcome still completes
             return Self.claimDrain(&state)
         }
-        if schedule { drains.schedule(self) }
+        if schedule { drainSoon() }
     }
 
     /// Accepts nothing more and drops what is not yet handed to the channel: the connection is
@@ -182,6 +193,12 @@ final class ChannelTextWriter: Sendable {
         } onCancel: {
             returned.succeed()  // completing a completed promise does nothing
         }
+    }
+
+    /// Drains now on the writer's event loop (within the loop's budget for this turn), else in
+    /// the loop's next batch.
+    private func drainSoon() {
+        if drains.eventLoop.inEventLoop, drains.mayDrainNow() { drain() } else { drains.schedule(self) }
     }
 
     /// Whether a drain should be scheduled now; marks it scheduled.

@@ -18,7 +18,9 @@ import NIOWebSocket
 /// - the registry's commands: a stall holds the writer, a close drops what is not yet written;
 /// - the member leaves the room when the close handshake begins, from either side.
 ///
-/// A `say` is recorded and fanned out on the sender's event loop, before the next frame is read.
+/// A `say` is recorded and fanned out on the sender's event loop, before the next frame is read
+/// (unless another thread is delivering the room's events: then that thread delivers it, and
+/// the ack after it).
 final class ChatMemberService: EventLoopWebSocketService {
     private let server: DuplexServer
     private let rooms: ChatRooms
@@ -96,9 +98,14 @@ final class ChatMemberService: EventLoopWebSocketService {
             reply = .error(ChatErrorFrame(code: .binaryNotSupported, reason: "chat frames are JSON text messages"))
         }
         guard let json = try? reply.jsonString() else { return }
-        if !writer.offer(json) {
-            ending.withLockedValue { $0 = $0 ?? (.tryAgainLater, "too far behind: reconnect with since") }
-            writer.discard()
+        // After the room's events so far: an ack follows its message, even when another thread
+        // is delivering the room's events.
+        let (writer, ending) = (self.writer, self.ending)
+        room.afterFanOut {
+            if !writer.offer(json) {
+                ending.withLockedValue { $0 = $0 ?? (.tryAgainLater, "too far behind: reconnect with since") }
+                writer.discard()
+            }
         }
     }
 

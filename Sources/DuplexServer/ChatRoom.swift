@@ -103,9 +103,13 @@ final class HistoryBudget: Sendable {
 /// for resumes (at most `historyLimit` events and `historyBytesLimit` bytes, and within the
 /// server's ``HistoryBudget``), and the subscribers that receive new ones.
 ///
-/// Every change happens under one lock, and events are queued to subscribers under that lock,
-/// so every subscriber sees events in seq order, and a join or subscribe that takes a backlog
-/// snapshot and registers in the same critical section gets no gap and no duplicate.
+/// Every change happens under one lock: an event is numbered, kept, and put in the room's outbox
+/// with the subscribers present at that moment, so a join or subscribe that takes a backlog
+/// snapshot and registers in the same critical section gets no gap and no duplicate. The outbox
+/// is delivered outside the lock, by one thread at a time (the one that found it idle), in
+/// order: every subscriber sees events in seq order, and a fan-out to 1,000 members neither
+/// holds the lock while it writes nor waits for the lock before its first write. Whatever must
+/// follow the events numbered so far (a `say`'s ack) goes through ``afterFanOut(_:)``.
 ///
 /// Names are unique among the members present: a second connection with a present name must
 /// present that member's resume token, and then replaces the older connection (which gets
@@ -148,6 +152,11 @@ final class ChatRoom: Sendable {
         var lastActive = ContinuousClock.now
         /// Evicted from the server's rooms: no one may subscribe any more.
         var evicted = false
+        /// Events numbered but not yet delivered, each with the subscribers it goes to, and
+        /// actions to run after them, in order.
+        var outbox = Deque<Outgoing>()
+        /// Whether a thread is delivering the outbox: whoever finds it false delivers.
+        var fanningOut = false
         /// Tasks waiting for a seq to be applied (external sequencing), by id.
         var seqWaiters: [UInt64: (seq: Int, continuation: CheckedContinuation<Bool, Never>)] = [:]
         var nextWaiterID: UInt64 = 0
@@ -156,15 +165,26 @@ final class ChatRoom: Sendable {
     /// A subscriber, and whether it fell behind: a stalled one gets no more events and is
     /// expected to disconnect, which removes it.
     ///
-    /// A class, so that a fan-out to 1,000 subscribers retains 1,000 references rather than
-    /// copying every subscriber's closures and strings. It is only touched under the room's lock.
+    /// A class, so that a fan-out to 1,000 subscribers shares one array of references rather
+    /// than copying every subscriber's closures and strings. `stalled` is set before the slot
+    /// is added (under the lock), then only by the thread delivering the outbox, which takes
+    /// over from the previous one through the lock (`@unchecked` for that reason).
     private final class Slot: @unchecked Sendable {
+        let id: UInt64
         let subscriber: RoomSubscriber
         var stalled = false
 
-        init(subscriber: RoomSubscriber) {
+        init(id: UInt64, subscriber: RoomSubscriber) {
+            self.id = id
             self.subscriber = subscriber
         }
+    }
+
+    /// What the outbox holds: an event and the subscribers present when it was numbered, or an
+    /// action to run once everything before it is delivered.
+    private enum Outgoing {
+        case event(RoomEvent, [Slot])
+        case action(@Sendable () -> Void)
     }
 
     private let state = NIOLockedValueBox(State())
@@ -197,7 +217,7 @@ final class ChatRoom: Sendable {
         self.budget = budget
         state.withLockedValue { state in
             state.latestSeq = max(latestSeq, history.last?.seq ?? 0)
-            for event in history { _ = self.append(event, to: &state) }
+            for event in history { self.append(event, to: &state) }
         }
     }
 
@@ -257,8 +277,9 @@ final class ChatRoom: Sendable {
         // gets all of it that is kept.
         let since = recovered == false ? 0 : requested
         var replaced: [RoomSubscriber] = []
-        var overflowed: [RoomSubscriber] = []
+        var claimed = false
         let result = state.withLockedValue { state -> Result<Subscription, Refusal> in
+            defer { claimed = Self.claimFanOut(&state) }
             guard !state.evicted else { return .failure(.evicted) }
             if let member = subscriber.member, sequencing == .local {
                 let present = state.subscribers.filter { $0.value.subscriber.member?.name == member.name }
@@ -267,7 +288,7 @@ final class ChatRoom: Sendable {
                     state.subscribers.removeValue(forKey: id)
                     replaced.append(slot.subscriber)
                     if let old = slot.subscriber.member {
-                        overflowed += append(presence: "left", name: old.name, session: old.session, to: &state)
+                        append(presence: "left", name: old.name, session: old.session, to: &state)
                     }
                 }
             }
@@ -276,7 +297,7 @@ final class ChatRoom: Sendable {
             let id = state.nextSubscriberID
             prelude?(recovered, self.epoch, state.latestSeq)
             var backlog = since.map { since in state.history.filter { $0.seq > since } } ?? []
-            let slot = Slot(subscriber: subscriber)
+            let slot = Slot(id: id, subscriber: subscriber)
             if deliverBacklog {
                 slot.stalled = !backlog.allSatisfy { subscriber.deliver($0) }
                 backlog = []
@@ -291,25 +312,26 @@ final class ChatRoom: Sendable {
                 recovered: recovered
             )
             if let member = subscriber.member, sequencing == .local {
-                overflowed += append(presence: "joined", name: member.name, session: member.session, to: &state)
+                append(presence: "joined", name: member.name, session: member.session, to: &state)
                 subscription.members = Self.memberNames(state.subscribers)
             }
             return .success(subscription)
         }
         for subscriber in replaced { subscriber.onReplaced() }
-        for subscriber in overflowed { subscriber.onOverflow() }
+        if claimed { fanOut() }
         return result
     }
 
     /// Removes a subscriber; a member's departure is broadcast as a `left` event.
     func unsubscribe(_ id: UInt64) {
-        let overflowed = state.withLockedValue { state -> [RoomSubscriber] in
-            guard let removed = state.subscribers.removeValue(forKey: id) else { return [] }
+        let claimed = state.withLockedValue { state -> Bool in
+            guard let removed = state.subscribers.removeValue(forKey: id) else { return false }
             state.lastActive = .now
-            guard let member = removed.subscriber.member, sequencing == .local else { return [] }
-            return append(presence: "left", name: member.name, session: member.session, to: &state)
+            guard let member = removed.subscriber.member, sequencing == .local else { return false }
+            append(presence: "left", name: member.name, session: member.session, to: &state)
+            return Self.claimFanOut(&state)
         }
-        for subscriber in overflowed { subscriber.onOverflow() }
+        if claimed { fanOut() }
     }
 
     /// Posts a message. A repeated client message id from the same member, while the original
@@ -322,18 +344,19 @@ final class ChatRoom: Sendable {
     func say(_ say: ChatSay, from name: String, token: String, matchByName: Bool = false, at date: Date = Date()) throws -> SayResult {
         let byToken = "t\n\(token)\n\(say.clientMessageID)"
         let byName = "n\n\(name)\n\(say.clientMessageID)"
-        let (result, overflowed) = try state.withLockedValue { state -> (SayResult, [RoomSubscriber]) in
+        let (result, claimed) = try state.withLockedValue { state -> (SayResult, Bool) in
             if let seq = state.acceptedMessages[byToken] ?? (matchByName ? state.acceptedMessages[byName] : nil) {
-                return (.duplicate(seq: seq), [])
+                return (.duplicate(seq: seq), false)
             }
             let seq = state.latestSeq + 1
             let frame = ChatServerFrame.message(
                 ChatMessage(room: self.name, seq: seq, clientMessageID: say.clientMessageID, from: name, text: say.text, sentAt: date)
             )
             let event = RoomEvent(seq: seq, type: "message", json: try frame.jsonString(), epoch: epoch, dedupeKeys: [byToken, byName])
-            return (.accepted(seq: seq), append(event, to: &state))
+            append(event, to: &state)
+            return (.accepted(seq: seq), Self.claimFanOut(&state))
         }
-        for subscriber in overflowed { subscriber.onOverflow() }
+        if claimed { fanOut() }
         return result
     }
 
@@ -347,9 +370,8 @@ final class ChatRoom: Sendable {
     func apply(_ events: some Sequence<RoomEvent>) -> Bool {
         var contiguous = true
         var ended: [(RoomSubscriber, replaced: Bool)] = []
-        var overflowed: [RoomSubscriber] = []
         var woken: [CheckedContinuation<Bool, Never>] = []
-        state.withLockedValue { state in
+        let claimed = state.withLockedValue { state -> Bool in
             for event in events where event.seq > state.latestSeq {
                 guard event.seq == state.latestSeq + 1 else {
                     contiguous = false
@@ -361,17 +383,18 @@ final class ChatRoom: Sendable {
                     state.subscribers.removeValue(forKey: id)
                     ended.append((slot.subscriber, departure.replaced))
                 }
-                overflowed += append(event, to: &state)
+                append(event, to: &state)
             }
             for (id, waiter) in state.seqWaiters where waiter.seq <= state.latestSeq {
                 state.seqWaiters.removeValue(forKey: id)
                 woken.append(waiter.continuation)
             }
+            return Self.claimFanOut(&state)
         }
         for (subscriber, replaced) in ended {
             if replaced { subscriber.onReplaced() } else { subscriber.onOverflow() }
         }
-        for subscriber in overflowed { subscriber.onOverflow() }
+        if claimed { fanOut() }
         for continuation in woken { continuation.resume(returning: true) }
         return contiguous
     }
@@ -388,7 +411,7 @@ final class ChatRoom: Sendable {
             state.historyBytes = 0
             state.acceptedMessages = [:]
             state.latestSeq = max(latestSeq, events.last?.seq ?? 0)
-            for event in events { _ = append(event, to: &state) }
+            for event in events { append(event, to: &state) }
             let woken = state.seqWaiters.values.filter { $0.seq <= state.latestSeq }.map(\.continuation)
             state.seqWaiters = state.seqWaiters.filter { $0.value.seq > state.latestSeq }
             return (dropped, woken)
@@ -468,19 +491,18 @@ final class ChatRoom: Sendable {
         subscribers.values.compactMap(\.subscriber.member?.name).sorted()
     }
 
-    private func append(presence type: String, name: String, session: String, to state: inout State) -> [RoomSubscriber] {
+    private func append(presence type: String, name: String, session: String, to state: inout State) {
         let seq = state.latestSeq + 1
         let presence = ChatPresence(room: self.name, seq: seq, name: name, session: session, at: Date())
         let frame: ChatServerFrame = type == "joined" ? .joined(presence) : .left(presence)
         // Encoding these plain values cannot fail; a failure would be a bug in the schema.
         let json = (try? frame.jsonString()) ?? #"{"type":"\#(type)","v":1}"#
-        return append(RoomEvent(seq: seq, type: type, json: json, epoch: epoch), to: &state)
+        append(RoomEvent(seq: seq, type: type, json: json, epoch: epoch), to: &state)
     }
 
-    /// Appends an event to the history, trims the history to its bounds, and queues the event
-    /// to every subscriber. Subscribers whose queue is full are marked stalled and returned, to
-    /// be told outside the lock.
-    private func append(_ event: RoomEvent, to state: inout State) -> [RoomSubscriber] {
+    /// Appends an event to the history, trims the history to its bounds, and puts it in the
+    /// outbox for every subscriber present (``fanOut()`` delivers it).
+    private func append(_ event: RoomEvent, to state: inout State) {
         state.latestSeq = event.seq
         state.lastActive = .now
         if historyLimit > 0 {
@@ -498,16 +520,64 @@ final class ChatRoom: Sendable {
                 }
             }
         }
-        var overflowed: [RoomSubscriber] = []
-        guard !state.subscribers.isEmpty else { return overflowed }
+        guard !state.subscribers.isEmpty else { return }
         var live = event
         live.frame = ServerTextFrame.encode(event.json)
         live.deflated = DeflatedFrameCache()
-        for slot in state.subscribers.values where !slot.stalled && !slot.subscriber.deliver(live) {
-            slot.stalled = true
-            overflowed.append(slot.subscriber)
+        state.outbox.append(.event(live, state.subscribers.values.elements))
+    }
+
+    /// Runs `body` once every event numbered so far has been offered to its subscribers: at
+    /// once, on the caller's thread, when nothing is waiting to be delivered; else on the thread
+    /// delivering, right after them. A `say`'s ack goes through here, so that it follows the
+    /// message itself to the sender even while another thread delivers the room's events.
+    func afterFanOut(_ body: @escaping @Sendable () -> Void) {
+        let now = state.withLockedValue { state -> Bool in
+            guard state.fanningOut else { return true }
+            state.outbox.append(.action(body))
+            return false
         }
-        return overflowed
+        if now { body() }
+    }
+
+    /// Whether the caller, who just put something in the outbox, is to deliver it (nobody is);
+    /// marks the outbox as being delivered.
+    private static func claimFanOut(_ state: inout State) -> Bool {
+        guard !state.outbox.isEmpty, !state.fanningOut else { return false }
+        state.fanningOut = true
+        return true
+    }
+
+    /// Delivers the outbox, in order, outside the lock, until it is empty; called by the thread
+    /// that claimed it. A subscriber whose queue is full is marked stalled, gets nothing more,
+    /// and is told (if it is still subscribed: one that left or was replaced was told already).
+    private func fanOut() {
+        while true {
+            let batch = state.withLockedValue { state -> Deque<Outgoing> in
+                let batch = state.outbox
+                state.outbox = []
+                if batch.isEmpty { state.fanningOut = false }
+                return batch
+            }
+            if batch.isEmpty { return }
+            var refused: [Slot] = []
+            for outgoing in batch {
+                switch outgoing {
+                case .event(let event, let slots):
+                    for slot in slots where !slot.stalled && !slot.subscriber.deliver(event) {
+                        slot.stalled = true
+                        refused.append(slot)
+                    }
+                case .action(let body):
+                    body()
+                }
+            }
+            guard !refused.isEmpty else { continue }
+            let overflowed = state.withLockedValue { state in
+                refused.filter { state.subscribers[$0.id] === $0 }.map(\.subscriber)
+            }
+            for subscriber in overflowed { subscriber.onOverflow() }
+        }
     }
 }
 
@@ -548,30 +618,35 @@ final class ChatRooms: Sendable {
         deliverBacklog: Bool = false,
         prelude: ((_ recovered: Bool?, _ epoch: String, _ latestSeq: Int) -> Void)? = nil
     ) -> Result<(ChatRoom, ChatRoom.Subscription), Refusal> {
-        rooms.withLockedValue { rooms in
-            // A room evicted by now is replaced; the loop ends, since a new room is not evicted.
-            while true {
-                let room: ChatRoom
-                if let existing = rooms[name] {
-                    room = existing
-                } else {
-                    if rooms.count >= maxRooms {
-                        let idle = rooms.compactMap { entry in entry.value.idleSince.map { (entry.key, $0) } }
-                        guard let oldest = idle.min(by: { $0.1 < $1.1 }), rooms[oldest.0]?.evictIfEmpty() == true else {
-                            return .failure(.roomLimit)
-                        }
-                        rooms.removeValue(forKey: oldest.0)
+        // The room is found (or made) under this lock, and joined outside it: the join's
+        // presence event is delivered to the room by the joining thread, which must not hold up
+        // every other join meanwhile. A room evicted in between is replaced, and joined again
+        // (a few times at most: each time, another join took its place).
+        for _ in 0..<16 {
+            let found = rooms.withLockedValue { rooms -> ChatRoom? in
+                if let existing = rooms[name] { return existing }
+                if rooms.count >= maxRooms {
+                    let idle = rooms.compactMap { entry in entry.value.idleSince.map { (entry.key, $0) } }
+                    guard let oldest = idle.min(by: { $0.1 < $1.1 }), rooms[oldest.0]?.evictIfEmpty() == true else {
+                        return nil
                     }
-                    room = ChatRoom(name: name, historyLimit: historyLimit, historyBytesLimit: historyBytesLimit, budget: budget)
-                    rooms[name] = room
+                    rooms.removeValue(forKey: oldest.0)
                 }
-                switch room.subscribe(subscriber, since: since, epoch: epoch, deliverBacklog: deliverBacklog, prelude: prelude) {
-                case .success(let subscription): return .success((room, subscription))
-                case .failure(.nameTaken): return .failure(.nameTaken)
-                case .failure(.evicted): rooms.removeValue(forKey: name)
+                let room = ChatRoom(name: name, historyLimit: historyLimit, historyBytesLimit: historyBytesLimit, budget: budget)
+                rooms[name] = room
+                return room
+            }
+            guard let room = found else { return .failure(.roomLimit) }
+            switch room.subscribe(subscriber, since: since, epoch: epoch, deliverBacklog: deliverBacklog, prelude: prelude) {
+            case .success(let subscription): return .success((room, subscription))
+            case .failure(.nameTaken): return .failure(.nameTaken)
+            case .failure(.evicted):
+                rooms.withLockedValue { rooms in
+                    if rooms[name] === room { rooms.removeValue(forKey: name) }
                 }
             }
         }
+        return .failure(.roomLimit)
     }
 
     /// Whether a subscriber could join the room of that name now: it exists, or there is room

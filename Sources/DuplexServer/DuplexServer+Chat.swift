@@ -175,8 +175,11 @@ extension DuplexServer {
                         queue.finish()
                         break
                     }
-                    if let reply, !queue.offer(reply) {
-                        subscriber.onOverflow()
+                    // After the room's events so far: an ack follows its message.
+                    if let reply {
+                        room.afterFanOut {
+                            if !queue.offer(reply) { subscriber.onOverflow() }
+                        }
                     }
                 }
                 queue.finish()
@@ -284,7 +287,7 @@ extension ChannelTextWriter {
     /// Accepts a room event: its shared frame (and shared compressed frame) when it has them;
     /// false when the member is too far behind or finished.
     func offer(_ event: RoomEvent) -> Bool {
-        if let frame = event.frame { return offer(frame: frame, deflated: event.deflated) }
+        if let frame = event.frame { return offer(frame: frame, textBytes: event.json.utf8.count, deflated: event.deflated) }
         return offer(event.json)
     }
 }

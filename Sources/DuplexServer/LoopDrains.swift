@@ -9,17 +9,41 @@ final class LoopDrains: Sendable {
     /// The loop's zlib streams, for the connections that compress; use them only on the loop.
     let zlib = LoopZlib()
     private let pending = NIOLockedValueBox<(writers: [ChannelTextWriter], scheduled: Bool)>(([], false))
+    /// How many writers may still drain at once in this turn of the loop; only touched on the
+    /// loop (`NIOLoopBoundBox` checks that).
+    private let tick: NIOLoopBoundBox<(budget: Int, resetScheduled: Bool)>
+
+    /// How many writers may drain at once (a write system call each) in one turn of the event
+    /// loop. One fan-out to a large room fits, so its first members are written while the rest
+    /// are still being queued; past it, what more is offered in the same turn (many joins at
+    /// once, each announced to the whole room) waits for the loop's batch, where a member's
+    /// frames go out together in one write.
+    static let immediateDrainsPerTick = 2_048
 
     init(eventLoop: any EventLoop) {
         self.eventLoop = eventLoop
+        self.tick = .makeBoxSendingValue((Self.immediateDrainsPerTick, false), eventLoop: eventLoop)
+    }
+
+    /// On the loop: whether a writer may drain at once rather than in the loop's next batch.
+    /// Takes one from this turn's budget, which is full again once the loop has run the jobs
+    /// queued behind this turn.
+    func mayDrainNow() -> Bool {
+        guard tick.value.budget > 0 else { return false }
+        tick.value.budget -= 1
+        if !tick.value.resetScheduled {
+            tick.value.resetScheduled = true
+            let tick = self.tick
+            eventLoop.execute { tick.value = (Self.immediateDrainsPerTick, false) }
+        }
+        return true
     }
 
     /// Drains `writer` in the loop's next batch: one job for every writer scheduled before it
     /// runs.
     ///
-    /// Never at once, even on the loop itself: a room fans out under its lock, and a write can
-    /// fail and close a member's channel there and then, whose departure would take the same
-    /// lock again.
+    /// For writers offered frames from another thread, or past this turn's budget of drains at
+    /// once (``mayDrainNow()``).
     func schedule(_ writer: ChannelTextWriter) {
         let first = pending.withLockedValue { pending -> Bool in
             pending.writers.append(writer)

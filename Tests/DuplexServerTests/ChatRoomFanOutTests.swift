@@ -1,0 +1,154 @@
+import Dispatch
+import DuplexSchema
+import Foundation
+import NIOConcurrencyHelpers
+import NIOEmbedded
+import Testing
+
+@testable import DuplexServer
+
+/// How a room delivers its events: outside its lock, one thread at a time, in order; and how an
+/// event loop's writers drain at once up to a budget per turn.
+@Suite("ChatRoom fan-out")
+struct ChatRoomFanOutTests {
+    /// Runs `body` on another thread; false when it has not returned within `timeout` (a
+    /// deadlock), so that the test fails rather than hangs.
+    static func returns(within timeout: DispatchTimeInterval, _ body: @escaping @Sendable () -> Void) -> Bool {
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            body()
+            done.signal()
+        }
+        return done.wait(timeout: .now() + timeout) == .success
+    }
+
+    @Test("a subscriber may call back into the room while an event is delivered to it: the fan-out holds no lock")
+    func deliveryOutsideTheLock() throws {
+        let room = ChatRoom(name: "r", historyLimit: 10)
+        let seen = NIOLockedValueBox([Int]())
+        let subscriptionID = NIOLockedValueBox<UInt64?>(nil)
+        let reentrant = RoomSubscriber(
+            member: .init(name: "alice", session: "s-alice", token: "t-alice"),
+            deliver: { event in
+                // Both take the room's lock: under a fan-out that held it, this would deadlock.
+                seen.withLockedValue { $0.append(room.subscriberCount) }
+                if event.type == "message", let id = subscriptionID.withLockedValue({ $0 }) { room.unsubscribe(id) }
+                return true
+            },
+            onOverflow: {}
+        )
+        let said = NIOLockedValueBox<ChatRoom.SayResult?>(nil)
+        let returned = Self.returns(within: .seconds(10)) {
+            subscriptionID.withLockedValue { $0 = try? room.subscribe(reentrant, since: nil).get().id }
+            said.withLockedValue { $0 = try? ChatRoomTests.say(room, "1", from: "alice", token: "t-alice") }
+        }
+        // Not returned: the room's lock is held for good, so nothing more may touch the room.
+        try #require(returned, "the join and the say deadlocked")
+        #expect(subscriptionID.withLockedValue { $0 } != nil)
+        #expect(said.withLockedValue { $0 } == .accepted(seq: 2))
+        // The join, then the message (after which alice left, from inside the delivery).
+        #expect(seen.withLockedValue { $0 } == [1, 1])
+        #expect(room.subscriberCount == 0)
+        #expect(room.latestSeq == 3, "alice's departure was numbered and kept")
+    }
+
+    @Test("says from 8 threads at once: every subscriber gets every event once, in seq order, and each ack follows its message")
+    func concurrentSaysStayInOrder() throws {
+        let room = ChatRoom(name: "r", historyLimit: 10_000)
+        let senders = 8
+        let perSender = 200
+        // Each member's log: the seqs delivered to it, and "ack N" once its say N is acknowledged.
+        let logs = (0..<senders).map { _ in NIOLockedValueBox([String]()) }
+        for index in 0..<senders {
+            let log = logs[index]
+            let subscriber = RoomSubscriber(
+                member: .init(name: "m\(index)", session: "s\(index)", token: "t\(index)"),
+                deliver: { event in
+                    log.withLockedValue { $0.append("\(event.seq)") }
+                    return true
+                },
+                onOverflow: {}
+            )
+            _ = try room.subscribe(subscriber, since: nil).get()
+        }
+        let observer = ChatRoomTests.Recorder()
+        _ = try room.subscribe(observer.subscriber(member: nil), since: nil).get()
+        let failures = NIOLockedValueBox(0)
+        let group = DispatchGroup()
+        for index in 0..<senders {
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                for message in 0..<perSender {
+                    guard case .accepted(let seq) = try? ChatRoomTests.say(room, "c\(message)", from: "m\(index)", token: "t\(index)") else {
+                        failures.withLockedValue { $0 += 1 }
+                        continue
+                    }
+                    room.afterFanOut { logs[index].withLockedValue { $0.append("ack \(seq)") } }
+                }
+            }
+        }
+        #expect(group.wait(timeout: .now() + 30) == .success)
+        #expect(failures.withLockedValue { $0 } == 0)
+        let first = senders + 1
+        let last = senders + senders * perSender
+        #expect(observer.seqs == Array(first...last), "the observer got every message once, in order")
+        for (index, log) in logs.enumerated() {
+            let entries = log.withLockedValue { $0 }
+            let delivered = entries.compactMap { Int($0) }
+            // Member index joined at seq index + 1, and sees its own join and every later event.
+            #expect(delivered == Array((index + 1)...last), "member \(index) got every event once, in order")
+            let acks = entries.enumerated().filter { $0.element.hasPrefix("ack ") }
+            #expect(acks.count == perSender)
+            for (position, ack) in acks {
+                let seq = ack.dropFirst(4)
+                let message = entries.firstIndex(of: String(seq))
+                #expect(message.map { $0 < position } == true, "member \(index): the ack of \(seq) came after the message")
+            }
+        }
+    }
+
+    @Test("a subscriber whose queue is full is told once and gets nothing more; one that left while the event was on its way is not told")
+    func overflowOutsideTheLock() throws {
+        let room = ChatRoom(name: "r", historyLimit: 100)
+        // Refuses every message; it leaves while the first one is being delivered.
+        let leftOverflows = NIOLockedValueBox(0)
+        let leaving = RoomSubscriber(
+            member: nil,
+            deliver: { $0.type != "message" },
+            onOverflow: { leftOverflows.withLockedValue { $0 += 1 } }
+        )
+        let leavingID = NIOLockedValueBox<UInt64?>(nil)
+        let remover = RoomSubscriber(
+            member: nil,
+            deliver: { event in
+                if event.type == "message", let id = leavingID.withLockedValue({ $0 }) { room.unsubscribe(id) }
+                return true
+            },
+            onOverflow: {}
+        )
+        _ = try room.subscribe(remover, since: nil).get()
+        leavingID.withLockedValue { $0 = try? room.subscribe(leaving, since: nil).get().id }
+        let full = ChatRoomTests.Recorder(capacity: 2)
+        _ = try room.subscribe(full.subscriber(member: nil), since: nil).get()
+        let alice = ChatRoomTests.Recorder()
+        _ = try room.subscribe(alice.subscriber(member: "alice"), since: nil).get()
+        for index in 0..<5 { _ = try ChatRoomTests.say(room, "\(index)", from: "alice") }
+        #expect(full.seqs == [1, 2])
+        #expect(full.overflows.withLockedValue { $0 } == 1)
+        #expect(room.subscriberCount == 3, "the remover, the full one (to be closed by its owner) and alice")
+        #expect(leftOverflows.withLockedValue { $0 } == 0, "it had left: its owner ended it already")
+        #expect(alice.seqs == [1, 2, 3, 4, 5, 6])
+    }
+
+    @Test("an event loop lets 2,048 writers drain at once per turn, then queues the rest for the turn's batch")
+    func immediateDrainBudget() {
+        let loop = EmbeddedEventLoop()
+        let drains = LoopDrains(eventLoop: loop)
+        let allowed = (0..<(LoopDrains.immediateDrainsPerTick + 10)).filter { _ in drains.mayDrainNow() }.count
+        #expect(allowed == LoopDrains.immediateDrainsPerTick)
+        #expect(!drains.mayDrainNow())
+        loop.run()
+        #expect(drains.mayDrainNow(), "the budget is full again in the next turn")
+    }
+}
