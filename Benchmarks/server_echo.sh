@@ -9,7 +9,8 @@
 #   swift build -c release --scratch-path .build-release --product hummingbird-echo-server
 #   Benchmarks/server_echo.sh .build-release/release/duplex-server [ROUNDS] [SECONDS]
 # The hummingbird server is taken from beside duplex-server; SERVERS picks which run
-# (default: "duplex node hummingbird python").
+# (default: "duplex node hummingbird python"), and SHAPES which shapes, as "N D S" triples
+# separated by commas (default: "1 64 64,100 16 64,100 1 64").
 set -euo pipefail
 BIN=${1:?usage: server_echo.sh DUPLEX_SERVER_BINARY [ROUNDS] [SECONDS]}
 ROUNDS=${2:-3}
@@ -39,7 +40,8 @@ CPU() { awk '{print $14+$15}' /proc/$1/stat; }
 
 for round in $(seq "$ROUNDS"); do
   for server in ${SERVERS:-duplex node hummingbird python}; do
-    for shape in "1 64 64" "100 16 64" "100 1 64"; do
+    IFS=, read -ra shapes <<<"${SHAPES:-1 64 64,100 16 64,100 1 64}"
+    for shape in "${shapes[@]}"; do
       case $server in
         duplex) start_duplex ;;
         node) start_peer node "$HERE/node_echo_server.js" ;;

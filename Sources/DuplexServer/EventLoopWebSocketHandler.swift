@@ -61,6 +61,9 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     /// compressed.
     private var fragments: (opcode: WebSocketOpcode, buffer: ByteBuffer, compressed: Bool)?
     private var needsFlush = false
+    /// Whether a read batch has ended here (`channelReadComplete`): from then on, every read
+    /// comes from the socket and is followed by one, which flushes what it wrote.
+    private var sawReadComplete = false
     private var readPending = false
     private var stalledUntil: NIODeadline?
     private var closeDeadline: Scheduled<Void>?
@@ -133,7 +136,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
                 return fail(.protocolError, "a new message inside a fragmented one", context: context)
             }
             if frame.fin {
-                deliver(message: frame.unmaskedData, opcode: frame.opcode, compressed: frame.rsv1, context: context)
+                deliver(message: Self.payload(of: frame, allocator: context.channel.allocator), opcode: frame.opcode, compressed: frame.rsv1, context: context)
             } else {
                 fragments = (frame.opcode, frame.unmaskedData, frame.rsv1)
                 checkFragmentSize(context: context)
@@ -172,8 +175,24 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
+        sawReadComplete = true
         flushIfNeeded(context: context)
         context.fireChannelReadComplete()
+    }
+
+    /// A whole message's payload, unmasked into a buffer of its own with room in front for a
+    /// frame header: a message sent back as it is (an echo) then goes to the socket as one
+    /// buffer, its header written in front by the frame encoder.
+    static func payload(of frame: WebSocketFrame, allocator: ByteBufferAllocator) -> ByteBuffer {
+        guard let key = frame.maskKey else { return frame.data }
+        let headroom = 10  // the largest server frame header: 2 bytes and a 64-bit length
+        var data = frame.data
+        var buffer = allocator.buffer(capacity: headroom + data.readableBytes)
+        buffer.moveWriterIndex(forwardBy: headroom)
+        buffer.moveReaderIndex(forwardBy: headroom)
+        buffer.writeBuffer(&data)
+        buffer.webSocketUnmask(key, indexOffset: (frame.extensionData?.readableBytes ?? 0) % 4)
+        return buffer
     }
 
     private func checkFragmentSize(context: ChannelHandlerContext) {
@@ -270,9 +289,11 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         context.write(wrapOutboundOut(frame), promise: nil)
         guard !needsFlush else { return }
         needsFlush = true
-        // Usually channelReadComplete flushes the batch. Frames the upgrade replays (sent by the
-        // client before it read the 101) come with none, so a flush is also queued behind the
-        // current event-loop turn: it finds nothing left to do when channelReadComplete came.
+        // Frames are only written while a read is handled, and channelReadComplete flushes the
+        // batch. Frames the upgrade replays (sent by the client before it read the 101) may come
+        // with none, so until the first one a flush is also queued behind the current
+        // event-loop turn: it finds nothing left to do when channelReadComplete came.
+        guard !sawReadComplete else { return }
         let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
         context.eventLoop.execute {
             let (handler, context) = bound.value
