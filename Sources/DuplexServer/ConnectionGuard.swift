@@ -24,7 +24,8 @@ import NIOCore
 ///
 /// After an upgrade it follows the WebSocket frame headers and closes the connection with 1002
 /// when the client sends an unmasked frame (RFC 6455 section 5.1), which neither swift-nio nor
-/// swift-websocket checks. It keeps no payload, only the header being read and how many payload
+/// swift-websocket checks. A connection served on the event loop (``EventLoopWebSocketHandler``,
+/// which checks masks itself) removes the guard once it is upgraded. It keeps no payload, only the header being read and how many payload
 /// bytes to skip. On a plain HTTP connection it skips each request's `Content-Length` body and
 /// checks the next head the same way; a chunked request body makes it step aside.
 final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
@@ -63,6 +64,11 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     private var receivedAny = false
     /// How many request heads were passed on to the HTTP decoder.
     private var forwardedRequests = 0
+    /// A WebSocket upgrade was passed on, and its answer has not been written yet.
+    private var awaitingUpgradeAnswer = false
+    /// An unmasked frame came before the upgrade's answer (sent with the handshake): the close
+    /// follows the answer.
+    private var unmaskedBeforeAnswer = false
 
     /// Whether the connection is within the server's connection limit; if not, it is answered 503.
     private let admitted: Bool
@@ -142,6 +148,7 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
                 forwardedRequests += 1
                 if request.asksForWebSocket {
                     mode = .frameHeader(PartialFrameHeader())
+                    awaitingUpgradeAnswer = true
                 } else if request.isChunked {
                     remove = true
                     break scan
@@ -251,6 +258,23 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
         return request.webSocketHandshakeFailure
     }
 
+    /// Passes writes on; the first after a WebSocket upgrade request is its answer, after which
+    /// an unmasked frame that came with the handshake gets its close (1002 after a 101; after a
+    /// refusal the connection just closes).
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        guard awaitingUpgradeAnswer else { return context.write(data, promise: promise) }
+        awaitingUpgradeAnswer = false
+        let upgraded = unwrapOutboundIn(data).readableBytesView.starts(with: "HTTP/1.1 101".utf8)
+        context.write(data, promise: promise)
+        guard unmaskedBeforeAnswer else { return }
+        if upgraded {
+            sendClose1002(context: context)
+        } else {
+            context.flush()
+            lingeringClose(context: context)
+        }
+    }
+
     // MARK: Answers
 
     /// An answer that ends the connection.
@@ -324,6 +348,17 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
 
     private func rejectUnmasked(context: ChannelHandlerContext) {
         mode = .closed
+        // Sent with the handshake: a close frame now would come before the 101, where the client
+        // reads an HTTP answer. It follows the answer instead (``write(context:data:promise:)``).
+        if awaitingUpgradeAnswer {
+            unmaskedBeforeAnswer = true
+            return
+        }
+        sendClose1002(context: context)
+    }
+
+    /// Writes the 1002 close frame, and closes the connection once it is written.
+    private func sendClose1002(context: ChannelHandlerContext) {
         let reason = Array("client frames must be masked".utf8)
         var frame = context.channel.allocator.buffer(capacity: 4 + reason.count)
         frame.writeBytes([0x88, UInt8(2 + reason.count), 0x03, 0xEA])  // FIN + close, 1002

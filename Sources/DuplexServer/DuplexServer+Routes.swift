@@ -129,7 +129,13 @@ extension DuplexServer {
             service: service,
             deflate: deflateAgreement(extensionsAnswer).map { DeflateContext(agreement: $0, zlib: writerDrains.drains(for: channel.eventLoop).zlib) }
         )
-        try channel.pipeline.syncOperations.addHandler(handler)
+        let pipeline = channel.pipeline.syncOperations
+        try pipeline.addHandler(handler)
+        // The front door's work ends with the upgrade: the handler checks frames itself (masking
+        // included), and every read and write of the connection then skips one handler.
+        if let guardHandler = try? pipeline.handler(type: ConnectionGuard.self) {
+            pipeline.removeHandler(guardHandler, promise: nil)
+        }
     }
 
     /// The permessage-deflate agreement the server's `Sec-WebSocket-Extensions` answer states.

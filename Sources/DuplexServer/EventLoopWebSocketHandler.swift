@@ -118,6 +118,11 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
             if frame.opcode == .connectionClose { context.close(promise: nil) }
             return
         }
+        // RFC 6455 section 5.1: a client masks every frame. (The connection guard, which checks
+        // this on the task-served path, leaves these connections once they are upgraded.)
+        guard frame.maskKey != nil else {
+            return fail(.protocolError, "client frames must be masked", context: context)
+        }
         guard frame.rsv2 == false, frame.rsv3 == false else {
             return fail(.protocolError, "reserved bits set without an extension", context: context)
         }
@@ -136,7 +141,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
                 return fail(.protocolError, "a new message inside a fragmented one", context: context)
             }
             if frame.fin {
-                deliver(message: Self.payload(of: frame, allocator: context.channel.allocator), opcode: frame.opcode, compressed: frame.rsv1, context: context)
+                deliver(message: frame.unmaskedData, opcode: frame.opcode, compressed: frame.rsv1, context: context)
             } else {
                 fragments = (frame.opcode, frame.unmaskedData, frame.rsv1)
                 checkFragmentSize(context: context)
@@ -178,21 +183,6 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         sawReadComplete = true
         flushIfNeeded(context: context)
         context.fireChannelReadComplete()
-    }
-
-    /// A whole message's payload, unmasked into a buffer of its own with room in front for a
-    /// frame header: a message sent back as it is (an echo) then goes to the socket as one
-    /// buffer, its header written in front by the frame encoder.
-    static func payload(of frame: WebSocketFrame, allocator: ByteBufferAllocator) -> ByteBuffer {
-        guard let key = frame.maskKey else { return frame.data }
-        let headroom = 10  // the largest server frame header: 2 bytes and a 64-bit length
-        var data = frame.data
-        var buffer = allocator.buffer(capacity: headroom + data.readableBytes)
-        buffer.moveWriterIndex(forwardBy: headroom)
-        buffer.moveReaderIndex(forwardBy: headroom)
-        buffer.writeBuffer(&data)
-        buffer.webSocketUnmask(key, indexOffset: (frame.extensionData?.readableBytes ?? 0) % 4)
-        return buffer
     }
 
     private func checkFragmentSize(context: ChannelHandlerContext) {

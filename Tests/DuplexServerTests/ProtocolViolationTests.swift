@@ -58,6 +58,38 @@ struct ProtocolViolationTests {
         #expect(code == 1002)
     }
 
+    @Test("an unmasked frame sent with the handshake, before the 101, gets 1002")
+    func unmaskedFrameWithTheHandshake() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                let early = TestWebSocket.frame(opcode: 0x1, payload: Array("plain".utf8), masked: false)
+                let code = try await TestWebSocket.with(port: server.port, path: "/echo", sentWithHandshake: early) { socket in
+                    #expect(socket.status == 101)
+                    return try await socket.receiveClose().code
+                }
+                #expect(code == 1002)
+            }
+        }
+    }
+
+    @Test("an unmasked frame from a chat member (served on the event loop) gets 1002, and the room goes on")
+    func unmaskedChatFrame() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                let code = try await TestWebSocket.with(port: server.port, path: "/chat/masks?name=alice") { socket in
+                    #expect(try await socket.receiveText().contains(#""type":"welcome""#))
+                    try await socket.sendFrame(opcode: 0x1, payload: Array(#"{"type":"say","v":1,"clientMessageId":"1","text":"hi"}"#.utf8), masked: false)
+                    return try await socket.receiveClose().code
+                }
+                #expect(code == 1002)
+                let welcome = try await TestWebSocket.with(port: server.port, path: "/chat/masks?name=bob") { socket in
+                    try await socket.receiveText()
+                }
+                #expect(welcome.contains(#""type":"welcome""#))
+            }
+        }
+    }
+
     @Test("a reserved opcode gets 1002")
     func reservedOpcode() async throws {
         let code = try await closeCode { socket in
