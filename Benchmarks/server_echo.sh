@@ -9,7 +9,8 @@
 #   swift build -c release --scratch-path .build-release --product hummingbird-echo-server
 #   Benchmarks/server_echo.sh .build-release/release/duplex-server [ROUNDS] [SECONDS]
 # The hummingbird server is taken from beside duplex-server; SERVERS picks which run
-# (default: "duplex node hummingbird python"), and SHAPES which shapes, as "N D S" triples
+# (default: "duplex node hummingbird python"; "duplex=PATH" runs another duplex-server binary,
+# to compare two builds in the same rounds), and SHAPES which shapes, as "N D S" triples
 # separated by commas (default: "1 64 64,100 16 64,100 1 64").
 set -euo pipefail
 BIN=${1:?usage: server_echo.sh DUPLEX_SERVER_BINARY [ROUNDS] [SECONDS]}
@@ -20,10 +21,10 @@ LOAD=$(mktemp -d)/echo_load
 gcc -O2 -o "$LOAD" "$HERE/echo_load.c"
 [ -d /usr/share/nodejs/ws ] || { echo "node-ws is missing: apt-get install node-ws" >&2; exit 1; }
 
-start_duplex() {
+start_duplex() { # [binary]
   local port=$((20000 + RANDOM % 20000))
   # shellcheck disable=SC2086
-  taskset -c 0 "$BIN" --port "$port" --log-level error ${DUPLEX_SERVER_FLAGS---event-loops 1} >/dev/null 2>&1 &
+  taskset -c 0 "${1:-$BIN}" --port "$port" --log-level error ${DUPLEX_SERVER_FLAGS---event-loops 1} >/dev/null 2>&1 &
   PID=$!; PORT=$port
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && return; sleep 0.05; done
   echo "duplex-server did not start" >&2; exit 1
@@ -44,6 +45,7 @@ for round in $(seq "$ROUNDS"); do
     for shape in "${shapes[@]}"; do
       case $server in
         duplex) start_duplex ;;
+        duplex=*) start_duplex "${server#duplex=}" ;;
         node) start_peer node "$HERE/node_echo_server.js" ;;
         hummingbird) start_peer "$(dirname "$BIN")/hummingbird-echo-server" 0 1 ;;
         python) start_peer python3 "$HERE/python_echo_server.py" ;;
