@@ -3,6 +3,8 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import Logging
+import NIOConcurrencyHelpers
+import NIOCore
 
 extension DuplexServer {
     /// `GET /events[?interval=MS]`: `id: n`, `event: tick`, `data: {"n":n,"at":"…"}` every
@@ -23,14 +25,10 @@ extension DuplexServer {
         let first = ticks.firstTick(after: lastEventID, intervalMilliseconds: interval, window: Int64(configuration.historyLimit))
         let ticks = self.ticks
         let period = interval
+        let eventLoop = context.channel.eventLoop
         return EventStreamResponse(server: self).response(info: .init(kind: .eventStream, route: "events"), channel: context.channel) { sink in
-            var n = first
-            while true {
-                try await Task.sleep(until: ticks.instant(ofTick: n, intervalMilliseconds: period), clock: .continuous)
-                let text = (try? TickClock.event(tick: n, intervalMilliseconds: period).encoded()) ?? ""
-                guard EventStreamResponse.yield(text, to: sink) else { return }
-                n += 1
-            }
+            let source = TickSource(ticks: ticks, intervalMilliseconds: period, first: first, sink: sink, eventLoop: eventLoop)
+            return source.stop
         }
     }
 
@@ -50,7 +48,7 @@ extension DuplexServer {
             return refusal(.roomLimit, name: "").response
         }
         let rooms = self.rooms
-        return EventStreamResponse(server: self).response(info: .init(kind: .eventStream, route: "chat-events", room: roomName), channel: context.channel) { sink in
+        return EventStreamResponse(server: self).response(info: .init(kind: .eventStream, route: "chat-events", room: roomName), channel: context.channel) { sink -> EventStreamResponse.Stop in
             let subscriber = RoomSubscriber(
                 member: nil,
                 deliver: { event in EventStreamResponse.yield(event.sse, to: sink) },
@@ -81,10 +79,58 @@ extension DuplexServer {
                 if case .failure(.unavailable(let why)) = subscribed {
                     self.logger.warning("a room stream ended at once: the room store is unavailable", metadata: ["room": "\(roomName)", "error": "\(why)"])
                 }
-                return
+                sink.finish()
+                return {}
             }
-            defer { room.unsubscribe(subscription.id) }
-            await waitUntilCancelled()
+            return { room.unsubscribe(subscription.id) }
         }
+    }
+}
+
+/// `/events`' ticks, put in a stream's sink by a timer on the connection's event loop, each at
+/// its instant on the server's tick clock: no task per stream.
+final class TickSource: Sendable {
+    private let ticks: TickClock
+    private let intervalMilliseconds: Int64
+    private let sink: OutboundQueue
+    private let eventLoop: any EventLoop
+    private let state = NIOLockedValueBox((timer: Scheduled<Void>?.none, stopped: false))
+
+    /// Starts at tick `first`.
+    init(ticks: TickClock, intervalMilliseconds: Int64, first: Int64, sink: OutboundQueue, eventLoop: any EventLoop) {
+        self.ticks = ticks
+        self.intervalMilliseconds = intervalMilliseconds
+        self.sink = sink
+        self.eventLoop = eventLoop
+        schedule(first)
+    }
+
+    /// No more ticks.
+    @Sendable func stop() {
+        state.withLockedValue { state in
+            state.stopped = true
+            state.timer?.cancel()
+            state.timer = nil
+        }
+    }
+
+    /// Puts tick `n`, and every tick already due after it, in the sink; then waits for the next.
+    private func schedule(_ n: Int64) {
+        let delay = TimeAmount(max(ticks.instant(ofTick: n, intervalMilliseconds: intervalMilliseconds) - .now, .zero))
+        state.withLockedValue { state in
+            guard !state.stopped else { return }
+            state.timer = eventLoop.scheduleTask(in: delay) { self.fire(n) }
+        }
+    }
+
+    private func fire(_ n: Int64) {
+        var n = n
+        // A tick replayed from `Last-Event-ID` is due at once: the backlog goes out in one go.
+        while ticks.instant(ofTick: n, intervalMilliseconds: intervalMilliseconds) <= .now {
+            let text = (try? TickClock.event(tick: n, intervalMilliseconds: intervalMilliseconds).encoded()) ?? ""
+            guard EventStreamResponse.yield(text, to: sink) else { return }
+            n += 1
+        }
+        schedule(n)
     }
 }

@@ -10,62 +10,59 @@ import NIOCore
 /// the heartbeat interval it writes a comment line. It ends when the client goes away, when the
 /// server shuts down, or when the client falls more than `outboundQueueLimit` events or
 /// `outboundQueueBytes` bytes behind; the client then resumes from its `Last-Event-ID`.
+///
+/// One task per stream, the response body's, which writes: the source, the heartbeat and the
+/// registry's commands are callbacks and event-loop timers, not tasks of their own.
 struct EventStreamResponse {
     /// Where a source puts SSE text, ready to write: bounded in count and bytes.
     typealias Sink = OutboundQueue
 
+    /// Stops a source: called once, when the stream ends.
+    typealias Stop = @Sendable () -> Void
+
     let server: DuplexServer
 
-    /// A streaming response whose events come from `source`. The source runs until the stream
-    /// ends, and is cancelled then.
+    /// A streaming response whose events come from a source that `start` sets going: it puts
+    /// text in the sink from any thread (a room's fan-out, an event-loop timer) and returns how
+    /// to stop it, called when the stream ends. A source that cannot start finishes the sink.
     func response(
         info: ConnectionInfo,
         channel: any Channel,
-        source: @escaping @Sendable (Sink) async throws -> Void
+        start: @escaping @Sendable (Sink) async -> Stop
     ) -> Response {
         var headers = HTTPFields()
         headers[.contentType] = "text/event-stream; charset=utf-8"
         headers[.cacheControl] = "no-cache"
         headers[HTTPField.Name("X-Accel-Buffering")!] = "no"
         let configuration = server.configuration
-        let body = ResponseBody { [server] writer in
-            try await server.connections.withConnection(info) { commands in
-                let sink = OutboundQueue(maxCount: configuration.outboundQueueLimit, maxBytes: configuration.outboundQueueBytes)
-                let lastWrite = NIOLockedValueBox(ContinuousClock.now)
-                let gate = StallGate()
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    group.addTask {
-                        for await command in commands {
-                            switch command {
-                            case .stall(let duration):
-                                gate.stall(for: duration)
-                                continue
-                            case .drop:
-                                try? await channel.close()
-                            case .close:
-                                break
-                            }
-                            break
-                        }
-                        sink.finish()
-                    }
-                    group.addTask {
-                        try await Self.heartbeat(every: configuration.heartbeatInterval, lastWrite: lastWrite, sink: sink)
-                    }
-                    group.addTask {
-                        try await source(sink)
-                    }
-                    try await writer.write(ByteBuffer(string: ServerSentEvent.retryDirective(milliseconds: configuration.sseRetryMilliseconds)))
-                    for await text in sink.items {
-                        await gate.wait()
-                        try await writer.write(ByteBuffer(string: text))
-                        sink.written(text)
-                        lastWrite.withLockedValue { $0 = .now }
-                    }
-                    group.cancelAll()
+        let registry = server.connections
+        let body = ResponseBody { writer in
+            let sink = OutboundQueue(maxCount: configuration.outboundQueueLimit, maxBytes: configuration.outboundQueueBytes)
+            let gate = StallGate()
+            let registration = registry.register(info) { command in
+                switch command {
+                case .stall(let duration):
+                    gate.stall(for: duration)
+                case .drop:
+                    channel.close(promise: nil)
+                    sink.finish()
+                case .close:
+                    sink.finish()
                 }
-                try await writer.finish(nil)
             }
+            defer { registry.remove(registration) }
+            let heartbeat = Heartbeat(every: configuration.heartbeatInterval, sink: sink, eventLoop: channel.eventLoop)
+            defer { heartbeat.stop() }
+            let stop = await start(sink)
+            defer { stop() }
+            try await writer.write(ByteBuffer(string: ServerSentEvent.retryDirective(milliseconds: configuration.sseRetryMilliseconds)))
+            for await text in sink.items {
+                await gate.wait()
+                try await writer.write(ByteBuffer(string: text))
+                sink.written(text)
+                heartbeat.wrote()
+            }
+            try await writer.finish(nil)
         }
         return Response(status: .ok, headers: headers, body: body)
     }
@@ -76,31 +73,54 @@ struct EventStreamResponse {
         sink.finish()
         return false
     }
-
-    private static func heartbeat(
-        every interval: Duration,
-        lastWrite: NIOLockedValueBox<ContinuousClock.Instant>,
-        sink: Sink
-    ) async throws {
-        while true {
-            let due = lastWrite.withLockedValue { $0 }.advanced(by: interval)
-            if ContinuousClock.now >= due {
-                guard yield(ServerSentEvent.comment("heartbeat"), to: sink) else { return }
-                lastWrite.withLockedValue { $0 = .now }
-            } else {
-                try await Task.sleep(until: due, clock: .continuous)
-            }
-        }
-    }
 }
 
-/// Suspends until the task is cancelled.
-func waitUntilCancelled() async {
-    let (stream, continuation) = AsyncStream<Never>.makeStream()
-    await withTaskCancellationHandler {
-        for await _ in stream {}
-    } onCancel: {
-        continuation.finish()
+/// A stream's heartbeat: a comment line once nothing was written for `interval`, from a timer on
+/// the connection's event loop (no task).
+final class Heartbeat: Sendable {
+    private let interval: Duration
+    private let sink: OutboundQueue
+    private let eventLoop: any EventLoop
+    private let state = NIOLockedValueBox((lastWrite: ContinuousClock.now, timer: Scheduled<Void>?.none, stopped: false))
+
+    init(every interval: Duration, sink: OutboundQueue, eventLoop: any EventLoop) {
+        self.interval = interval
+        self.sink = sink
+        self.eventLoop = eventLoop
+        arm(at: ContinuousClock.now.advanced(by: interval))
+    }
+
+    /// Something was written: the next heartbeat is due an interval from now.
+    func wrote() {
+        state.withLockedValue { $0.lastWrite = .now }
+    }
+
+    /// No more heartbeats.
+    func stop() {
+        state.withLockedValue { state in
+            state.stopped = true
+            state.timer?.cancel()
+            state.timer = nil
+        }
+    }
+
+    private func arm(at due: ContinuousClock.Instant) {
+        let delay = TimeAmount(max(due - .now, .zero))
+        state.withLockedValue { state in
+            guard !state.stopped else { return }
+            state.timer = eventLoop.scheduleTask(in: delay) { self.fire() }
+        }
+    }
+
+    private func fire() {
+        let due = state.withLockedValue { $0.lastWrite }.advanced(by: interval)
+        if ContinuousClock.now >= due {
+            guard EventStreamResponse.yield(ServerSentEvent.comment("heartbeat"), to: sink) else { return }
+            wrote()
+            arm(at: ContinuousClock.now.advanced(by: interval))
+        } else {
+            arm(at: due)
+        }
     }
 }
 
