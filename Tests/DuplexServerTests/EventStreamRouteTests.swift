@@ -139,6 +139,29 @@ struct EventStreamRouteTests {
         }
     }
 
+    @Test("a stream the client leaves ends on the server: its registration goes, for ticks and for a room")
+    func streamsEndWithTheClient() async throws {
+        try await withTimeout {
+            try await withDuplexServer(configuration: .init(heartbeatInterval: .milliseconds(20))) { server in
+                for path in ["/events?interval=20", "/chat/leaving/events"] {
+                    try await TestHTTPResponse.get(port: server.port, path) { response in
+                        while !response.bodyText.contains("\n\n:") && !response.bodyText.contains("id:") {
+                            try await response.readChunk()
+                        }
+                        #expect(server.server.connectionCount == 1, "\(path) is registered while it streams")
+                    }
+                    // The client has closed: the server's writes fail, and the stream ends.
+                    let clock = ContinuousClock()
+                    let deadline = clock.now + .seconds(10)
+                    while server.server.connectionCount > 0, clock.now < deadline {
+                        try await clock.sleep(for: .milliseconds(10))
+                    }
+                    #expect(server.server.connectionCount == 0, "\(path) ended on the server once its client left")
+                }
+            }
+        }
+    }
+
     @Test("a bad room on /chat/{room}/events gets 400")
     func badRoomEventStream() async throws {
         try await withTimeout {

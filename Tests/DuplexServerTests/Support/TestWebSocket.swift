@@ -197,3 +197,13 @@ func withRawConnection<T>(
         try await body(inbound, outbound)
     }
 }
+
+/// Suspends until the task is cancelled.
+func waitUntilCancelled() async {
+    let (stream, continuation) = AsyncStream<Never>.makeStream()
+    await withTaskCancellationHandler {
+        for await _ in stream {}
+    } onCancel: {
+        continuation.finish()
+    }
+}
