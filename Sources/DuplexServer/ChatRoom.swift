@@ -3,6 +3,7 @@ import DuplexSchema
 import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
+import NIOPosix
 import OrderedCollections
 
 /// One room event as the server keeps and sends it: encoded once, as a WebSocket frame and as
@@ -540,6 +541,9 @@ final class ChatRoom: Sendable {
         if now { body() }
     }
 
+    /// How many outbox batches a delivering event loop takes in one turn.
+    static let fanOutBatchesPerTurn = 64
+
     /// Whether the caller, who just put something in the outbox, is to deliver it (nobody is);
     /// marks the outbox as being delivered.
     private static func claimFanOut(_ state: inout State) -> Bool {
@@ -551,8 +555,18 @@ final class ChatRoom: Sendable {
     /// Delivers the outbox, in order, outside the lock, until it is empty; called by the thread
     /// that claimed it. A subscriber whose queue is full is marked stalled, gets nothing more,
     /// and is told (if it is still subscribed: one that left or was replaced was told already).
+    ///
+    /// On an event loop, after ``fanOutBatchesPerTurn`` batches it goes on in a later turn of the
+    /// loop (still the only one delivering), so that a room kept busy from other loops does not
+    /// keep this loop from its own connections.
     private func fanOut() {
+        var batches = 0
         while true {
+            batches += 1
+            if batches > Self.fanOutBatchesPerTurn, let loop = MultiThreadedEventLoopGroup.currentEventLoop {
+                loop.execute { self.fanOut() }
+                return
+            }
             let batch = state.withLockedValue { state -> Deque<Outgoing> in
                 let batch = state.outbox
                 state.outbox = []

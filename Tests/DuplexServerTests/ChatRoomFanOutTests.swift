@@ -2,7 +2,10 @@ import Dispatch
 import DuplexSchema
 import Foundation
 import NIOConcurrencyHelpers
+import DuplexTesting
+import NIOCore
 import NIOEmbedded
+import NIOPosix
 import Testing
 
 @testable import DuplexServer
@@ -139,6 +142,37 @@ struct ChatRoomFanOutTests {
         #expect(room.subscriberCount == 3, "the remover, the full one (to be closed by its owner) and alice")
         #expect(leftOverflows.withLockedValue { $0 } == 0, "it had left: its owner ended it already")
         #expect(alice.seqs == [1, 2, 3, 4, 5, 6])
+    }
+
+    @Test("on an event loop, a long fan-out goes on in later turns of the loop, every event in order")
+    func fanOutYieldsTheLoop() async throws {
+        let room = ChatRoom(name: "r", historyLimit: 1_000)
+        let count = ChatRoom.fanOutBatchesPerTurn * 3
+        let seqs = NIOLockedValueBox([Int]())
+        let (done, finished) = AsyncStream<Void>.makeStream()
+        // Each message it is given makes the next one: every say adds a batch while the room is
+        // delivering, so the delivering loop goes through more than a turn's worth.
+        let chain = RoomSubscriber(
+            member: .init(name: "chain", session: "s", token: "t"),
+            deliver: { event in
+                seqs.withLockedValue { $0.append(event.seq) }
+                if event.type == "message", event.seq <= count {
+                    _ = try? ChatRoomTests.say(room, "c\(event.seq)", from: "chain", token: "t")
+                }
+                if event.seq == count + 1 { finished.yield() }
+                return true
+            },
+            onOverflow: {}
+        )
+        let loop = MultiThreadedEventLoopGroup.singleton.next()
+        try await loop.submit {
+            _ = try room.subscribe(chain, since: nil).get()
+            _ = try ChatRoomTests.say(room, "c0", from: "chain", token: "t")
+        }.get()
+        try await withTimeout {
+            for await _ in done { break }
+        }
+        #expect(seqs.withLockedValue { $0 } == Array(1...(count + 1)))
     }
 
     @Test("an event loop lets 2,048 writers drain at once per turn, then queues the rest for the turn's batch")
