@@ -11,7 +11,7 @@
 // deliveries to members on another node than the sender, and over all.
 // throughput: SENDERS_PER_ROOM members of each room keep WINDOW says in flight (a new one on each
 // ack); reports acknowledged messages a second per room and in total.
-// Prints one JSON object. With SERVER_PIDS (comma-separated pids of the servers), it also reports
+// Prints one JSON object, with the generator's own CPU time in the steady phase. With SERVER_PIDS (comma-separated pids of the servers), it also reports
 // the servers' CPU time (user + system, from /proc) in the joins and in the steady phase after.
 const WebSocket = require('/usr/share/nodejs/ws');
 const [mode, nodesArg, ...rest] = process.argv.slice(2);
@@ -69,6 +69,7 @@ async function latency([members, senders, rate, seconds]) {
   // Presence frames for the last joins may still be on their way: let them settle.
   await new Promise((resolve) => setTimeout(resolve, 500));
   const cpuJoined = serverCPU();
+  const loadJoined = process.cpuUsage();
   let finish;
   const done = new Promise((resolve) => { finish = resolve; });
   sockets.forEach((socket, i) => {
@@ -97,9 +98,12 @@ async function latency([members, senders, rate, seconds]) {
   await done;
   clearTimeout(limit);
   const cpuEnd = serverCPU();
+  const load = process.cpuUsage(loadJoined);
   sockets.forEach((socket) => socket.terminate());
   return {
     server_cpu_join_s: cpuJoined - cpuStart, server_cpu_steady_s: cpuEnd - cpuJoined,
+    // The generator's own CPU in the steady phase (user + system), to show it is not the bottleneck.
+    load_cpu_steady_s: (load.user + load.system) / 1e6,
     mode: 'latency', nodes: nodes.length, members, messages: expected, deliveries: every.length,
     expected_deliveries: expected * members, members_short: seen.filter((s) => s.size < expected).length,
     duplicates, cross_node_p50_ms: percentile(cross, 50), cross_node_p99_ms: percentile(cross, 99),

@@ -108,7 +108,10 @@ final class ChannelTextWriter: Sendable {
     /// ahead of it, within the loop's budget for this turn: ``LoopDrains/mayDrainNow()``);
     /// elsewhere, in the loop's next batch. No caller holds a
     /// lock that closing the channel would take: a room delivers outside its lock.
-    func offer(frame: ByteBuffer, textBytes size: Int, deflated: DeflatedFrameCache? = nil) -> Bool {
+    /// With `batched`, the frame waits for the loop's batch even on the loop, where it goes out
+    /// with whatever else the member gets in this turn: for presence, which many joins at once
+    /// send to everyone, and whose latency matters less than a message's.
+    func offer(frame: ByteBuffer, textBytes size: Int, deflated: DeflatedFrameCache? = nil, batched: Bool = false) -> Bool {
         let (accepted, schedule) = state.withLockedValue { state -> (Bool, Bool) in
             guard !state.finished, state.counted.count < maxCount,
                 state.counted.count == 0 || state.counted.bytes + size <= maxBytes
@@ -118,7 +121,9 @@ final class ChannelTextWriter: Sendable {
             state.pending.append((frame, size, deflated))
             return (true, Self.claimDrain(&state))
         }
-        if schedule { drainSoon() }
+        if schedule {
+            if batched { drains.schedule(self) } else { drainSoon() }
+        }
         return accepted
     }
 

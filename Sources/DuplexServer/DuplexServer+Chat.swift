@@ -285,9 +285,12 @@ extension DuplexServer {
 
 extension ChannelTextWriter {
     /// Accepts a room event: its shared frame (and shared compressed frame) when it has them;
-    /// false when the member is too far behind or finished.
+    /// false when the member is too far behind or finished. A message is written at once on the
+    /// writer's loop; presence waits for the loop's batch (see ``offer(frame:textBytes:deflated:batched:)``).
     func offer(_ event: RoomEvent) -> Bool {
-        if let frame = event.frame { return offer(frame: frame, textBytes: event.json.utf8.count, deflated: event.deflated) }
+        if let frame = event.frame {
+            return offer(frame: frame, textBytes: event.json.utf8.count, deflated: event.deflated, batched: event.type != "message")
+        }
         return offer(event.json)
     }
 }

@@ -6,6 +6,7 @@ import DuplexTesting
 import NIOCore
 import NIOEmbedded
 import NIOPosix
+import NIOWebSocket
 import Testing
 
 @testable import DuplexServer
@@ -173,6 +174,37 @@ struct ChatRoomFanOutTests {
             for await _ in done { break }
         }
         #expect(seqs.withLockedValue { $0 } == Array(1...(count + 1)))
+    }
+
+    @Test("on its loop, a writer writes a message at once, and holds presence for the loop's batch, in order")
+    func presenceWaitsForTheBatch() throws {
+        let channel = EmbeddedChannel()
+        try channel.pipeline.syncOperations.addHandler(WebSocketFrameEncoder())
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        let writer = ChannelTextWriter(
+            channel: channel,
+            outlet: try RawFrameOutlet.install(on: channel),
+            drains: LoopDrains(eventLoop: channel.eventLoop),
+            maxCount: 10,
+            maxBytes: 1 << 20
+        )
+        writer.start(with: [])
+        let written = { () throws -> [String] in
+            var texts: [String] = []
+            while let frame = try channel.readOutbound(as: ByteBuffer.self) {
+                texts.append(String(buffer: ServerTextFrame.payload(of: frame)))
+            }
+            return texts
+        }
+        #expect(writer.offer(frame: ServerTextFrame.encode("message 1"), textBytes: 9))
+        #expect(try written() == ["message 1"], "a message goes out at once")
+        #expect(writer.offer(frame: ServerTextFrame.encode("joined"), textBytes: 6, batched: true))
+        #expect(try written() == [], "presence waits for the loop's batch")
+        #expect(writer.offer(frame: ServerTextFrame.encode("message 2"), textBytes: 9))
+        #expect(try written() == [], "a message behind waiting presence waits with it")
+        channel.embeddedEventLoop.run()
+        #expect(try written() == ["joined", "message 2"])
+        _ = try channel.finish()
     }
 
     @Test("an event loop lets 2,048 writers drain at once per turn, then queues the rest for the turn's batch")
