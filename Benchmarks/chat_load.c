@@ -130,9 +130,14 @@ static void on_text(member *m, const char *text, size_t len) {
     double arrived = now_ms();
     const char *t = memmem(text, len, "\"text\":\"", 8);
     if (!t) { fprintf(stderr, "chat_load: a message without text\n"); exit(1); }
+    // The text, at most 63 bytes of it, as a C string: the frame is not NUL-terminated.
+    char field[64];
+    size_t from = (size_t)(t + 8 - text), n = len - from < sizeof field - 1 ? len - from : sizeof field - 1;
+    memcpy(field, t + 8, n);
+    field[n] = 0;
     double sent_at;
     int node, s, k;
-    if (sscanf(t + 8, "%lf %d s%d-%d", &sent_at, &node, &s, &k) != 4 || s < 0 || s >= senders || k < 0 || k >= per_sender) {
+    if (sscanf(field, "%lf %d s%d-%d", &sent_at, &node, &s, &k) != 4 || s < 0 || s >= senders || k < 0 || k >= per_sender) {
         fprintf(stderr, "chat_load: a message not from this run\n");
         exit(1);
     }
@@ -168,6 +173,8 @@ static void parse(member *m) {
             for (int i = 0; i < 8; i++) plen = (plen << 8) | f[2 + i];
             h = 10;
         }
+        // A chat frame is small: anything past 16 MiB is not from a chat server.
+        if (plen > (16u << 20)) { fprintf(stderr, "chat_load: a frame of %llu bytes\n", (unsigned long long)plen); exit(1); }
         if (avail < h + plen) break;
         int opcode = f[0] & 0x0F;
         if (opcode == 0x1) {

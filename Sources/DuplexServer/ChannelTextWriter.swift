@@ -92,22 +92,18 @@ final class ChannelTextWriter: Sendable {
     /// Accepts `text` for writing; false, accepting nothing, when that would pass either bound
     /// or the writer was finished.
     func offer(_ text: String) -> Bool {
-        offer(frame: ServerTextFrame.encode(text))
+        offer(frame: ServerTextFrame.encode(text), textBytes: text.utf8.count)
     }
 
     /// Accepts a text frame encoded by ``ServerTextFrame`` (a room event's shared bytes, with
-    /// its shared compressed form) for writing; false, accepting nothing, when that would pass
-    /// either bound or the writer was finished.
-    func offer(frame: ByteBuffer, deflated: DeflatedFrameCache? = nil) -> Bool {
-        offer(frame: frame, textBytes: ServerTextFrame.payload(of: frame).readableBytes, deflated: deflated)
-    }
-
-    /// ``offer(frame:deflated:)`` for a frame whose text is `size` bytes.
+    /// its shared compressed form), whose text is `size` bytes, for writing; false, accepting
+    /// nothing, when that would pass either bound or the writer was finished.
     ///
     /// On the writer's event loop, the frame is handed to the channel at once (when nothing is
     /// ahead of it, within the loop's budget for this turn: ``LoopDrains/mayDrainNow()``);
-    /// elsewhere, in the loop's next batch. No caller holds a
-    /// lock that closing the channel would take: a room delivers outside its lock.
+    /// elsewhere, in the loop's next batch. No caller holds a lock that closing the channel
+    /// would take: a room delivers outside its lock.
+    ///
     /// With `batched`, the frame waits for the loop's batch even on the loop, where it goes out
     /// with whatever else the member gets in this turn: for presence, which many joins at once
     /// send to everyone, and whose latency matters less than a message's.
@@ -169,12 +165,7 @@ final class ChannelTextWriter: Sendable {
         let complete = state.withLockedValue { state -> Bool in
             state.finished = true
             state.started = true
-            for item in state.pending {
-                if let counted = item.counted {
-                    state.counted.count -= 1
-                    state.counted.bytes -= counted
-                }
-            }
+            for item in state.pending { Self.uncount(item, in: &state) }
             state.pending.removeAll()
             return state.completeIfDone()
         }
@@ -204,6 +195,13 @@ final class ChannelTextWriter: Sendable {
     /// the loop's next batch.
     private func drainSoon() {
         if drains.eventLoop.inEventLoop, drains.mayDrainNow() { drain() } else { drains.schedule(self) }
+    }
+
+    /// `item` leaves the queue: it no longer counts against the bounds.
+    private static func uncount(_ item: Item, in state: inout State) {
+        guard let counted = item.counted else { return }
+        state.counted.count -= 1
+        state.counted.bytes -= counted
     }
 
     /// Whether a drain should be scheduled now; marks it scheduled.
@@ -238,15 +236,14 @@ final class ChannelTextWriter: Sendable {
             }
             guard state.started, state.stalledUntil == nil, writable, !state.pending.isEmpty else { return (false, state.completeIfDone()) }
             if state.pending.count == 1 {
-                single = state.pending.removeFirst()
+                let item = state.pending.removeFirst()
+                Self.uncount(item, in: &state)
+                single = item
             } else {
                 batch.reserveCapacity(state.pending.count)
-                while let item = state.pending.popFirst() { batch.append(item) }
-            }
-            for item in single.map({ [$0] }) ?? batch {
-                if let counted = item.counted {
-                    state.counted.count -= 1
-                    state.counted.bytes -= counted
+                while let item = state.pending.popFirst() {
+                    Self.uncount(item, in: &state)
+                    batch.append(item)
                 }
             }
             state.draining = true

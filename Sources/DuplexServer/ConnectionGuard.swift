@@ -24,10 +24,12 @@ import NIOCore
 ///
 /// After an upgrade it follows the WebSocket frame headers and closes the connection with 1002
 /// when the client sends an unmasked frame (RFC 6455 section 5.1), which neither swift-nio nor
-/// swift-websocket checks. A connection served on the event loop (``EventLoopWebSocketHandler``,
-/// which checks masks itself) removes the guard once it is upgraded. It keeps no payload, only the header being read and how many payload
-/// bytes to skip. On a plain HTTP connection it skips each request's `Content-Length` body and
-/// checks the next head the same way; a chunked request body makes it step aside.
+/// swift-websocket checks; an unmasked frame sent with the handshake gets its close after the
+/// 101. It keeps no payload, only the header being read and how many payload bytes to skip. A
+/// connection served on the event loop (``EventLoopWebSocketHandler``, which checks masks
+/// itself) removes the guard once it is upgraded. On a plain HTTP connection it skips each
+/// request's `Content-Length` body and checks the next head the same way; a chunked request
+/// body makes it step aside.
 final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer

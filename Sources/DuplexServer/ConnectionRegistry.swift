@@ -113,7 +113,7 @@ final class ConnectionRegistry: Sendable {
     }
 
     /// Returns once no connection is left, or when the task is cancelled.
-    private func waitUntilEmpty() async {
+    func waitUntilEmpty() async {
         let waiterID = state.withLockedValue { state in
             state.nextWaiterID += 1
             return state.nextWaiterID
