@@ -54,14 +54,20 @@ final class LoopZlib: @unchecked Sendable {
             guard status == Z_OK else { throw .corrupt }
         }
         var output = allocator.buffer(capacity: min(maxBytes + 1, max(payload.readableBytes * 3, 256)))
-        try Self.inflate(payload, into: &output, stream: stream, maxBytes: maxBytes)
-        try Self.inflate(Self.syncTail, into: &output, stream: stream, maxBytes: maxBytes)
+        // A payload may end in a final block (BFINAL, RFC 7692 section 7.2.3.3): the stream has
+        // ended, and the tail the sender removed is not put back.
+        if try !Self.inflate(payload, into: &output, stream: stream, maxBytes: maxBytes) {
+            try Self.inflate(Self.syncTail, into: &output, stream: stream, maxBytes: maxBytes)
+        }
         return output
     }
 
     private static let syncTail = ByteBuffer(bytes: [0x00, 0x00, 0xFF, 0xFF])
 
-    private static func inflate(_ input: ByteBuffer, into output: inout ByteBuffer, stream: UnsafeMutablePointer<z_stream>, maxBytes: Int) throws(InflateFailure) {
+    /// Inflates `input` into `output`; returns whether a final block ended the stream.
+    @discardableResult
+    private static func inflate(_ input: ByteBuffer, into output: inout ByteBuffer, stream: UnsafeMutablePointer<z_stream>, maxBytes: Int) throws(InflateFailure) -> Bool {
+        var ended = false
         let failure: InflateFailure? = withInput(input, stream: stream) {
             while true {
                 if output.writableBytes == 0 {
@@ -80,6 +86,7 @@ final class LoopZlib: @unchecked Sendable {
                     if stream.pointee.avail_in == 0, produced == 0, output.writableBytes > 0 { return nil }
                 case Z_STREAM_END:
                     // A final block ends the stream; nothing may follow it in this message.
+                    ended = true
                     return stream.pointee.avail_in == 0 ? nil : .corrupt
                 default:
                     return .corrupt
@@ -87,6 +94,7 @@ final class LoopZlib: @unchecked Sendable {
             }
         }
         if let failure { throw failure }
+        return ended
     }
 
     /// Compresses one message with a `windowBits` window (9 to 15) and `dictionary` as the

@@ -96,6 +96,22 @@ struct EventLoopDeflateTests {
         #expect(String(buffer: try fresh.inflate(payload, maxBytes: 1024, allocator: Self.allocator)) == "after the bomb")
     }
 
+    /// Found by the `inflate` fuzz target (Tests/Fuzz/Corpus/inflate/stored): the server
+    /// refused what the client's inflater read.
+    @Test("a message ending in a final block (BFINAL, RFC 7692 section 7.2.3.3) inflates, and the next one refers back to it")
+    func finalBlock() throws {
+        var context = DeflateContext(agreement: try #require(ServerDeflateAgreement(answer: "permessage-deflate", minimumBytes: 0)), zlib: LoopZlib())
+        // A stored block with BFINAL set, holding "hello".
+        let stored = ByteBuffer(bytes: [0x01, 0x05, 0x00, 0xFA, 0xFF] + Array("hello".utf8))
+        #expect(String(buffer: try context.inflate(stored, maxBytes: 1024, allocator: Self.allocator)) == "hello")
+        // The window carries over: one match 5 bytes back, of length 5 (zlib with "hello" as its
+        // dictionary wrote these bytes), which without the window is "too far back".
+        let match = ByteBuffer(bytes: [202, 0, 17, 0, 0])
+        #expect(String(buffer: try context.inflate(match, maxBytes: 1024, allocator: Self.allocator)) == "hello")
+        // Bytes after the final block, before the removed tail, are not deflate.
+        #expect(throws: LoopZlib.InflateFailure.corrupt) { try context.inflate(ByteBuffer(bytes: [0x01, 0x01, 0x00, 0xFE, 0xFF, 0x41, 0x00]), maxBytes: 1024, allocator: Self.allocator) }
+    }
+
     @Test("a window keeps the last 2^bits bytes, in a buffer of its own")
     func window() {
         let message = ByteBuffer(string: String(repeating: "a", count: 600) + String(repeating: "b", count: 100))
