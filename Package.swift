@@ -164,6 +164,28 @@ let package = Package(
             path: "Client",
             swiftSettings: swiftSettings
         ),
+        // Autobahn|Testsuite's fuzzing server drives the client through this (Tests/Autobahn/run.sh).
+        .executableTarget(
+            name: "autobahn-client",
+            dependencies: ["Duplex", "DuplexSchema"],
+            path: "Tests/Autobahn/AutobahnClient",
+            swiftSettings: swiftSettings
+        ),
+        // Fuzz targets for libFuzzer (Tests/Fuzz/run.sh builds them with --sanitize=fuzzer); a
+        // plain debug build replays the checked-in corpora through the same checks.
+        .executableTarget(
+            name: "duplex-fuzz",
+            dependencies: [
+                "Duplex",
+                "DuplexSchema",
+                "DuplexServer",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+            ],
+            path: "Tests/Fuzz/DuplexFuzz",
+            swiftSettings: swiftSettings
+        ),
         // Benchmarks: run in release mode, see docs/benchmarks.md.
         .executableTarget(
             name: "client-echo-benchmark",
@@ -202,6 +224,8 @@ let package = Package(
                 // Built for the CLI tests, which run the binaries and parse compose commands with them.
                 "duplex",
                 "duplex-server",
+                // Its corpora are replayed by FuzzCorpusTests.
+                "duplex-fuzz",
                 .product(name: "Yams", package: "Yams"),
                 "DuplexCallbacks",
                 "DuplexCombine",

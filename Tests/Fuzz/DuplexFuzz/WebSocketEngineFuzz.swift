@@ -1,0 +1,209 @@
+#if DEBUG
+@testable import Duplex
+@testable import DuplexServer
+import DuplexSchema
+import Foundation
+import NIOCore
+import NIOEmbedded
+import NIOWebSocket
+
+/// What an engine made of a frame sequence: the messages it handed on, in order, and how the
+/// connection ended.
+struct EngineOutcome: Equatable, CustomStringConvertible {
+    enum Ending: Equatable {
+        /// Still open after the last frame.
+        case open
+        /// The peer's close was accepted (answered) or refused as malformed.
+        case peerClose(accepted: Bool)
+        /// The engine failed the connection with this close code.
+        case failed(UInt16)
+    }
+
+    var messages: [WebSocketMessage] = []
+    var ending: Ending = .open
+
+    var description: String {
+        "\(messages.count) messages \(messages.map { $0.text.map { "text(\($0.utf8.count))" } ?? "binary(\($0.data.count))" }), ending \(ending)"
+    }
+}
+
+/// The two WebSocket engines that exist today, on one frame sequence: the client's
+/// `WebSocketFrameStateMachine` and the server's `EventLoopWebSocketHandler` (behind NIO's frame
+/// decoder and protocol error handler, as the server installs it). The one-engine issue will
+/// make these one; until then they must agree.
+enum WebSocketEngineFuzz {
+    static let maxMessageBytes = 4096
+    static let maxFrameBytes = 8192
+
+    /// The raw server pipeline: any bytes a client may send after the upgrade.
+    static let serverTarget = FuzzTarget(
+        name: "ws-server",
+        properties: "no crash, no hang; what the server writes is well formed: text it echoes is valid UTF-8, nothing larger than the message limit, RSV1 only when permessage-deflate was agreed, at most one close frame and nothing after it, close codes a server may send"
+    ) { bytes in
+        var input = FuzzInput(bytes)
+        let compressed = input.byte() & 1 == 1
+        let chunkCount = Int(input.byte() % 8)
+        let stream = input.rest()
+        let channel = makeServerChannel(compressed: compressed, decodeBytes: true)
+        var chunker = FuzzInput(bytes)
+        for chunk in chunker.chunks(of: stream, count: chunkCount) where channel.isActive {
+            _ = try? channel.writeInbound(ByteBuffer(bytes: chunk))
+            channel.pipeline.fireChannelReadComplete()
+        }
+        checkServerOutput(channel, compressed: compressed)
+        _ = try? channel.finish()
+    }
+
+    /// The client and the server engine on the same frames (masked for the server, unmasked
+    /// for the client), compared.
+    static let enginesTarget = FuzzTarget(
+        name: "ws-engines",
+        properties: "no crash; the client's and the server's engine deliver the same messages in the same order, fail a connection for the same reasons with the same close code (a data-path violation), and agree on which close frames are valid; permessage-deflate included (each side's inflater on the same compressed stream)"
+    ) { bytes in
+        var input = FuzzInput(bytes)
+        let compressed = input.byte() & 1 == 1
+        let stream = input.rest()
+        // Frames as NIO's decoder reads them; a decoding error ends the sequence there.
+        let decoder = EmbeddedChannel(handler: ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: maxFrameBytes)))
+        _ = try? decoder.writeInbound(ByteBuffer(bytes: stream))
+        var frames: [WebSocketFrame] = []
+        while let frame = try? decoder.readInbound(as: WebSocketFrame.self) { frames.append(frame) }
+        _ = try? decoder.finish()
+
+        let server = serverOutcome(frames, compressed: compressed)
+        let client = clientOutcome(frames, compressed: compressed)
+        require(server == client, "the engines disagree on \(frames.count) frames (compressed: \(compressed)):\n  server \(server)\n  client \(client)")
+    }
+
+    // MARK: The server engine
+
+    static func makeServerChannel(compressed: Bool, decodeBytes: Bool) -> EmbeddedChannel {
+        let channel = EmbeddedChannel()
+        let handler = EventLoopWebSocketHandler(
+            configuration: .init(maxMessageBytes: maxMessageBytes, closeTimeout: .seconds(1)),
+            registry: ConnectionRegistry(),
+            service: EchoService.shared,
+            deflate: compressed ? DeflateContext(agreement: ServerDeflateAgreement(answer: "permessage-deflate", minimumBytes: 0)!, zlib: LoopZlib()) : nil
+        )
+        let pipeline = channel.pipeline.syncOperations
+        if decodeBytes {
+            try! pipeline.addHandler(ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: maxFrameBytes)))
+            try! pipeline.addHandler(WebSocketProtocolErrorHandler())
+        }
+        try! pipeline.addHandler(handler)
+        _ = try! channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 9)).wait()
+        return channel
+    }
+
+    static func serverFrames(_ channel: EmbeddedChannel) -> [WebSocketFrame] {
+        var frames: [WebSocketFrame] = []
+        while let frame = try? channel.readOutbound(as: WebSocketFrame.self) { frames.append(frame) }
+        return frames
+    }
+
+    static func checkServerOutput(_ channel: EmbeddedChannel, compressed: Bool) {
+        var closed = false
+        for frame in serverFrames(channel) {
+            require(!closed, "the server wrote a \(frame.opcode) frame after its close frame")
+            require(frame.maskKey == nil, "the server masked a frame")
+            require(!frame.rsv1 || compressed, "RSV1 without permessage-deflate")
+            switch frame.opcode {
+            case .text where !frame.rsv1:
+                require(String(validating: frame.data.readableBytesView, as: UTF8.self) != nil, "the server sent text that is not UTF-8")
+                fallthrough
+            case .binary, .text:
+                require(frame.data.readableBytes <= maxMessageBytes + 64, "the server sent \(frame.data.readableBytes) bytes, past the limit")
+            case .connectionClose:
+                closed = true
+                var data = frame.data
+                let code = data.readInteger(as: UInt16.self)
+                require(code.map { [1000, 1001, 1002, 1003, 1007, 1008, 1009, 1011, 1013].contains($0) } ?? true, "the server sent close code \(String(describing: code))")
+                require(String(validating: data.readableBytesView, as: UTF8.self) != nil, "the server's close reason is not UTF-8")
+            case .pong:
+                require(frame.data.readableBytes <= 125, "a pong longer than a control frame may be")
+            default:
+                require(false, "the server sent a \(frame.opcode) frame")
+            }
+        }
+    }
+
+    static func serverOutcome(_ frames: [WebSocketFrame], compressed: Bool) -> EngineOutcome {
+        let channel = makeServerChannel(compressed: compressed, decodeBytes: false)
+        defer { _ = try? channel.finish() }
+        // The server's answers to compressed messages are compressed: a client-side inflater
+        // reads them back (the server's stream persists, as the default agreement says).
+        let reader = compressed ? PerMessageDeflateCodec(agreement: .init(clientWindowBits: 15, clientNoContextTakeover: false, serverNoContextTakeover: false, minimumBytes: 0)) : nil
+        var outcome = EngineOutcome()
+        let key = WebSocketMaskingKey([0x37, 0xFA, 0x21, 0x3D])!
+        for frame in frames where channel.isActive {
+            var data = frame.unmaskedData
+            data.webSocketMask(key)
+            let masked = WebSocketFrame(fin: frame.fin, rsv1: frame.rsv1, rsv2: frame.rsv2, rsv3: frame.rsv3, opcode: frame.opcode, maskKey: key, data: data)
+            _ = try? channel.writeInbound(masked)
+            channel.pipeline.fireChannelReadComplete()
+            for answer in serverFrames(channel) {
+                switch answer.opcode {
+                case .text, .binary:
+                    var payload = answer.data
+                    if answer.rsv1, let reader {
+                        guard let inflated = try? reader.inflate(payload, maxBytes: maxMessageBytes, allocator: ByteBufferAllocator()) else {
+                            require(false, "the server's compressed echo does not inflate")
+                            return outcome
+                        }
+                        payload = inflated
+                    }
+                    outcome.messages.append(answer.opcode == .text ? .string(String(buffer: payload)) : .data(Data(payload.readableBytesView)))
+                case .connectionClose:
+                    var data = answer.data
+                    let code = data.readInteger(as: UInt16.self) ?? 1005
+                    if frame.opcode == .connectionClose {
+                        outcome.ending = .peerClose(accepted: code == 1000)
+                    } else {
+                        outcome.ending = .failed(code)
+                    }
+                    return outcome
+                default:
+                    break
+                }
+            }
+        }
+        return outcome
+    }
+
+    // MARK: The client engine
+
+    static func clientOutcome(_ frames: [WebSocketFrame], compressed: Bool) -> EngineOutcome {
+        var machine = WebSocketFrameStateMachine(maxMessageBytes: maxMessageBytes, compressionNegotiated: compressed)
+        let codec = compressed ? PerMessageDeflateCodec(agreement: .init(clientWindowBits: 15, clientNoContextTakeover: false, serverNoContextTakeover: false, minimumBytes: 0)) : nil
+        var outcome = EngineOutcome()
+        for frame in frames {
+            let unmasked = WebSocketFrame(fin: frame.fin, rsv1: frame.rsv1, rsv2: frame.rsv2, rsv3: frame.rsv3, opcode: frame.opcode, data: frame.unmaskedData)
+            var action = machine.received(unmasked)
+            if case .inflate(let opcode, let buffer) = action {
+                do {
+                    let inflated = try codec!.inflate(buffer, maxBytes: maxMessageBytes, allocator: ByteBufferAllocator())
+                    action = machine.inflated(opcode: opcode, buffer: inflated)
+                } catch {
+                    action = machine.inflationFailed(tooLarge: error == .tooLarge)
+                }
+            }
+            switch action {
+            case .deliver(let message):
+                require(message.byteCount <= maxMessageBytes, "the client delivered \(message.byteCount) bytes, past the limit")
+                outcome.messages.append(message)
+            case .replyToClose:
+                outcome.ending = .peerClose(accepted: true)
+                return outcome
+            case .failConnection(let code, _, _, _):
+                outcome.ending = frame.opcode == .connectionClose ? .peerClose(accepted: false) : .failed(code.rawValue)
+                return outcome
+            case .closeHandshakeDone, .sendClose:
+                require(false, "the client ended a handshake it did not start")
+            case .none, .sendPong, .pongReceived, .inflate:
+                break
+            }
+        }
+        return outcome
+    }
+}
+#endif
