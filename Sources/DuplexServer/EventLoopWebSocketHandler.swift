@@ -25,7 +25,8 @@ protocol EventLoopWebSocketService: AnyObject {
 /// answer frames over the size limit with 1009 and malformed control frames with 1002), does
 /// what RFC 6455 asks of a server, and hands each whole message to its service:
 /// - fragments are reassembled;
-/// - a message over `maxMessageBytes` gets 1009, invalid UTF-8 in a text message 1007, reserved
+/// - a message over `maxMessageBytes` gets 1009, invalid UTF-8 in a text message 1007 (for an
+///   uncompressed fragmented message, at the first fragment that makes it invalid), reserved
 ///   bits, a reserved opcode, a continuation with nothing to continue or a new message inside a
 ///   fragmented one 1002;
 /// - pings are answered with pongs; a client's close is answered (1000, or 1002 for a bad code)
@@ -60,6 +61,9 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     /// The opcode and bytes of a fragmented message being reassembled, and whether it is
     /// compressed.
     private var fragments: (opcode: WebSocketOpcode, buffer: ByteBuffer, compressed: Bool)?
+    /// While an uncompressed text message arrives in fragments: its UTF-8 so far, checked as
+    /// each fragment comes, so invalid text is refused at once (RFC 6455 section 8.1).
+    private var fragmentText: UTF8Validator?
     private var needsFlush = false
     /// Whether a read batch has ended here (`channelReadComplete`): from then on, every read
     /// comes from the socket and is followed by one, which flushes what it wrote.
@@ -143,7 +147,15 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
             if frame.fin {
                 deliver(message: frame.unmaskedData, opcode: frame.opcode, compressed: frame.rsv1, context: context)
             } else {
-                fragments = (frame.opcode, frame.unmaskedData, frame.rsv1)
+                let data = frame.unmaskedData
+                if frame.opcode == .text, !frame.rsv1 {
+                    var text = UTF8Validator()
+                    guard text.feed(data.readableBytesView) else {
+                        return fail(.dataInconsistentWithMessage, "invalid UTF-8", context: context)
+                    }
+                    fragmentText = text
+                }
+                fragments = (frame.opcode, data, frame.rsv1)
                 checkFragmentSize(context: context)
             }
         case .continuation:
@@ -152,6 +164,13 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
             }
             fragments = nil
             var data = frame.unmaskedData
+            if var text = fragmentText {
+                fragmentText = nil
+                guard text.feed(data.readableBytesView), !frame.fin || text.isComplete else {
+                    return fail(.dataInconsistentWithMessage, "invalid UTF-8", context: context)
+                }
+                if !frame.fin { fragmentText = text }
+            }
             buffer.writeBuffer(&data)
             if frame.fin {
                 deliver(message: buffer, opcode: opcode, compressed: compressed, context: context)
@@ -228,6 +247,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     func close(code: WebSocketErrorCode, reason: String, context: ChannelHandlerContext) {
         guard state.isOpen else { return }
         fragments = nil
+        fragmentText = nil
         state.closeSent()
         service.closing()
         context.writeAndFlush(wrapOutboundOut(closeFrame(code, reason, allocator: context.channel.allocator)), promise: nil)
@@ -250,6 +270,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     private func fail(_ code: WebSocketErrorCode, _ reason: String, context: ChannelHandlerContext) {
         guard state.isOpen else { return }
         fragments = nil
+        fragmentText = nil
         state.closeSent()
         service.closing()
         closeAfter(context.writeAndFlush(wrapOutboundOut(closeFrame(code, reason, allocator: context.channel.allocator))), context: context)

@@ -96,4 +96,16 @@ write("inflate", "empty", bytes([0]) + b"\x00")
 for name, text in {"tick": "12345", "negative": "-5", "huge": "99999999999999999999", "room": "Zx9_epoch:42", "bare-seq": "7", "colon-only": ":", "token": "dGhpcyBpcyBhIHRva2Vu"}.items():
     write("resume", name, bytes([2, 10]) + text.encode())
 
+
+
+# UTF-8: valid text in several scripts, Autobahn 6.4's invalid sequences, edge code points.
+for name, data in {
+    "kosme": "\u03ba\u1f79\u03c3\u03bc\u03b5".encode(),
+    "above-max": "\u03ba\u1f79\u03c3\u03bc\u03b5".encode() + b"\xf4\x90\x80\x80edited",
+    "surrogate": b"a\xed\xa0\x80b",
+    "overlong": b"\xe0\x80\xaf",
+    "edges": "\u007f\u0080\u07ff\u0800\uffff\U00010000\U0010ffff".encode(),
+    "truncated": "\U0001f600".encode()[:3],
+}.items():
+    write("utf8", name, bytes([5]) + data)
 print("corpora written under", ROOT)
