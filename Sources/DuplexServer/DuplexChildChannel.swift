@@ -83,6 +83,9 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
             let quickRoute = self.quickRoute
             let upgrader = NIOTypedWebSocketServerUpgrader<UpgradeResult>(
                 maxFrameSize: configuration.ws.maxFrameSize,
+                // Frames the decoder refuses are answered by each service's own handler, once
+                // (EventLoopWebSocketHandler.errorCaught, and WSCore's on the task path).
+                enableAutomaticErrorHandling: false,
                 shouldUpgrade: { channel, head in
                     upgradeAttempted.value = true
                     let request: Request

@@ -21,8 +21,10 @@ protocol EventLoopWebSocketService: AnyObject {
 
 /// A WebSocket connection served on its event loop: no task, no stream, no actor per connection.
 ///
-/// It sits after swift-nio's `WebSocketFrameDecoder` and `WebSocketProtocolErrorHandler` (which
-/// answer frames over the size limit with 1009 and malformed control frames with 1002), does
+/// It sits after swift-nio's `WebSocketFrameDecoder` and answers its refusals itself (a frame
+/// over the size limit with 1009, a malformed control frame with 1002): NIO's
+/// `WebSocketProtocolErrorHandler` is left out, since it would send a second close frame after
+/// one this handler sent. It does
 /// what RFC 6455 asks of a server, and hands each whole message to its service:
 /// - fragments are reassembled;
 /// - a message over `maxMessageBytes` gets 1009, invalid UTF-8 in a text message 1007 (for an
@@ -196,6 +198,21 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
             return
         }
         context.fireUserInboundEventTriggered(event)
+    }
+
+    /// A frame NIO's decoder refused (too long for the frame limit: 1009; a fragmented or long
+    /// control frame: 1002) fails the connection, unless it is closing already: then TCP is
+    /// closed, and no second close frame goes out.
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        guard let error = error as? NIOWebSocketError else { return context.fireErrorCaught(error) }
+        if state.isOpen {
+            switch error {
+            case .invalidFrameLength: fail(.messageTooLarge, "a frame longer than the limit", context: context)
+            default: fail(.protocolError, "a fragmented or long control frame", context: context)
+            }
+        } else {
+            context.close(promise: nil)
+        }
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {

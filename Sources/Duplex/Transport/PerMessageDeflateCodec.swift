@@ -49,7 +49,13 @@ final class PerMessageDeflateCodec {
             input.writeBytes([0x00, 0x00, 0xFF, 0xFF])
             // One more byte than allowed is how a message past the limit shows.
             let output = try input.decompressStream(with: decompressor, maxSize: maxBytes + 1, allocator: allocator)
-            if agreement.serverNoContextTakeover { try decompressor.reset() }
+            // A final block (BFINAL) ends the stream before the tail put back above: bytes between
+            // the two are not deflate. The ended stream starts afresh for the next message.
+            guard input.readableBytes == 0 || input.readableBytesView.elementsEqual([0x00, 0x00, 0xFF, 0xFF]) else {
+                try? decompressor.reset()
+                throw InflateError.corrupt
+            }
+            if agreement.serverNoContextTakeover || input.readableBytes > 0 { try decompressor.reset() }
             guard output.readableBytes <= maxBytes else { throw InflateError.tooLarge }
             return output
         } catch let error as InflateError {

@@ -47,6 +47,9 @@ struct WebSocketFrameStateMachine {
     /// compressed.
     let compressionNegotiated: Bool
     private var fragments: (opcode: WebSocketOpcode, buffer: ByteBuffer, compressed: Bool)?
+    /// While an uncompressed text message arrives in fragments: its UTF-8 so far, so invalid
+    /// text fails the connection at the fragment that makes it so (RFC 6455 section 8.1).
+    private var fragmentText: UTF8Validator?
 
     init(maxMessageBytes: Int, compressionNegotiated: Bool = false) {
         self.maxMessageBytes = maxMessageBytes
@@ -105,13 +108,24 @@ struct WebSocketFrameStateMachine {
                 guard frame.data.readableBytes <= maxMessageBytes else { return tooBig() }
                 return complete(opcode: frame.opcode, buffer: frame.data, compressed: frame.rsv1)
             }
+            guard frame.data.readableBytes <= maxMessageBytes else { return tooBig() }
+            if frame.opcode == .text, !frame.rsv1 {
+                var text = UTF8Validator()
+                guard text.feed(frame.data.readableBytesView) else { return invalidText() }
+                fragmentText = text
+            }
             fragments = (frame.opcode, frame.data, frame.rsv1)
-            return fragments!.buffer.readableBytes <= maxMessageBytes ? .none : tooBig()
+            return .none
         case .continuation:
             guard let (opcode, partial, compressed) = fragments else {
                 return fail(.protocolError, "a continuation frame came with no message to continue", .protocolViolation)
             }
             guard partial.readableBytes + frame.data.readableBytes <= maxMessageBytes else { return tooBig() }
+            if var text = fragmentText {
+                fragmentText = nil
+                guard text.feed(frame.data.readableBytesView), !frame.fin || text.isComplete else { return invalidText() }
+                if !frame.fin { fragmentText = text }
+            }
             var buffer = partial
             var data = frame.data
             buffer.writeBuffer(&data)
@@ -130,6 +144,7 @@ struct WebSocketFrameStateMachine {
     mutating func channelClosed() {
         state = .closed
         fragments = nil
+        fragmentText = nil
     }
 
     private mutating func receivedControl(_ frame: WebSocketFrame) -> Action {
@@ -167,6 +182,7 @@ struct WebSocketFrameStateMachine {
         case .open:
             state = .closed
             fragments = nil
+            fragmentText = nil
             let reply: WebSocketCloseCode? = peerCode == .noStatusReceived ? nil : peerCode
             return .replyToClose(reply: reply, peerCode: peerCode, reason: reason)
         case .closeSent:
@@ -196,12 +212,14 @@ struct WebSocketFrameStateMachine {
 
     private mutating func message(opcode: WebSocketOpcode, buffer: ByteBuffer) -> Action {
         if opcode == .text {
-            guard let text = String(validating: buffer.readableBytesView, as: UTF8.self) else {
-                return fail(.invalidFramePayloadData, "a text message is not valid UTF-8", .protocolViolation)
-            }
+            guard let text = String(validating: buffer.readableBytesView, as: UTF8.self) else { return invalidText() }
             return .deliver(.string(text))
         }
         return .deliver(.data(Data(buffer.readableBytesView)))
+    }
+
+    private mutating func invalidText() -> Action {
+        fail(.invalidFramePayloadData, "a text message is not valid UTF-8", .protocolViolation)
     }
 
     private mutating func tooBig() -> Action {
@@ -212,6 +230,7 @@ struct WebSocketFrameStateMachine {
         let previous = state
         state = .closed
         fragments = nil
+        fragmentText = nil
         guard previous != .closed else { return .none }
         return .failConnection(code, reason: reason, error: WebSocketError(errorCode, reason, closeCode: code), sendCloseFrame: previous == .open)
     }

@@ -44,9 +44,11 @@ enum InflateFuzz {
             let (compressed, didCompress) = sender.deflate(ByteBuffer(bytes: message), allocator: allocator)
             let read = didCompress ? try? receiver.inflate(compressed, maxBytes: 1 << 20, allocator: allocator) : compressed
             require(read == ByteBuffer(bytes: message), "server to client round trip lost \(message.count) bytes")
-            let fromClient = try? receiver.compress(ByteBuffer(bytes: message), allocator: allocator)
-            let back = fromClient.flatMap { try? serverReader.inflate($0, maxBytes: 1 << 20, allocator: allocator) }
-            require(back == ByteBuffer(bytes: message), "client to server round trip lost \(message.count) bytes")
+            // A message the client cannot compress goes out plain (NIOWebSocketTransport), so
+            // only what it compressed must inflate.
+            guard let fromClient = try? receiver.compress(ByteBuffer(bytes: message), allocator: allocator) else { continue }
+            let back = Result { () throws(LoopZlib.InflateFailure) in try serverReader.inflate(fromClient, maxBytes: 1 << 20, allocator: allocator) }
+            require((try? back.get()) == ByteBuffer(bytes: message), "client to server round trip of \(message.count) bytes (compressed to \(Array(fromClient.readableBytesView))): \(back)")
         }
     }
 }

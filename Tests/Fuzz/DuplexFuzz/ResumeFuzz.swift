@@ -20,9 +20,11 @@ enum ResumeFuzz {
         }
 
         let clock = TickClock()
-        let current = clock.currentTick(intervalMilliseconds: interval)
+        // The clock moves on meanwhile: the current tick is read before and after.
+        let before = clock.currentTick(intervalMilliseconds: interval)
         let first = clock.firstTick(after: text, intervalMilliseconds: interval, window: window)
-        require(first <= current + 1 && first >= current - max(window, 1) + 1, "first tick \(first) for \(text.debugDescription), current \(current), window \(window)")
+        let after = clock.currentTick(intervalMilliseconds: interval)
+        require(first <= after + 1 && first >= before - max(window, 1) + 1, "first tick \(first) for \(text.debugDescription), current \(before)...\(after), window \(window)")
         _ = clock.instant(ofTick: first, intervalMilliseconds: interval)
 
         let limits = ChatLimits()
