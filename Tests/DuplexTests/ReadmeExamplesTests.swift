@@ -33,6 +33,8 @@ struct ReadmeExamplesTests {
                     if received.count == 3 { break }
                 }
                 // README: messages have .text and .data, and decode JSON
+                // A timeout ends the loop early: fail, never index past the end.
+                try #require(received.count == 3)
                 #expect(received[0].text == "hello")
                 #expect(received[1].data == Data([1, 2, 3]))
                 let line = try received[2].decode(ChatLine.self)

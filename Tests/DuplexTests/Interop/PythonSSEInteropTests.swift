@@ -21,6 +21,8 @@ struct PythonSSEInteropTests {
                 if received.count == 10 { break }
             }
             #expect(received.compactMap(\.id) == (1...10).map(String.init), "every response ends after 3 events; the client resumes with Last-Event-ID")
+            // A timeout ends the loop early: fail, never index past the end.
+            try #require(received.count == 10)
             #expect(received[4] == ServerSentEvent(id: "5", event: "multi", data: "line one\nline two 5"))
             #expect(sse.serverRetry == .milliseconds(50))
             await sse.terminate()

@@ -35,6 +35,8 @@ struct WebSocketClientTests {
                     received.append(message)
                     if received.count == 5 { break }
                 }
+                // A timeout ends the loop early: fail, never index past the end.
+                try #require(received.count == 5)
                 #expect(received[0] == .string("hello") && received[0].text == "hello")
                 #expect(received[1] == .data(Data([0, 1, 2, 255])) && received[1].text == nil)
                 #expect(try received[2].decode(Line.self) == Line(text: "hi", n: 3))
