@@ -73,7 +73,7 @@ def main(argv):
 
     if write:
         kept = {c: v for c, v in expected.items() if not selected(c)}
-        kept.update(results)
+        kept.update({c: r for c, r in results.items() if selected(c)})
         rows = [f"{json.dumps(case)}: {json.dumps(kept[case], sort_keys=True)}" for case in sorted(kept, key=case_key)]
         with open(expected_path, "w") as f:
             f.write("{\n" + ",\n".join(rows) + "\n}\n")
