@@ -70,8 +70,15 @@ enum WebSocketEngineFuzz {
         while let frame = try? decoder.readInbound(as: WebSocketFrame.self) { frames.append(frame) }
         _ = try? decoder.finish()
 
-        let server = serverOutcome(frames, compressed: compressed)
-        let client = clientOutcome(frames, compressed: compressed)
+        var server = serverOutcome(frames, compressed: compressed)
+        var client = clientOutcome(frames, compressed: compressed)
+        // A compressed message that inflates past the limit and is corrupt further on is
+        // refused by both, with 1009 or 1007 as each inflater meets one or the other first
+        // (the inflate target compares the two inflaters on that).
+        if compressed, case .failed(let a) = server.ending, case .failed(let b) = client.ending, a != b, Set([a, b]) == [1007, 1009] {
+            server.ending = .failed(1009)
+            client.ending = .failed(1009)
+        }
         require(server == client, "the engines disagree on \(frames.count) frames (compressed: \(compressed)):\n  server \(server)\n  client \(client)")
     }
 
