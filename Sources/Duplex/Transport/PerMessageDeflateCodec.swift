@@ -8,6 +8,11 @@ final class PerMessageDeflateCodec {
     private let agreement: PerMessageDeflateNegotiation.Agreement
     private var compressor: ZlibCompressor?
     private var decompressor: ZlibDecompressor?
+    /// How many times a peer's message ended its deflate stream with a final block, so the
+    /// inflater started afresh. CompressNIO cannot set a window, so a later message that refers
+    /// back past that point fails as corrupt (1007); the server's event-loop zlib keeps the
+    /// window. The one-engine issue (26) is to give both ends the server's inflater.
+    private(set) var restartedStreams = 0
 
     /// What inflating can end with, besides a message.
     enum InflateError: Error {
@@ -55,6 +60,7 @@ final class PerMessageDeflateCodec {
                 try? decompressor.reset()
                 throw InflateError.corrupt
             }
+            if input.readableBytes > 0 { restartedStreams += 1 }
             if agreement.serverNoContextTakeover || input.readableBytes > 0 { try decompressor.reset() }
             guard output.readableBytes <= maxBytes else { throw InflateError.tooLarge }
             return output
