@@ -8,11 +8,6 @@ final class PerMessageDeflateCodec {
     private let agreement: PerMessageDeflateNegotiation.Agreement
     private var compressor: ZlibCompressor?
     private var decompressor: ZlibDecompressor?
-    /// How many times a peer's message ended its deflate stream with a final block, so the
-    /// inflater started afresh. CompressNIO cannot set a window, so a later message that refers
-    /// back past that point fails as corrupt (1007); the server's event-loop zlib keeps the
-    /// window. The one-engine issue (26) is to give both ends the server's inflater.
-    private(set) var restartedStreams = 0
 
     /// What inflating can end with, besides a message.
     enum InflateError: Error {
@@ -60,7 +55,9 @@ final class PerMessageDeflateCodec {
                 try? decompressor.reset()
                 throw InflateError.corrupt
             }
-            if input.readableBytes > 0 { restartedStreams += 1 }
+            // After a final block the stream starts afresh without the window (CompressNIO cannot
+            // set one): a later message that refers back fails as corrupt (1007), where the
+            // server's event-loop zlib keeps the window. Issue 26 gives both ends that inflater.
             if agreement.serverNoContextTakeover || input.readableBytes > 0 { try decompressor.reset() }
             guard output.readableBytes <= maxBytes else { throw InflateError.tooLarge }
             return output

@@ -71,11 +71,11 @@ enum WebSocketEngineFuzz {
         _ = try? decoder.finish()
 
         var server = serverOutcome(frames, compressed: compressed)
-        var (client, _) = clientOutcome(frames, compressed: compressed)
+        var client = clientOutcome(frames, compressed: compressed)
         // Known, and left to the one-engine issue (26), where one inflater serves both ends: the
         // server inflates each message afresh with the connection's window, the client keeps one
         // stream. They part when a message ends its stream with a final block (the client has no
-        // window afterwards: `PerMessageDeflateCodec.restartedStreams`) or leaves a deflate block
+        // window afterwards, see `PerMessageDeflateCodec.inflate`) or leaves a deflate block
         // open (the client's stream goes on inside it): then the client refuses a later message
         // (1007) that the server reads. Compared up to there.
         if compressed, client.ending == .failed(1007), server.messages.count > client.messages.count,
@@ -199,8 +199,7 @@ enum WebSocketEngineFuzz {
 
     // MARK: The client engine
 
-    /// The client's outcome, and whether its inflater had to start a stream afresh.
-    static func clientOutcome(_ frames: [WebSocketFrame], compressed: Bool) -> (EngineOutcome, restarted: Bool) {
+    static func clientOutcome(_ frames: [WebSocketFrame], compressed: Bool) -> EngineOutcome {
         var machine = WebSocketFrameStateMachine(maxMessageBytes: maxMessageBytes, compressionNegotiated: compressed)
         let codec = compressed ? PerMessageDeflateCodec(agreement: .init(clientWindowBits: 15, clientNoContextTakeover: false, serverNoContextTakeover: false, minimumBytes: 0)) : nil
         var outcome = EngineOutcome()
@@ -221,17 +220,17 @@ enum WebSocketEngineFuzz {
                 outcome.messages.append(message)
             case .replyToClose:
                 outcome.ending = .peerClose(accepted: true)
-                return (outcome, (codec?.restartedStreams ?? 0) > 0)
+                return outcome
             case .failConnection(let code, _, _, _):
                 outcome.ending = frame.opcode == .connectionClose ? .peerClose(accepted: false) : .failed(code.rawValue)
-                return (outcome, (codec?.restartedStreams ?? 0) > 0)
+                return outcome
             case .closeHandshakeDone, .sendClose:
                 require(false, "the client ended a handshake it did not start")
             case .none, .sendPong, .pongReceived, .inflate:
                 break
             }
         }
-        return (outcome, (codec?.restartedStreams ?? 0) > 0)
+        return outcome
     }
 }
 #endif
