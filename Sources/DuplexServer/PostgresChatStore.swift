@@ -181,7 +181,7 @@ final class PostgresChatStore: ChatStore {
                 do {
                     subscription.members = try await join(room: name, member: member)
                     return .success((room, subscription))
-                } catch is NameTaken {
+                } catch where NameTaken.isCause(of: error) {
                     room.unsubscribe(subscription.id)
                     return .failure(.nameTaken)
                 } catch {
@@ -446,7 +446,16 @@ final class PostgresChatStore: ChatStore {
 
     // MARK: Members
 
-    private struct NameTaken: Error {}
+    /// Thrown inside the join's transaction when the name is present with another token and a
+    /// live lease; it reaches the caller wrapped in `PostgresTransactionError`.
+    struct NameTaken: Error {
+        /// Whether `error` is a `NameTaken`, bare or as the closure error of a transaction.
+        static func isCause(of error: any Error) -> Bool {
+            if error is NameTaken { return true }
+            if let transaction = error as? PostgresTransactionError, let inner = transaction.closureError { return isCause(of: inner) }
+            return false
+        }
+    }
 
     /// Records a member's arrival: replaces an older connection of the same member (same token),
     /// or one of a server whose lease ran out; refuses a name present with another token.
@@ -736,6 +745,11 @@ final class PostgresChatStore: ChatStore {
 
     /// A short description of a PostgreSQL error: the server's message when there is one.
     static func describe(_ error: any Error) -> String {
+        if let transaction = error as? PostgresTransactionError,
+            let inner = transaction.closureError ?? transaction.beginError ?? transaction.commitError
+        {
+            return describe(inner)
+        }
         if let error = error as? PSQLError {
             if let message = error.serverInfo?[.message] { return "PostgreSQL: \(message)" }
             return "PostgreSQL: \(error.code)\(error.underlying.map { " (\($0))" } ?? "")"

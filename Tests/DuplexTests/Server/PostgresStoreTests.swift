@@ -221,6 +221,57 @@ struct PostgresStoreTests {
         }
     }
 
+    @Test("a killed node's member's name, joined on the other node before its lease runs out: name_taken and 1008 without the token, the member back at once with it")
+    func nameOfKilledNodesMember() async throws {
+        try await withTimeout(.seconds(90)) {
+            try await Self.withDatabase { _, store in
+                let (a, portA) = try await Self.node(store)
+                let (b, portB) = try await Self.node(store)
+                let carol = try await RawChatMember.join(URL(string: "ws://127.0.0.1:\(portA)/chat/held?name=carol")!)
+                let token = try #require(carol.welcome.resumeToken)
+                a.signal(SIGKILL)
+                _ = try await a.waitForExit()
+                // A's lease (10 s by default) still holds carol's name: without her token it is taken.
+                let refusal = try await Self.refusal(URL(string: "ws://127.0.0.1:\(portB)/chat/held?name=carol")!)
+                #expect(refusal.error?.code == .nameTaken, "\(refusal)")
+                #expect(refusal.close == .policyViolation, "\(refusal)")
+                // With it, carol is back at once, the same member in the same room.
+                let back = try await RawChatMember.join(URL(string: "ws://127.0.0.1:\(portB)/chat/held?name=carol&token=\(token)")!)
+                #expect(back.welcome.resumeToken == token)
+                #expect(back.welcome.epoch == carol.welcome.epoch)
+                #expect(back.welcome.members == ["carol"])
+                await back.socket.terminate()
+                await carol.socket.terminate()
+                b.signal(SIGTERM)
+            }
+        }
+    }
+
+    /// What a refused join gets: its error frame and the close code.
+    static func refusal(_ url: URL) async throws -> (error: ChatErrorFrame?, close: WebSocketCloseCode?) {
+        let socket = WebSocket(url: url)
+        let events = socket.events
+        try await socket.connect()
+        defer { Task { await socket.terminate() } }
+        return try await withTimeout(.seconds(20)) {
+            var error: ChatErrorFrame?
+            for await event in events {
+                switch event {
+                case .message(.string(let text)):
+                    switch try ChatServerFrame.decode(Data(text.utf8)) {
+                    case .error(let frame): error = frame
+                    case let other: Issue.record("not refused: \(other)")
+                    }
+                case .disconnected(let code, _):
+                    return (error, code)
+                default:
+                    continue
+                }
+            }
+            throw StreamEndedError()
+        }
+    }
+
     @Test("PostgreSQL restarted under two nodes: both report the outage and the recovery, and members go on with nothing lost")
     func databaseRestart() async throws {
         try await withTimeout(.seconds(150)) {
