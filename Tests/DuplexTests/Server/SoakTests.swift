@@ -129,76 +129,106 @@ struct SoakTests {
                     }
                 }
                 print("soak: clients joined, running \(Self.seconds) s, a fault every \(Self.faultPause) ms")
-                await withTaskGroup(of: Void.self) { group in
-                    for member in members {
-                        group.addTask {
-                            var n = 0
-                            while ContinuousClock.now < end, !Task.isCancelled {
-                                n += 1
-                                _ = try? await member.client.say("soak \(n)")
-                                try? await Task.sleep(for: .milliseconds(Int.random(in: 100...300)))
-                            }
-                        }
-                    }
-                }
+                await Self.talk(members, until: end)
                 await chaos.value
                 proxy.removeAll()
-                // Every member gets its messages acknowledged, then reads what its room acked.
-                for member in members { _ = await member.client.waitForDelivery(timeout: .seconds(60)) }
-                // The room's final epoch is the one its members are in now.
-                var finalEpoch: [String: String] = [:]
-                for member in members { if let epoch = member.epoch.withLockedValue({ $0 }) { finalEpoch[member.room] = epoch } }
-                var allAcked: [String: Set<String>] = [:]
-                var expected: [String: Set<String>] = [:]
-                for member in members {
-                    for ack in member.acked.withLockedValue({ $0 }) {
-                        allAcked[member.room, default: []].insert(ack.key)
-                        if ack.epoch == finalEpoch[member.room] { expected[member.room, default: []].insert(ack.key) }
-                    }
-                }
-                // At most 30 s: whatever is still missing then is reported by the checks below.
-                for member in members {
-                    let want = expected[member.room] ?? []
-                    let done: @Sendable () -> Bool = { Set(member.read.withLockedValue { $0.map(\.key) }).isSuperset(of: want) }
-                    if !done() { _ = try? await member.updates.first(within: .seconds(30)) { _ in done() } }
-                }
-                var deliveries = 0
-                var lost = 0
-                var duplicated = 0
-                var disordered = 0
-                for member in members {
-                    let read = member.read.withLockedValue { $0 }
-                    deliveries += read.count
-                    duplicated += read.count - Set(read.map(\.key)).count
-                    var firstSeen: [String: Member.Read] = [:]
-                    var shown = 0
-                    for entry in read {
-                        if let first = firstSeen[entry.key] {
-                            if shown < 3 { print("DUP \(member.name): \(entry.key) first \(first.epoch ?? "-"):\(first.seq) again \(entry.epoch ?? "-"):\(entry.seq)") }
-                            shown += 1
-                        } else {
-                            firstSeen[entry.key] = entry
-                        }
-                    }
-                    for (index, entry) in read.enumerated().dropFirst() where entry.epoch == read[index - 1].epoch && entry.seq <= read[index - 1].seq {
-                        disordered += 1
-                    }
-                    let missing = (expected[member.room] ?? []).subtracting(read.map(\.key))
-                    lost += missing.count
-                    #expect(missing.isEmpty, "\(member.name) missed \(missing.count): \(missing.sorted().prefix(5)); last disconnection: \(member.lastDisconnect.withLockedValue { $0 }); pending \(member.client.pendingCount)")
-                    let phantom = Set(read.map(\.key)).subtracting(allAcked[member.room] ?? [])
-                    #expect(phantom.isEmpty, "\(member.name) read \(phantom.count) messages whose senders have no ack: \(phantom.sorted().prefix(5))")
-                }
-                #expect(duplicated == 0, "messages reported twice")
-                #expect(disordered == 0, "messages out of order within an epoch")
-                let sent = allAcked.values.map(\.count).reduce(0, +)
-                let kinds = Dictionary(faults.withLockedValue { $0 }.map { ($0, 1) }, uniquingKeysWith: +)
-                let resets = members.map { $0.resets.withLockedValue { $0 } }.reduce(0, +)
-                print("soak: \(Self.seconds) s, 50 clients, \(sent) messages acked (\(expected.values.map(\.count).reduce(0, +)) in the final epochs), \(deliveries) deliveries checked, \(lost) lost, \(duplicated) duplicated, \(disordered) out of order, \(resets) history resets reported, \(faults.withLockedValue { $0.count }) faults: \(kinds.sorted { $0.key < $1.key })")
+                let report = await Self.verify(members, faults: faults.withLockedValue { $0 })
+                print("soak: \(Self.seconds) s, 50 clients, \(report)")
                 for member in members { await member.client.leave() }
                 for reader in readers { reader.cancel() }
                 await proxy.stop()
             }
         }
+    }
+}
+
+extension SoakTests {
+    /// Every member says a message every 100-300 ms until `end`. The sleeps pace the workload;
+    /// nothing waits on them for an event.
+    static func talk(_ members: [Member], until end: ContinuousClock.Instant) async {
+        await withTaskGroup(of: Void.self) { group in
+            for member in members {
+                group.addTask {
+                    var n = 0
+                    while ContinuousClock.now < end, !Task.isCancelled {
+                        n += 1
+                        _ = try? await member.client.say("soak \(n)")
+                        try? await Task.sleep(for: .milliseconds(Int.random(in: 100...300)))
+                    }
+                }
+            }
+        }
+    }
+
+    /// What a soak found.
+    struct Report: CustomStringConvertible {
+        var acked = 0
+        var ackedInFinalEpochs = 0
+        var deliveries = 0
+        var lost = 0
+        var duplicated = 0
+        var disordered = 0
+        var resets = 0
+        var faults: [String] = []
+
+        var description: String {
+            let kinds = Dictionary(faults.map { ($0, 1) }, uniquingKeysWith: +).sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
+            return "\(acked) messages acked (\(ackedInFinalEpochs) in the final epochs), \(deliveries) deliveries checked, \(lost) lost, \(duplicated) duplicated, \(disordered) out of order, \(resets) history resets reported, \(faults.count) faults: \(kinds.joined(separator: ", "))"
+        }
+    }
+
+    /// Waits until every member's messages are acknowledged and every member has read what its
+    /// room acknowledged in its final epoch (at most 60 s and 30 s), then counts and expects:
+    /// nothing lost, nothing duplicated, nothing out of order within an epoch, nothing read that
+    /// no sender had acknowledged.
+    static func verify(_ members: [Member], faults: [String]) async -> Report {
+        for member in members { _ = await member.client.waitForDelivery(timeout: .seconds(60)) }
+        // The room's final epoch is the one its members are in now.
+        var finalEpoch: [String: String] = [:]
+        for member in members { if let epoch = member.epoch.withLockedValue({ $0 }) { finalEpoch[member.room] = epoch } }
+        var allAcked: [String: Set<String>] = [:]
+        var expected: [String: Set<String>] = [:]
+        for member in members {
+            for ack in member.acked.withLockedValue({ $0 }) {
+                allAcked[member.room, default: []].insert(ack.key)
+                if ack.epoch == finalEpoch[member.room] { expected[member.room, default: []].insert(ack.key) }
+            }
+        }
+        // At most 30 s: whatever is still missing then is reported by the checks below.
+        for member in members {
+            let want = expected[member.room] ?? []
+            let done: @Sendable () -> Bool = { Set(member.read.withLockedValue { $0.map(\.key) }).isSuperset(of: want) }
+            if !done() { _ = try? await member.updates.first(within: .seconds(30)) { _ in done() } }
+        }
+        var report = Report(faults: faults)
+        for member in members {
+            let read = member.read.withLockedValue { $0 }
+            report.deliveries += read.count
+            report.duplicated += read.count - Set(read.map(\.key)).count
+            var firstSeen: [String: Member.Read] = [:]
+            var shown = 0
+            for entry in read {
+                if let first = firstSeen[entry.key] {
+                    if shown < 3 { print("DUP \(member.name): \(entry.key) first \(first.epoch ?? "-"):\(first.seq) again \(entry.epoch ?? "-"):\(entry.seq)") }
+                    shown += 1
+                } else {
+                    firstSeen[entry.key] = entry
+                }
+            }
+            for (index, entry) in read.enumerated().dropFirst() where entry.epoch == read[index - 1].epoch && entry.seq <= read[index - 1].seq {
+                report.disordered += 1
+            }
+            let missing = (expected[member.room] ?? []).subtracting(read.map(\.key))
+            report.lost += missing.count
+            #expect(missing.isEmpty, "\(member.name) missed \(missing.count): \(missing.sorted().prefix(5)); last disconnection: \(member.lastDisconnect.withLockedValue { $0 }); pending \(member.client.pendingCount)")
+            let phantom = Set(read.map(\.key)).subtracting(allAcked[member.room] ?? [])
+            #expect(phantom.isEmpty, "\(member.name) read \(phantom.count) messages whose senders have no ack: \(phantom.sorted().prefix(5))")
+        }
+        #expect(report.duplicated == 0, "messages reported twice")
+        #expect(report.disordered == 0, "messages out of order within an epoch")
+        report.acked = allAcked.values.map(\.count).reduce(0, +)
+        report.ackedInFinalEpochs = expected.values.map(\.count).reduce(0, +)
+        report.resets = members.map { $0.resets.withLockedValue { $0 } }.reduce(0, +)
+        return report
     }
 }
