@@ -1,30 +1,35 @@
 import DuplexSchema
 import Foundation
+import HTTPTypes
+import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOWebSocket
 
-/// A chat member served on its connection's event loop (``EventLoopWebSocketHandler``), for the
-/// in-memory room store, whose rooms answer at once: no task, stream or actor per member.
+/// A chat member served on its connection's event loop (``EventLoopWebSocketHandler``), with
+/// any room store: no task, stream or actor per member. The memory store answers at once; the
+/// PostgreSQL store answers later, on the connection's event loop (``StoreAnswer``), and the
+/// handler holds the member's next messages until it has (``EventLoopWebSocketHandler/hold()``).
 ///
-/// It keeps every promise of the task-served member (``DuplexServer/serveChat``):
+/// It keeps these promises:
 /// - the welcome and backlog first, then live events, through the member's
 ///   ``ChannelTextWriter`` (bounded; 1013 "too far behind" past its bounds, 4001 when a newer
 ///   connection of the member replaces this one: what was not handed to the channel yet is
 ///   dropped, since the member resumes with `since`, and the close frame follows);
 /// - each `say` answered with an `ack` after the message itself, or an `error` frame (the
-///   connection stays open); binary messages get `binary_not_supported`;
-/// - a refused join (`name_taken`, `room_limit`) gets its error frame, then 1008 or 1013;
+///   connection stays open); binary messages get `binary_not_supported`; a member's messages
+///   are recorded one at a time, in the order sent;
+/// - a refused join (a bad room, name, since, token or epoch; `name_taken`; `room_limit`) gets
+///   its error frame, then 1008 or 1013; a store that cannot be reached, 1013 with
+///   `store_unavailable` as the reason and no error frame (a member that was in the room rejoins
+///   after a 1013), and so does a `say` it could not record (the member resends it);
 /// - the registry's commands: a stall holds the writer, a close drops what is not yet written;
 /// - the member leaves the room when the close handshake begins, from either side.
-///
-/// A `say` is recorded and fanned out on the sender's event loop, before the next frame is read
-/// (unless another thread is delivering the room's events: then that thread delivers it, and
-/// the ack after it).
 final class ChatMemberService: EventLoopWebSocketService {
     private let server: DuplexServer
-    private let rooms: ChatRooms
-    private let join: ChatJoin
+    private let store: any ChatStore
+    private let join: Result<ChatJoin, DuplexServer.Refusal>
+    private let roomName: String
     private let session = UUID().uuidString.lowercased()
     private let token: String
     private let writer: ChannelTextWriter
@@ -32,74 +37,153 @@ final class ChatMemberService: EventLoopWebSocketService {
     /// runs on the sender's event loop); the close frame follows once the writer has written.
     private let ending = NIOLockedValueBox<(WebSocketCloseCode, String)?>(nil)
     private var membership: (room: ChatRoom, subscription: ChatRoom.Subscription, member: RoomSubscriber.Member)?
+    /// The connection began to close, or ended: a join the store answers later is undone.
+    private var left = false
 
-    init(server: DuplexServer, rooms: ChatRooms, join: ChatJoin, writer: ChannelTextWriter) {
+    /// A member of `join`'s room, or the refusal of a join that failed validation.
+    init(server: DuplexServer, store: any ChatStore, join: Result<ChatJoin, DuplexServer.Refusal>, room: String, writer: ChannelTextWriter) {
         self.server = server
-        self.rooms = rooms
+        self.store = store
         self.join = join
-        self.token = join.token ?? DuplexServer.makeResumeToken()
+        self.roomName = room
+        self.token = (try? join.get().token) ?? DuplexServer.makeResumeToken()
         self.writer = writer
     }
 
-    var connectionInfo: ConnectionInfo { .init(kind: .webSocket, route: "chat", room: join.room) }
+    var connectionInfo: ConnectionInfo { .init(kind: .webSocket, route: "chat", room: roomName) }
 
     func start(handler: EventLoopWebSocketHandler, context: ChannelHandlerContext) {
-        let writer = self.writer
+        // Once the writer is done because the server ends the connection, the close frame.
+        let bound = NIOLoopBound((handler, context), eventLoop: context.eventLoop)
         let ending = self.ending
+        writer.whenWritten {
+            guard let (code, reason) = ending.withLockedValue({ $0 }) else { return }
+            let (handler, context) = bound.value
+            handler.close(code: code.nio, reason: reason, context: context)
+        }
+        let join: ChatJoin
+        switch self.join {
+        case .failure(let refusal):
+            return refuse(refusal)
+        case .success(let valid):
+            join = valid
+        }
+        let member = RoomSubscriber.Member(name: join.name, session: session, token: token)
+        let writer = self.writer
         // A member too far behind, or replaced, resumes elsewhere with `since`: what it has not
         // been handed yet is dropped, so the close does not wait on a reader that does not read.
         let end = { @Sendable (code: WebSocketCloseCode, reason: String) in
             ending.withLockedValue { $0 = $0 ?? (code, reason) }
             writer.discard()
         }
-        let member = RoomSubscriber.Member(name: join.name, session: session, token: token)
         let subscriber = RoomSubscriber(
             member: member,
             deliver: { event in writer.offer(event) },
             onOverflow: { end(.tryAgainLater, "too far behind: reconnect with since") },
             onReplaced: { end(ChatProtocol.replacedCloseCode, "replaced by a newer connection of this member") }
         )
-        switch rooms.subscribe(room: join.room, subscriber, since: join.since, epoch: join.epoch) {
+        switch store.join(room: join.room, subscriber, since: join.since, epoch: join.epoch, on: context.eventLoop) {
+        case .now(let result):
+            joined(result, join: join, member: member)
+        case .later(let answer):
+            handler.hold()
+            answer.assumeIsolated().whenComplete { outcome in
+                let result = (try? outcome.get()) ?? .failure(.unavailable("the join was not answered"))
+                self.joined(result, join: join, member: member)
+                handler.release(context: context)
+            }
+        }
+    }
+
+    /// The store's answer to the join: the welcome and backlog, or the refusal.
+    private func joined(_ result: Result<(ChatRoom, ChatRoom.Subscription), ChatRooms.Refusal>, join: ChatJoin, member: RoomSubscriber.Member) {
+        switch result {
         case .success(let (room, subscription)):
+            guard !left else {
+                // The connection went while the store answered: undo the join.
+                return store.leave(subscription, member: member, from: room)
+            }
             membership = (room, subscription, member)
             do {
                 writer.start(with: try DuplexServer.firstFrames(join, session: session, token: token, room: room, subscription: subscription))
             } catch {
-                end(.internalServerError, "the welcome could not be encoded")
+                ending.withLockedValue { $0 = $0 ?? (.internalServerError, "the welcome could not be encoded") }
+                writer.discard()
             }
+        case .failure(.unavailable(let why)):
+            server.logger.warning("a join was refused: the room store is unavailable", metadata: ["room": "\(join.room)", "error": "\(why)"])
+            endUnavailable()
         case .failure(let reason):
-            let refusal = server.refusal(reason, name: join.name)
-            ending.withLockedValue { $0 = (reason == .roomLimit ? .tryAgainLater : .policyViolation, String(refusal.error.code.rawValue.prefix(123))) }
-            writer.start(with: [refusal.frameJSON])
-            writer.finish()
+            refuse(server.refusal(reason, name: join.name))
         }
-        // Once the writer is done because the server ends the connection, the close frame.
-        let bound = NIOLoopBound((handler, context), eventLoop: context.eventLoop)
-        writer.whenWritten {
-            guard let (code, reason) = ending.withLockedValue({ $0 }) else { return }
-            let (handler, context) = bound.value
-            handler.close(code: code.nio, reason: reason, context: context)
-        }
+    }
+
+    /// The one place a join is refused: the error frame, then 1013 for a full server and 1008
+    /// for the rest.
+    private func refuse(_ refusal: DuplexServer.Refusal) {
+        let code: WebSocketCloseCode = refusal.status == .serviceUnavailable ? .tryAgainLater : .policyViolation
+        ending.withLockedValue { $0 = (code, String(refusal.error.code.rawValue.prefix(123))) }
+        writer.start(with: [refusal.frameJSON])
+        writer.finish()
+    }
+
+    /// The store cannot be reached: 1013 with `store_unavailable`, after what was written.
+    private func endUnavailable() {
+        ending.withLockedValue { $0 = $0 ?? (.tryAgainLater, ChatErrorCode.storeUnavailable.rawValue) }
+        writer.finish()
     }
 
     func receive(_ message: ByteBuffer, opcode: WebSocketOpcode, handler: EventLoopWebSocketHandler, context: ChannelHandlerContext) {
         guard let (room, _, _) = membership else { return }
-        let reply: ChatServerFrame
-        if opcode == .text {
-            reply = DuplexServer.answerNow(
-                text: String(buffer: message),
-                from: join.name,
-                token: token,
-                matchByName: join.token == nil,
-                in: room,
-                limits: server.configuration.chatLimits
-            )
-        } else {
-            reply = .error(ChatErrorFrame(code: .binaryNotSupported, reason: "chat frames are JSON text messages"))
+        guard opcode == .text else {
+            return reply(.error(ChatErrorFrame(code: .binaryNotSupported, reason: "chat frames are JSON text messages")), in: room)
         }
-        guard let json = try? reply.jsonString() else { return }
-        // After the room's events so far: an ack follows its message, even when another thread
-        // is delivering the room's events.
+        let say: ChatSay
+        switch DuplexServer.parseSay(text: String(buffer: message), limits: server.configuration.chatLimits) {
+        case .failure(let refusal):
+            return reply(refusal.frame, in: room)
+        case .success(let parsed):
+            say = parsed
+        }
+        let matchByName = (try? join.get().token) == nil
+        let name = (try? join.get().name) ?? ""
+        switch store.record(say, in: room, from: name, token: token, matchByName: matchByName, on: context.eventLoop) {
+        case .now(let result):
+            recorded(result, say: say, in: room)
+        case .later(let answer):
+            // One message at a time: the next is read once this one is recorded.
+            handler.hold()
+            answer.assumeIsolated().whenComplete { outcome in
+                let result = (try? outcome.get()) ?? .failure(ChatStoreUnavailable(description: "the message was not answered"))
+                if self.recorded(result, say: say, in: room) { handler.release(context: context) }
+            }
+        }
+    }
+
+    /// Answers a recorded message; false when the store could not record it and the
+    /// connection ends.
+    @discardableResult
+    private func recorded(_ result: Result<ChatRoom.SayResult, any Error>, say: ChatSay, in room: ChatRoom) -> Bool {
+        switch result {
+        case .success(let outcome):
+            reply(DuplexServer.ack(say, outcome), in: room)
+            return true
+        case .failure(let error as ChatStoreUnavailable):
+            // Not recorded, or not known to be: no ack. The client rejoins and resends what is
+            // unacknowledged; a resend of a recorded one is a duplicate.
+            server.logger.warning("a message could not be recorded; closing the member with 1013", metadata: ["room": "\(room.name)", "error": "\(error)"])
+            endUnavailable()
+            return false
+        case .failure:
+            reply(.error(ChatErrorFrame(code: .invalidFrame, reason: "the message could not be encoded", clientMessageID: say.clientMessageID)), in: room)
+            return true
+        }
+    }
+
+    /// Sends `frame` after the room's events so far: an ack follows its message, even when
+    /// another thread is delivering the room's events.
+    private func reply(_ frame: ChatServerFrame, in room: ChatRoom) {
+        guard let json = try? frame.jsonString() else { return }
         let (writer, ending) = (self.writer, self.ending)
         room.afterFanOut {
             if !writer.offer(json) {
@@ -126,10 +210,11 @@ final class ChatMemberService: EventLoopWebSocketService {
 
     /// Drops what is not yet written and leaves the room; once.
     private func leave() {
+        left = true
         writer.discard()
-        if let (room, subscription, _) = membership {
+        if let (room, subscription, member) = membership {
             membership = nil
-            room.unsubscribe(subscription.id)
+            store.leave(subscription, member: member, from: room)
         }
     }
 }

@@ -1,5 +1,6 @@
 import DuplexSchema
 import Foundation
+import NIOCore
 
 /// Where a server's chat rooms live: ``ChatRooms`` in the process's memory (the default), or
 /// ``PostgresChatStore``, which numbers events in PostgreSQL so that several `duplex-server`
@@ -26,6 +27,32 @@ protocol ChatStore: Sendable {
     /// it returns, the message has been queued to the room's local subscribers.
     func say(_ say: ChatSay, in room: ChatRoom, from name: String, token: String, matchByName: Bool) async throws -> ChatRoom.SayResult
 
+    /// A member's join, for its connection's event loop: the answer at once (the memory store),
+    /// or later on `loop` (a store that waits on a database). The same refusals as
+    /// ``subscribe(room:_:since:epoch:deliverBacklog:prelude:)``.
+    func join(
+        room name: String,
+        _ subscriber: RoomSubscriber,
+        since: Int?,
+        epoch: String?,
+        on loop: any EventLoop
+    ) -> StoreAnswer<Result<(ChatRoom, ChatRoom.Subscription), ChatRooms.Refusal>>
+
+    /// A member's message, for its connection's event loop: the result of
+    /// ``say(_:in:from:token:matchByName:)`` at once, or later on `loop`.
+    func record(
+        _ say: ChatSay,
+        in room: ChatRoom,
+        from name: String,
+        token: String,
+        matchByName: Bool,
+        on loop: any EventLoop
+    ) -> StoreAnswer<Result<ChatRoom.SayResult, any Error>>
+
+    /// A member's connection leaves its room: no event reaches it after this returns. A store
+    /// that records departures does so in the background.
+    func leave(_ subscription: ChatRoom.Subscription, member: RoomSubscriber.Member?, from room: ChatRoom)
+
     /// Whether a subscriber could join the room of that name now.
     func canHost(_ name: String) -> Bool
 
@@ -41,6 +68,51 @@ protocol ChatStore: Sendable {
 
     /// What the store reports in `GET /health`: a JSON object.
     var healthJSON: String { get }
+}
+
+/// A room store's answer to a connection: at once (the memory store), or later, on the
+/// connection's event loop (the PostgreSQL store, which waits on the database).
+enum StoreAnswer<Value: Sendable>: Sendable {
+    case now(Value)
+    case later(EventLoopFuture<Value>)
+}
+
+extension ChatStore {
+    /// A store that answers asynchronously: the answer completes a future on `loop`.
+    func join(
+        room name: String,
+        _ subscriber: RoomSubscriber,
+        since: Int?,
+        epoch: String?,
+        on loop: any EventLoop
+    ) -> StoreAnswer<Result<(ChatRoom, ChatRoom.Subscription), ChatRooms.Refusal>> {
+        .later(loop.makeFutureWithTask { await self.subscribe(room: name, subscriber, since: since, epoch: epoch, deliverBacklog: false, prelude: nil) })
+    }
+
+    func record(
+        _ say: ChatSay,
+        in room: ChatRoom,
+        from name: String,
+        token: String,
+        matchByName: Bool,
+        on loop: any EventLoop
+    ) -> StoreAnswer<Result<ChatRoom.SayResult, any Error>> {
+        .later(
+            loop.makeFutureWithTask {
+                do {
+                    return .success(try await self.say(say, in: room, from: name, token: token, matchByName: matchByName))
+                } catch {
+                    return .failure(error)
+                }
+            }
+        )
+    }
+
+    func leave(_ subscription: ChatRoom.Subscription, member: RoomSubscriber.Member?, from room: ChatRoom) {
+        room.unsubscribe(subscription.id)
+        guard member != nil else { return }
+        Task { await self.unsubscribe(subscription, member: member, from: room) }
+    }
 }
 
 /// The store is unavailable: the database cannot be reached, or did not answer in time.
@@ -68,6 +140,31 @@ extension ChatRooms: ChatStore {
 
     func say(_ say: ChatSay, in room: ChatRoom, from name: String, token: String, matchByName: Bool) async throws -> ChatRoom.SayResult {
         try room.say(say, from: name, token: token, matchByName: matchByName)
+    }
+
+    func join(
+        room name: String,
+        _ subscriber: RoomSubscriber,
+        since: Int?,
+        epoch: String?,
+        on loop: any EventLoop
+    ) -> StoreAnswer<Result<(ChatRoom, ChatRoom.Subscription), ChatRooms.Refusal>> {
+        .now(subscribe(room: name, subscriber, since: since, epoch: epoch))
+    }
+
+    func record(
+        _ say: ChatSay,
+        in room: ChatRoom,
+        from name: String,
+        token: String,
+        matchByName: Bool,
+        on loop: any EventLoop
+    ) -> StoreAnswer<Result<ChatRoom.SayResult, any Error>> {
+        .now(Result { try room.say(say, from: name, token: token, matchByName: matchByName) })
+    }
+
+    func leave(_ subscription: ChatRoom.Subscription, member: RoomSubscriber.Member?, from room: ChatRoom) {
+        room.unsubscribe(subscription.id)
     }
 
     func prepare() async throws {}

@@ -22,14 +22,11 @@ import NIOCore
 /// - once the server has begun to stop, a new request is closed unanswered, as it would be a
 ///   moment later by a server no longer listening.
 ///
-/// After an upgrade it follows the WebSocket frame headers and closes the connection with 1002
-/// when the client sends an unmasked frame (RFC 6455 section 5.1), which neither swift-nio nor
-/// swift-websocket checks; an unmasked frame sent with the handshake gets its close after the
-/// 101. It keeps no payload, only the header being read and how many payload bytes to skip. A
-/// connection served on the event loop (``EventLoopWebSocketHandler``, which checks masks
-/// itself) removes the guard once it is upgraded. On a plain HTTP connection it skips each
-/// request's `Content-Length` body and checks the next head the same way; a chunked request
-/// body makes it step aside.
+/// After a WebSocket upgrade request it passes every byte on: the connection's
+/// ``EventLoopWebSocketHandler`` checks the frames (masking included) and removes the guard once
+/// the connection is upgraded. On a plain HTTP connection it skips each request's
+/// `Content-Length` body and checks the next head the same way; a chunked request body makes it
+/// step aside.
 final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
@@ -49,10 +46,8 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
         case requestHead
         /// Skipping this many bytes of a request body.
         case body(Int)
-        /// Reading a frame header (2 to 14 bytes).
-        case frameHeader(PartialFrameHeader)
-        /// Skipping this many payload bytes.
-        case payload(UInt64)
+        /// A WebSocket upgrade was asked for: everything after its head is the handler's.
+        case upgrading
         /// The connection is being closed; nothing more is forwarded.
         case closed
     }
@@ -66,11 +61,6 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     private var receivedAny = false
     /// How many request heads were passed on to the HTTP decoder.
     private var forwardedRequests = 0
-    /// A WebSocket upgrade was passed on, and its answer has not been written yet.
-    private var awaitingUpgradeAnswer = false
-    /// An unmasked frame came before the upgrade's answer (sent with the handshake): the close
-    /// follows the answer.
-    private var unmaskedBeforeAnswer = false
 
     /// Whether the connection is within the server's connection limit; if not, it is answered 503.
     private let admitted: Bool
@@ -149,8 +139,8 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
                 context.fireChannelRead(wrapInboundOut(context.channel.allocator.buffer(bytes: request.bytes)))
                 forwardedRequests += 1
                 if request.asksForWebSocket {
-                    mode = .frameHeader(PartialFrameHeader())
-                    awaitingUpgradeAnswer = true
+                    mode = .upgrading
+                    break scan
                 } else if request.isChunked {
                     remove = true
                     break scan
@@ -161,29 +151,8 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
                 let taken = min(remaining, end - index)
                 index += taken
                 mode = taken == remaining ? .requestHead : .body(remaining - taken)
-            case .payload(let remaining):
-                let available = UInt64(end - index)
-                if available >= remaining {
-                    index += Int(remaining)
-                    mode = .frameHeader(PartialFrameHeader())
-                } else {
-                    index = end
-                    mode = .payload(remaining - available)
-                }
-            case .frameHeader(var header):
-                // Byte by byte, with no allocation: a header split across reads is rare, and a
-                // whole one takes 2 to 14 steps of plain arithmetic.
-                header.append(buffer.getInteger(at: index, as: UInt8.self)!)
-                index += 1
-                if header.count == 2, !header.masked {
-                    rejectUnmasked(context: context)
-                    return
-                }
-                guard let length = header.payloadLength else {
-                    mode = .frameHeader(header)
-                    continue
-                }
-                mode = length == 0 ? .frameHeader(PartialFrameHeader()) : .payload(length)
+            case .upgrading:
+                break scan
             }
         }
         forward(buffer, from: forwardFrom, to: end, context: context)
@@ -260,23 +229,6 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
         return request.webSocketHandshakeFailure
     }
 
-    /// Passes writes on; the first after a WebSocket upgrade request is its answer, after which
-    /// an unmasked frame that came with the handshake gets its close (1002 after a 101; after a
-    /// refusal the connection just closes).
-    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        guard awaitingUpgradeAnswer else { return context.write(data, promise: promise) }
-        awaitingUpgradeAnswer = false
-        let upgraded = unwrapOutboundIn(data).readableBytesView.starts(with: "HTTP/1.1 101".utf8)
-        context.write(data, promise: promise)
-        guard unmaskedBeforeAnswer else { return }
-        if upgraded {
-            sendClose1002(context: context)
-        } else {
-            context.flush()
-            lingeringClose(context: context)
-        }
-    }
-
     // MARK: Answers
 
     /// An answer that ends the connection.
@@ -348,28 +300,6 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
         }
     }
 
-    private func rejectUnmasked(context: ChannelHandlerContext) {
-        mode = .closed
-        // Sent with the handshake: a close frame now would come before the 101, where the client
-        // reads an HTTP answer. It follows the answer instead (``write(context:data:promise:)``).
-        if awaitingUpgradeAnswer {
-            unmaskedBeforeAnswer = true
-            return
-        }
-        sendClose1002(context: context)
-    }
-
-    /// Writes the 1002 close frame, and closes the connection once it is written.
-    private func sendClose1002(context: ChannelHandlerContext) {
-        let reason = Array("client frames must be masked".utf8)
-        var frame = context.channel.allocator.buffer(capacity: 4 + reason.count)
-        frame.writeBytes([0x88, UInt8(2 + reason.count), 0x03, 0xEA])  // FIN + close, 1002
-        frame.writeBytes(reason)
-        let channel = context.channel
-        context.writeAndFlush(wrapOutboundOut(frame)).whenComplete { _ in
-            channel.close(promise: nil)
-        }
-    }
 }
 
 /// Whether the server refuses new requests: for a while (a chaos fault), or while it stops.
@@ -420,39 +350,3 @@ struct GuardedChildChannel<Base: ServerChildChannel>: ServerChildChannel {
     }
 }
 
-/// A WebSocket frame header read so far (RFC 6455 section 5.2), kept as a few integers: the
-/// guard reads only whether the frame is masked and how long its payload is.
-struct PartialFrameHeader {
-    /// Bytes read.
-    private(set) var count = 0
-    /// The 7-bit length code of the second byte.
-    private var lengthCode: UInt8 = 0
-    /// Whether the second byte has the mask bit.
-    private(set) var masked = false
-    /// The extended payload length read so far, big-endian.
-    private var extended: UInt64 = 0
-
-    /// How many bytes the whole header takes, once the second byte is known.
-    private var size: Int {
-        2 + (lengthCode == 126 ? 2 : lengthCode == 127 ? 8 : 0) + (masked ? 4 : 0)
-    }
-
-    mutating func append(_ byte: UInt8) {
-        switch count {
-        case 0: break
-        case 1:
-            lengthCode = byte & 0x7F
-            masked = byte & 0x80 != 0
-        default:
-            let extendedBytes = lengthCode == 126 ? 2 : lengthCode == 127 ? 8 : 0
-            if count < 2 + extendedBytes { extended = extended << 8 | UInt64(byte) }
-        }
-        count += 1
-    }
-
-    /// The payload length once the whole header is read; nil before.
-    var payloadLength: UInt64? {
-        guard count >= 2, count >= size else { return nil }
-        return lengthCode < 126 ? UInt64(lengthCode) : extended
-    }
-}

@@ -9,38 +9,27 @@ import NIOHTTP1
 import NIOHTTPTypes
 import NIOHTTPTypesHTTP1
 import NIOWebSocket
-@_spi(WSInternal) import WSCore
 
-/// What a WebSocket route serves an upgraded connection with.
-enum WebSocketService: Sendable {
-    /// Handlers on the connection's event loop, with no task per connection (`/echo`). They
-    /// get the server's `Sec-WebSocket-Extensions` answer, if it gave one, and apply it.
-    case eventLoop(@Sendable (_ channel: any Channel, _ extensionsAnswer: String?) throws -> Void)
-    /// A task with swift-websocket's inbound stream and outbound writer (chat rooms, and `/echo`
-    /// with permessage-deflate).
-    case task(WebSocketDataHandler<WebSocketTaskContext>)
-}
+/// How a WebSocket route serves an upgraded connection: the handlers it installs on the
+/// connection's event loop (``EventLoopWebSocketHandler`` and a service), with no task per
+/// connection. They get the server's `Sec-WebSocket-Extensions` answer, if it gave one, and
+/// apply it.
+struct WebSocketService: Sendable {
+    let install: @Sendable (_ channel: any Channel, _ extensionsAnswer: String?) throws -> Void
 
-/// The context a task-served WebSocket handler gets: the request and the connection's channel.
-struct WebSocketTaskContext: WebSocketContext {
-    let request: Request
-    let channel: any Channel
-    let logger: Logger
-    /// The server's `Sec-WebSocket-Extensions` answer (permessage-deflate), if it gave one.
-    let extensionsAnswer: String?
-    /// Where frames encoded ahead of time (``ServerTextFrame``) are written.
-    let outlet: FrameOutlet
+    init(_ install: @escaping @Sendable (_ channel: any Channel, _ extensionsAnswer: String?) throws -> Void) {
+        self.install = install
+    }
 }
 
 /// Each connection of the server: HTTP/1.1 through Hummingbird's responder, or a WebSocket
 /// upgrade. It does what hummingbird-websocket's `HTTP1WebSocketUpgradeChannel` does, except
-/// that a route may serve its upgraded connections on the event loop (``WebSocketService``):
-/// then `handle(value:)` returns at once and no task stays behind for the connection.
+/// that every upgraded connection is served on its event loop (``WebSocketService``): the
+/// route is chosen there, `handle(value:)` returns at once, and no task stays behind for it.
 struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
     /// What became of the connection once its first request head was read.
     enum UpgradeResult: Sendable {
         case servedOnEventLoop
-        case task(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, WebSocketDataHandler<WebSocketTaskContext>, WebSocketTaskContext, [any WebSocketExtension])
         case notUpgraded(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>)
         case failedUpgrade(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>, Logger)
     }
@@ -50,41 +39,34 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
         let channel: any Channel
     }
 
-    /// Picks the service for a WebSocket upgrade request: the response headers to add (a
-    /// subprotocol, say) and the service; nil refuses the upgrade (400).
-    typealias Router = @Sendable (Request, any Channel, Logger) async -> (HTTPFields, WebSocketService)?
-    /// Picks the service at once, on the event loop, for the routes that need no task to
-    /// decide (`/echo`); nil hands the request to ``Router``.
-    typealias QuickRouter = @Sendable (Request) -> (HTTPFields, WebSocketService)?
+    /// Picks the service for a WebSocket upgrade request, on the event loop: the response
+    /// headers to add (a subprotocol, say) and the service; nil refuses the upgrade (400).
+    typealias Router = @Sendable (Request) -> (HTTPFields, WebSocketService)?
 
     let responder: HTTPChannelHandler.Responder
     let route: Router
-    let quickRoute: QuickRouter
     let configuration: HTTP1WebSocketUpgradeChannel.Configuration
 
     init(
         responder: @escaping HTTPChannelHandler.Responder,
         configuration: HTTP1WebSocketUpgradeChannel.Configuration,
-        quickRoute: @escaping QuickRouter,
         route: @escaping Router
     ) {
         self.responder = Self.upgradeRedirecting(responder)
         self.configuration = configuration
-        self.quickRoute = quickRoute
         self.route = route
     }
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         channel.eventLoop.makeCompletedFuture {
             let upgradeAttempted = NIOLoopBoundBox(false, eventLoop: channel.eventLoop)
-            let chosen = NIOLockedValueBox<(WebSocketService, Request, [any WebSocketExtension], String?)?>(nil)
+            let chosen = NIOLoopBoundBox<(service: WebSocketService, extensionsAnswer: String?)?>(nil, eventLoop: channel.eventLoop)
             let configuration = self.configuration
             let route = self.route
-            let quickRoute = self.quickRoute
             let upgrader = NIOTypedWebSocketServerUpgrader<UpgradeResult>(
                 maxFrameSize: configuration.ws.maxFrameSize,
-                // Frames the decoder refuses are answered by each service's own handler, once
-                // (EventLoopWebSocketHandler.errorCaught, and WSCore's on the task path).
+                // Frames the decoder refuses are answered by the connection's handler, once
+                // (EventLoopWebSocketHandler.errorCaught).
                 enableAutomaticErrorHandling: false,
                 shouldUpgrade: { channel, head in
                     upgradeAttempted.value = true
@@ -94,49 +76,26 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
                     } catch {
                         return channel.eventLoop.makeFailedFuture(error)
                     }
-                    let accept = { @Sendable (headers: HTTPFields, service: WebSocketService) throws -> HTTPHeaders in
+                    guard let (headers, service) = route(request) else {
+                        return channel.eventLoop.makeSucceededFuture(nil)
+                    }
+                    return channel.eventLoop.makeCompletedFuture {
                         let (responseHeaders, extensions) = try Self.negotiateExtensions(
                             configuration.ws.extensions,
                             request: request.headers,
                             response: headers
                         )
-                        let answer = responseHeaders[.secWebSocketExtensions]
-                        chosen.withLockedValue { $0 = (service, request, extensions, answer) }
+                        chosen.value = (service, extensions.isEmpty ? nil : responseHeaders[.secWebSocketExtensions])
                         return HTTPHeaders(responseHeaders)
                     }
-                    if let (headers, service) = quickRoute(request) {
-                        return channel.eventLoop.makeCompletedFuture { try accept(headers, service) }
-                    }
-                    let promise = channel.eventLoop.makePromise(of: HTTPHeaders?.self)
-                    promise.completeWithTask {
-                        guard let (headers, service) = await route(request, channel, logger) else { return nil }
-                        return try accept(headers, service)
-                    }
-                    return promise.futureResult
                 },
                 upgradePipelineHandler: { channel, _ in
                     channel.eventLoop.makeCompletedFuture {
-                        guard let (service, request, extensions, answer) = chosen.withLockedValue({ $0 }) else {
+                        guard let (service, answer) = chosen.value else {
                             preconditionFailure("an upgrade always follows a chosen service")
                         }
-                        switch service {
-                        case .eventLoop(let install):
-                            try install(channel, answer)
-                            return .servedOnEventLoop
-                        case .task(let handler):
-                            let asyncChannel = try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(
-                                wrappingChannelSynchronously: channel,
-                                configuration: .init(isOutboundHalfClosureEnabled: true)
-                            )
-                            let context = WebSocketTaskContext(
-                                request: request,
-                                channel: channel,
-                                logger: logger,
-                                extensionsAnswer: extensions.isEmpty ? nil : answer,
-                                outlet: try RawFrameOutlet.install(on: channel)
-                            )
-                            return .task(asyncChannel, handler, context, extensions)
-                        }
+                        try service.install(channel, answer)
+                        return .servedOnEventLoop
                     }
                 }
             )
@@ -179,24 +138,6 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
             case .failedUpgrade(let http1, let logger):
                 logger.debug("WebSocket upgrade refused")
                 await refuseUpgrade(http1)
-            case .task(let asyncChannel, let handler, let context, let extensions):
-                do {
-                    _ = try await WebSocketHandler.handle(
-                        type: .server,
-                        configuration: .init(
-                            extensions: extensions,
-                            autoPing: configuration.ws.autoPing,
-                            closeTimeout: configuration.ws.closeTimeout,
-                            validateUTF8: configuration.ws.validateUTF8,
-                            maxFrameSize: configuration.ws.maxFrameSize
-                        ),
-                        asyncChannel: asyncChannel,
-                        context: context,
-                        handler: handler
-                    )
-                } catch {
-                    logger.debug("WebSocket handler error", metadata: ["error": "\(error)"])
-                }
             }
         } catch let error as ChannelError where error == .inputClosed {
             logger.trace("the connection closed before its first request")

@@ -53,47 +53,21 @@ extension DuplexServer {
     /// connection, so that its answer comes after theirs.
     static let refusedPath = "/.duplex-refused"
 
-    /// The WebSocket routes, tried for every request that asks to upgrade. A route accepts with
-    /// ``DuplexRequestContext/upgrade(_:to:)``; any other answer refuses the upgrade (400).
-    func makeWebSocketRouter() -> Router<DuplexRequestContext> {
-        let router = Router(context: DuplexRequestContext.self)
-        // `/echo` never gets here, nor a valid join to an in-memory room: DuplexChildChannel asks
-        // quickService(for:) first.
-        router.get("chat/:room") { request, context -> Response in
-            let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: [ChatProtocol.subprotocol])
-            switch self.chatJoin(request, context) {
-            case .success(let join):
-                return context.upgrade(headers, to: .task { inbound, outbound, context in
-                    try await self.serveChat(join, inbound: inbound, outbound: outbound, channel: context.channel, outlet: context.outlet, extensionsAnswer: context.extensionsAnswer)
-                })
-            case .failure(let refusal):
-                // swift-nio answers a refused upgrade with a bare 400, which loses the reason, so
-                // the upgrade is accepted and the refusal sent as an error frame and close code.
-                return context.upgrade(headers, to: .task { _, outbound, _ in
-                    try await outbound.write(.text(refusal.frameJSON))
-                    let code: WebSocketCloseCode = refusal.status == .serviceUnavailable ? .tryAgainLater : .policyViolation
-                    try await outbound.close(code.nio, reason: String(refusal.error.code.rawValue.prefix(123)))
-                })
-            }
-        }
-        return router
-    }
-
-    /// The WebSocket routes decided and served on the event loop, with no task: `/echo`, and
-    /// `/chat/{room}` with a valid join when the rooms are in memory. Nil hands the request to
-    /// the WebSocket router (a refused chat join, whose answer it sends, or the PostgreSQL
-    /// store, whose calls wait on the database).
-    func quickService(for request: Request) -> (HTTPFields, WebSocketService)? {
+    /// The WebSocket routes, decided and served on the connection's event loop, with no task:
+    /// `/echo`, and `/chat/{room}` on any room store (a join that fails validation is refused
+    /// there too, with its error frame and close code). Nil refuses the upgrade (400).
+    func webSocketService(for request: Request) -> (HTTPFields, WebSocketService)? {
         let path = request.uri.path
         if path == "/echo" {
             let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: configuration.echoSubprotocols)
-            return (headers, .eventLoop { channel, answer in try self.installEventLoopService(EchoService.shared, on: channel, extensionsAnswer: answer) })
+            return (headers, WebSocketService { channel, answer in try self.installEventLoopService(EchoService.shared, on: channel, extensionsAnswer: answer) })
         }
-        guard path.hasPrefix("/chat/"), let rooms = rooms as? ChatRooms else { return nil }
-        let roomName = path.dropFirst("/chat/".count)
-        guard !roomName.contains("/"), case .success(let join) = chatJoin(request, room: String(roomName)) else { return nil }
+        guard path.hasPrefix("/chat/") else { return nil }
+        let roomName = String(path.dropFirst("/chat/".count))
+        guard !roomName.isEmpty, !roomName.contains("/") else { return nil }
+        let join = chatJoin(request, room: roomName)
         let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: [ChatProtocol.subprotocol])
-        return (headers, .eventLoop { channel, answer in
+        return (headers, WebSocketService { channel, answer in
             let agreement = self.deflateAgreement(answer)
             let drains = self.writerDrains.drains(for: channel.eventLoop)
             let writer = ChannelTextWriter(
@@ -104,20 +78,9 @@ extension DuplexServer {
                 maxBytes: self.configuration.outboundQueueBytes,
                 deflate: agreement.map { WriterDeflate(agreement: $0, zlib: drains.zlib) }
             )
-            try self.installEventLoopService(ChatMemberService(server: self, rooms: rooms, join: join, writer: writer), on: channel, extensionsAnswer: answer)
+            let member = ChatMemberService(server: self, store: self.rooms, join: join, room: roomName, writer: writer)
+            try self.installEventLoopService(member, on: channel, extensionsAnswer: answer)
         })
-    }
-
-    /// Routes an upgrade request through the WebSocket router: the service a route chose, or nil.
-    func webSocketService(
-        for request: Request,
-        channel: any Channel,
-        logger: Logger,
-        responder: some HTTPResponder<DuplexRequestContext>
-    ) async -> (HTTPFields, WebSocketService)? {
-        let context = DuplexRequestContext(source: .init(channel: channel, logger: logger))
-        guard let response = try? await responder.respond(to: request, context: context), response.status == .ok else { return nil }
-        return context.webSocketService.withLockedValue { $0 }
     }
 
     /// Serves `service` on `channel`'s event loop (``EventLoopWebSocketHandler``), with

@@ -211,7 +211,6 @@ public final class DuplexServer: Service, Sendable {
     }
 
     private func makeServiceGroup(port: Int) -> ServiceGroup {
-        let webSocketResponder = makeWebSocketRouter().buildResponder()
         let channelConfiguration = HTTP1WebSocketUpgradeChannel.Configuration(
             http1: .init(idleTimeout: TimeAmount(configuration.idleTimeout)),
             ws: .init(
@@ -232,9 +231,7 @@ public final class DuplexServer: Service, Sendable {
             router: makeRouter(),
             server: HTTPServerBuilder { responder in
                 GuardedChildChannel(
-                    base: DuplexChildChannel(responder: responder, configuration: channelConfiguration, quickRoute: self.quickService(for:)) { request, channel, logger in
-                        await self.webSocketService(for: request, channel: channel, logger: logger, responder: webSocketResponder)
-                    },
+                    base: DuplexChildChannel(responder: responder, configuration: channelConfiguration, route: self.webSocketService(for:)),
                     limits: guardLimits,
                     refusal: self.refusal,
                     tracker: self.channels

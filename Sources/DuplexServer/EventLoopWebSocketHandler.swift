@@ -73,6 +73,11 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     private var readPending = false
     private var stalledUntil: NIODeadline?
     private var closeDeadline: Scheduled<Void>?
+    /// Whether the service waits on something (``hold()``): messages are kept, not handed over.
+    private var isHeld = false
+    /// The whole messages that arrived while the service was held, in order: at most what one
+    /// read brought, since the handler reads no more meanwhile.
+    private var held = CircularBuffer<(message: ByteBuffer, opcode: WebSocketOpcode)>()
 
     init(configuration: Configuration, registry: ConnectionRegistry, service: any EventLoopWebSocketService, deflate: DeflateContext? = nil) {
         self.configuration = configuration
@@ -93,7 +98,37 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         service.start(handler: self, context: context)
         // A read asked for while the upgrade was under way may have been held back by the HTTP
         // upgrade handler: ask again, or a quiet connection would never be read.
-        if context.channel.isActive { context.read() }
+        if context.channel.isActive {
+            if isHeld { readPending = true } else { context.read() }
+        }
+    }
+
+    /// The service waits on something before it can take the next message (a room store that
+    /// answers later): messages that arrive meanwhile are kept, in order, and no more are read
+    /// until ``release(context:)``.
+    func hold() {
+        isHeld = true
+    }
+
+    /// The service can take messages again: those kept meanwhile are handed over, in order
+    /// (until it holds again), then reading resumes.
+    func release(context: ChannelHandlerContext) {
+        isHeld = false
+        while !isHeld, state.isOpen, let next = held.popFirst() {
+            service.receive(next.message, opcode: next.opcode, handler: self, context: context)
+        }
+        guard !isHeld, context.channel.isActive else { return }
+        flushIfNeeded(context: context)
+        resumeReading(context: context)
+    }
+
+    /// The close handshake began: nothing kept is handed over, and reading resumes for the
+    /// client's close frame.
+    private func dropHeld(context: ChannelHandlerContext) {
+        held.removeAll()
+        guard isHeld else { return }
+        isHeld = false
+        resumeReading(context: context)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
@@ -124,8 +159,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
             if frame.opcode == .connectionClose { context.close(promise: nil) }
             return
         }
-        // RFC 6455 section 5.1: a client masks every frame. (The connection guard, which checks
-        // this on the task-served path, leaves these connections once they are upgraded.)
+        // RFC 6455 section 5.1: a client masks every frame, those sent with the handshake too.
         guard frame.maskKey != nil else {
             return fail(.protocolError, "client frames must be masked", context: context)
         }
@@ -244,7 +278,11 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         if opcode == .text, !message.readableBytesView.isValidUTF8 {
             return fail(.dataInconsistentWithMessage, "invalid UTF-8", context: context)
         }
-        service.receive(message, opcode: opcode, handler: self, context: context)
+        if isHeld {
+            held.append((message, opcode))
+        } else {
+            service.receive(message, opcode: opcode, handler: self, context: context)
+        }
     }
 
     /// Sends a message, compressed when permessage-deflate was agreed and it reaches the
@@ -267,6 +305,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         fragmentText = nil
         state.closeSent()
         service.closing()
+        dropHeld(context: context)
         context.writeAndFlush(wrapOutboundOut(closeFrame(code, reason, allocator: context.channel.allocator)), promise: nil)
         let timeout = TimeAmount(configuration.closeTimeout)
         let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
@@ -277,6 +316,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     private func answerClose(_ payload: ByteBuffer, context: ChannelHandlerContext) {
         state.closeReceived()
         service.closing()
+        held.removeAll()
         let code = WebSocketCloseState.answer(toClose: payload)
         var data = context.channel.allocator.buffer(capacity: 2)
         data.write(webSocketErrorCode: code)
@@ -339,7 +379,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     // MARK: Backpressure and stalls
 
     func read(context: ChannelHandlerContext) {
-        if context.channel.isWritable, stalledUntil == nil {
+        if context.channel.isWritable, stalledUntil == nil, !isHeld {
             context.read()
         } else {
             readPending = true
@@ -352,7 +392,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     }
 
     private func resumeReading(context: ChannelHandlerContext) {
-        guard readPending, stalledUntil == nil, context.channel.isWritable else { return }
+        guard readPending, stalledUntil == nil, !isHeld, context.channel.isWritable else { return }
         readPending = false
         context.read()
     }
