@@ -82,7 +82,7 @@ struct FaultProxyTests {
             let socket = WebSocket(
                 url: url,
                 configuration: .init(
-                    ping: PingConfig(pingInterval: .milliseconds(400), maxPingFailures: 2, pongTimeout: .milliseconds(300)),
+                    ping: PingConfig(pingInterval: .milliseconds(1200), maxPingFailures: 2, pongTimeout: .seconds(1)),
                     reconnection: .fixedDelay(.milliseconds(50)),
                     // A reconnection attempt that starts before the hole is removed loses its
                     // handshake in the hole: it must time out and retry well within the test's limit.
@@ -155,7 +155,7 @@ struct ServerStallTests {
                 let socket = WebSocket(
                     url: server.webSocketURL("/echo"),
                     configuration: .init(
-                        ping: PingConfig(pingInterval: .milliseconds(400), maxPingFailures: 2, pongTimeout: .milliseconds(300)),
+                        ping: PingConfig(pingInterval: .milliseconds(1200), maxPingFailures: 2, pongTimeout: .seconds(1)),
                         reconnection: .fixedDelay(.milliseconds(50))
                     )
                 )

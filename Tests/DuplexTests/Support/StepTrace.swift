@@ -32,17 +32,15 @@ final class StepTrace: Sendable {
         }
     }
 
-    /// Sends `text` until it comes back, within `limit`: again on each new connection. On loaded
-    /// runs a first connection has gone unanswered, pings too, until the client's pings failed
-    /// it; the next one worked. The cause is not found yet. One iteration of `events`
-    /// throughout: a cancelled iteration would end the stream.
+    /// Sends `text` once, as an application would, and waits within `limit` for it to come
+    /// back, noting every event meanwhile. One iteration of `events` throughout: a cancelled
+    /// iteration would end the stream.
     func echo(_ text: String, on socket: WebSocket, _ events: AsyncStream<WebSocketEvent>, within limit: Duration = .seconds(20)) async throws {
         try await withTimeout(limit) {
-            try? await socket.send(text)
+            try await socket.send(text)
             for await event in events {
                 self.saw(event)
                 if event == .message(.string(text)) { return }
-                if case .connected = event { try? await socket.send(text) }
             }
             throw StreamEndedError()
         }
