@@ -70,13 +70,6 @@ protocol ChatStore: Sendable {
     var healthJSON: String { get }
 }
 
-/// A room store's answer to a connection: at once (the memory store), or later, on the
-/// connection's event loop (the PostgreSQL store, which waits on the database).
-enum StoreAnswer<Value: Sendable>: Sendable {
-    case now(Value)
-    case later(EventLoopFuture<Value>)
-}
-
 extension ChatStore {
     /// A store that answers asynchronously: the answer completes a future on `loop`.
     func join(
@@ -118,58 +111,4 @@ extension ChatStore {
 /// The store is unavailable: the database cannot be reached, or did not answer in time.
 struct ChatStoreUnavailable: Error, CustomStringConvertible {
     var description: String
-}
-
-extension ChatRooms: ChatStore {
-    func subscribe(
-        room name: String,
-        _ subscriber: RoomSubscriber,
-        since: Int?,
-        epoch: String?,
-        deliverBacklog: Bool,
-        prelude: ((_ recovered: Bool?, _ epoch: String, _ latestSeq: Int) -> Void)?
-    ) async -> Result<(ChatRoom, ChatRoom.Subscription), ChatRooms.Refusal> {
-        // The synchronous overload: a closure that is not async cannot call this one.
-        let subscribe = { self.subscribe(room: name, subscriber, since: since, epoch: epoch, deliverBacklog: deliverBacklog, prelude: prelude) }
-        return subscribe()
-    }
-
-    func unsubscribe(_ subscription: ChatRoom.Subscription, member: RoomSubscriber.Member?, from room: ChatRoom) async {
-        room.unsubscribe(subscription.id)
-    }
-
-    func say(_ say: ChatSay, in room: ChatRoom, from name: String, token: String, matchByName: Bool) async throws -> ChatRoom.SayResult {
-        try room.say(say, from: name, token: token, matchByName: matchByName)
-    }
-
-    func join(
-        room name: String,
-        _ subscriber: RoomSubscriber,
-        since: Int?,
-        epoch: String?,
-        on loop: any EventLoop
-    ) -> StoreAnswer<Result<(ChatRoom, ChatRoom.Subscription), ChatRooms.Refusal>> {
-        .now(subscribe(room: name, subscriber, since: since, epoch: epoch))
-    }
-
-    func record(
-        _ say: ChatSay,
-        in room: ChatRoom,
-        from name: String,
-        token: String,
-        matchByName: Bool,
-        on loop: any EventLoop
-    ) -> StoreAnswer<Result<ChatRoom.SayResult, any Error>> {
-        .now(Result { try room.say(say, from: name, token: token, matchByName: matchByName) })
-    }
-
-    func leave(_ subscription: ChatRoom.Subscription, member: RoomSubscriber.Member?, from room: ChatRoom) {
-        room.unsubscribe(subscription.id)
-    }
-
-    func prepare() async throws {}
-
-    func run() async {}
-
-    var healthJSON: String { #"{"kind":"memory","rooms":\#(count)}"# }
 }

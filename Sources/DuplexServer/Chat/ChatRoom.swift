@@ -6,100 +6,6 @@ import NIOCore
 import NIOPosix
 import OrderedCollections
 
-/// One room event as the server keeps and sends it: encoded once, as a WebSocket frame and as
-/// an SSE event, and shared by every subscriber.
-struct RoomEvent: Sendable {
-    /// The event's place in the room sequence.
-    var seq: Int
-    /// "message", "joined" or "left": the frame type and the SSE event name.
-    var type: String
-    /// The frame as JSON text.
-    var json: String
-    /// The event as SSE text (`id: EPOCH:SEQ`, `event`, `data`), for room streams.
-    var sse: String
-    /// For a message: the keys that make a repeated `say` idempotent (by token, and by name).
-    var dedupeKeys: [String]
-    /// For a `left` event sequenced by a shared store: whose connection ended, and why. A room
-    /// that applies it closes that connection if it is still here (see ``ChatRoom/apply(_:)``).
-    var departure: Departure?
-    /// The WebSocket text frame carrying ``json`` (``ServerTextFrame``), encoded once for the
-    /// live fan-out and shared by every member; nil in history, which keeps no second copy.
-    var frame: ByteBuffer?
-    /// Its compressed frame, made once for the members that negotiated permessage-deflate; nil
-    /// in history.
-    var deflated: DeflatedFrameCache?
-
-    /// Why a member left, as a shared store records it.
-    struct Departure: Sendable, Equatable {
-        /// The connection's session id.
-        var session: String
-        /// Whether a newer connection of the same member took its place (else it expired or left).
-        var replaced: Bool
-    }
-
-    init(seq: Int, type: String, json: String, epoch: String, dedupeKeys: [String] = [], departure: Departure? = nil) {
-        self.seq = seq
-        self.type = type
-        self.json = json
-        self.sse = (try? ServerSentEvent(id: RoomStreamID(epoch: epoch, seq: seq).description, event: type, data: json).encoded()) ?? ""
-        self.dedupeKeys = dedupeKeys
-        self.departure = departure
-    }
-
-    /// What the event costs to keep: both encodings.
-    var bytes: Int { json.utf8.count + sse.utf8.count }
-}
-
-/// Someone who receives a room's events: a WebSocket member, or an SSE observer.
-struct RoomSubscriber: Sendable {
-    /// A member's identity: the name others see, the connection's session id, and the secret
-    /// resume token that scopes its message ids.
-    struct Member: Sendable {
-        var name: String
-        var session: String
-        var token: String
-    }
-
-    /// The member, or nil for an observer, who is not present in the room.
-    var member: Member?
-    /// Queues an event for the subscriber; returns false when its queue is full.
-    var deliver: @Sendable (RoomEvent) -> Bool
-    /// Called, outside the room's lock, when the subscriber was removed for falling behind.
-    var onOverflow: @Sendable () -> Void
-    /// Called, outside the room's lock, when a newer connection of the same member (same name,
-    /// same token) took this one's place.
-    var onReplaced: @Sendable () -> Void = {}
-}
-
-/// The bytes of history every room together may keep, shared by the rooms of one server.
-final class HistoryBudget: Sendable {
-    let limit: Int
-    private let used = NIOLockedValueBox(0)
-
-    init(limit: Int) {
-        self.limit = max(limit, 0)
-    }
-
-    /// Bytes in use.
-    var bytes: Int { used.withLockedValue { $0 } }
-
-    /// Adds `bytes`; returns whether the total is now over the limit.
-    func add(_ bytes: Int) -> Bool {
-        used.withLockedValue { used in
-            used += bytes
-            return used > limit
-        }
-    }
-
-    /// Releases `bytes`; returns whether the total is still over the limit.
-    func release(_ bytes: Int) -> Bool {
-        used.withLockedValue { used in
-            used -= bytes
-            return used > limit
-        }
-    }
-}
-
 /// A chat room: a numbered sequence of events (messages and presence), the newest of them kept
 /// for resumes (at most `historyLimit` events and `historyBytesLimit` bytes, and within the
 /// server's ``HistoryBudget``), and the subscribers that receive new ones.
@@ -130,7 +36,7 @@ final class ChatRoom: Sendable {
     let sequencing: Sequencing
     private let historyLimit: Int
     private let historyBytesLimit: Int
-    private let budget: HistoryBudget
+    let budget: HistoryBudget
 
     /// Who numbers a room's events.
     enum Sequencing: Sendable, Equatable {
@@ -140,7 +46,7 @@ final class ChatRoom: Sendable {
         case external
     }
 
-    private struct State {
+    struct State {
         var latestSeq = 0
         var history = Deque<RoomEvent>()
         var historyBytes = 0
@@ -170,7 +76,7 @@ final class ChatRoom: Sendable {
     /// than copying every subscriber's closures and strings. `stalled` is set before the slot
     /// is added (under the lock), then only by the thread delivering the outbox, which takes
     /// over from the previous one through the lock (`@unchecked` for that reason).
-    private final class Slot: @unchecked Sendable {
+    final class Slot: @unchecked Sendable {
         let id: UInt64
         let subscriber: RoomSubscriber
         var stalled = false
@@ -183,12 +89,12 @@ final class ChatRoom: Sendable {
 
     /// What the outbox holds: an event and the subscribers present when it was numbered, or an
     /// action to run once everything before it is delivered.
-    private enum Outgoing {
+    enum Outgoing {
         case event(RoomEvent, [Slot])
         case action(@Sendable () -> Void)
     }
 
-    private let state = NIOLockedValueBox(State())
+    let state = NIOLockedValueBox(State())
 
     init(name: String, historyLimit: Int, historyBytesLimit: Int = .max, budget: HistoryBudget = HistoryBudget(limit: .max)) {
         self.name = name
@@ -361,102 +267,6 @@ final class ChatRoom: Sendable {
         return result
     }
 
-    /// Applies events a shared store numbered, in seq order: events at or below the latest seq
-    /// were applied before and are skipped. Returns false at a gap (an event past the next seq),
-    /// leaving the events from it unapplied: the caller fetches the missing ones first.
-    ///
-    /// A `left` event for a connection still subscribed here (a newer connection of the member
-    /// replaced it on another node, or its node's lease ran out) closes that connection.
-    @discardableResult
-    func apply(_ events: some Sequence<RoomEvent>) -> Bool {
-        var contiguous = true
-        var ended: [(RoomSubscriber, replaced: Bool)] = []
-        var woken: [CheckedContinuation<Bool, Never>] = []
-        let claimed = state.withLockedValue { state -> Bool in
-            for event in events where event.seq > state.latestSeq {
-                guard event.seq == state.latestSeq + 1 else {
-                    contiguous = false
-                    break
-                }
-                if let departure = event.departure,
-                    let (id, slot) = state.subscribers.first(where: { $0.value.subscriber.member?.session == departure.session })
-                {
-                    state.subscribers.removeValue(forKey: id)
-                    ended.append((slot.subscriber, departure.replaced))
-                }
-                append(event, to: &state)
-            }
-            for (id, waiter) in state.seqWaiters where waiter.seq <= state.latestSeq {
-                state.seqWaiters.removeValue(forKey: id)
-                woken.append(waiter.continuation)
-            }
-            return Self.claimFanOut(&state)
-        }
-        for (subscriber, replaced) in ended {
-            if replaced { subscriber.onReplaced() } else { subscriber.onOverflow() }
-        }
-        if claimed { fanOut() }
-        for continuation in woken { continuation.resume(returning: true) }
-        return contiguous
-    }
-
-    /// Starts the history again at `latestSeq` with `events`, when the events between the
-    /// replica's latest seq and the store's oldest kept one are gone: every subscriber is closed
-    /// as too far behind (1013), so that it resumes with `since` and learns what is kept.
-    func restart(at latestSeq: Int, with events: [RoomEvent]) {
-        let (dropped, woken) = state.withLockedValue { state -> ([RoomSubscriber], [CheckedContinuation<Bool, Never>]) in
-            let dropped = state.subscribers.values.map(\.subscriber)
-            state.subscribers = [:]
-            _ = budget.release(state.historyBytes)
-            state.history = []
-            state.historyBytes = 0
-            state.acceptedMessages = [:]
-            state.latestSeq = max(latestSeq, events.last?.seq ?? 0)
-            for event in events { append(event, to: &state) }
-            let woken = state.seqWaiters.values.filter { $0.seq <= state.latestSeq }.map(\.continuation)
-            state.seqWaiters = state.seqWaiters.filter { $0.value.seq > state.latestSeq }
-            return (dropped, woken)
-        }
-        for subscriber in dropped { subscriber.onOverflow() }
-        for continuation in woken { continuation.resume(returning: true) }
-    }
-
-    /// Waits until the event numbered `seq` has been applied; returns false when `timeout`
-    /// passes first, or the task is cancelled.
-    func waitUntilApplied(_ seq: Int, timeout: Duration) async -> Bool {
-        // The usual case on the say path: the node applied its own event already.
-        if latestSeq >= seq { return true }
-        return await withTaskGroup(of: Bool.self) { group in
-            group.addTask { await self.waitUntilApplied(seq) }
-            group.addTask {
-                try? await Task.sleep(for: timeout)
-                return false
-            }
-            let first = await group.next() ?? false
-            group.cancelAll()
-            return first
-        }
-    }
-
-    private func waitUntilApplied(_ seq: Int) async -> Bool {
-        let id = state.withLockedValue { state in
-            state.nextWaiterID += 1
-            return state.nextWaiterID
-        }
-        return await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                let done = state.withLockedValue { state in
-                    if state.latestSeq >= seq || Task.isCancelled { return true }
-                    state.seqWaiters[id] = (seq, continuation)
-                    return false
-                }
-                if done { continuation.resume(returning: state.withLockedValue { $0.latestSeq >= seq }) }
-            }
-        } onCancel: {
-            state.withLockedValue { $0.seqWaiters.removeValue(forKey: id) }?.continuation.resume(returning: false)
-        }
-    }
-
     /// The latest seq applied.
     var latestSeq: Int { state.withLockedValue { $0.latestSeq } }
 
@@ -503,7 +313,7 @@ final class ChatRoom: Sendable {
 
     /// Appends an event to the history, trims the history to its bounds, and puts it in the
     /// outbox for every subscriber present (``fanOut()`` delivers it).
-    private func append(_ event: RoomEvent, to state: inout State) {
+    func append(_ event: RoomEvent, to state: inout State) {
         state.latestSeq = event.seq
         state.lastActive = .now
         if historyLimit > 0 {
@@ -546,7 +356,7 @@ final class ChatRoom: Sendable {
 
     /// Whether the caller, who just put something in the outbox, is to deliver it (nobody is);
     /// marks the outbox as being delivered.
-    private static func claimFanOut(_ state: inout State) -> Bool {
+    static func claimFanOut(_ state: inout State) -> Bool {
         guard !state.outbox.isEmpty, !state.fanningOut else { return false }
         state.fanningOut = true
         return true
@@ -559,7 +369,7 @@ final class ChatRoom: Sendable {
     /// On an event loop, after ``fanOutBatchesPerTurn`` batches it goes on in a later turn of the
     /// loop (still the only one delivering), so that a room kept busy from other loops does not
     /// keep this loop from its own connections.
-    private func fanOut() {
+    func fanOut() {
         var batches = 0
         while true {
             batches += 1
@@ -593,130 +403,4 @@ final class ChatRoom: Sendable {
             for subscriber in overflowed { subscriber.onOverflow() }
         }
     }
-}
-
-/// The server's chat rooms, created on first use, at most `maxRooms` of them. When a new room
-/// would exceed the limit, the empty room unused for longest is evicted (its history is gone);
-/// only when every room has someone in it is a new room refused.
-final class ChatRooms: Sendable {
-    private let historyLimit: Int
-    private let historyBytesLimit: Int
-    let maxRooms: Int
-    let budget: HistoryBudget
-    private let rooms = NIOLockedValueBox([String: ChatRoom]())
-
-    init(historyLimit: Int, maxRooms: Int, historyBytesLimit: Int = .max, totalHistoryBytesLimit: Int = .max) {
-        self.historyLimit = historyLimit
-        self.historyBytesLimit = historyBytesLimit
-        self.maxRooms = max(maxRooms, 1)
-        self.budget = HistoryBudget(limit: totalHistoryBytesLimit)
-    }
-
-    /// Why a subscriber could not join a room.
-    enum Refusal: Error, Equatable {
-        /// Every room has someone in it, and there are `maxRooms` of them.
-        case roomLimit
-        /// A member of that name is present, with another token.
-        case nameTaken
-        /// The room store cannot be reached (why).
-        case unavailable(String)
-    }
-
-    /// Subscribes to the room of that name, created (evicting an empty one if need be) when
-    /// there is none. See ``ChatRoom/subscribe(_:since:epoch:deliverBacklog:)``.
-    func subscribe(
-        room name: String,
-        _ subscriber: RoomSubscriber,
-        since: Int?,
-        epoch: String? = nil,
-        deliverBacklog: Bool = false,
-        prelude: ((_ recovered: Bool?, _ epoch: String, _ latestSeq: Int) -> Void)? = nil
-    ) -> Result<(ChatRoom, ChatRoom.Subscription), Refusal> {
-        // The room is found (or made) under this lock, and joined outside it: the join's
-        // presence event is delivered to the room by the joining thread, which must not hold up
-        // every other join meanwhile. A room evicted in between is replaced, and joined again
-        // (a few times at most: each time, another join took its place).
-        for _ in 0..<16 {
-            let found = rooms.withLockedValue { rooms -> ChatRoom? in
-                if let existing = rooms[name] { return existing }
-                if rooms.count >= maxRooms {
-                    let idle = rooms.compactMap { entry in entry.value.idleSince.map { (entry.key, $0) } }
-                    guard let oldest = idle.min(by: { $0.1 < $1.1 }), rooms[oldest.0]?.evictIfEmpty() == true else {
-                        return nil
-                    }
-                    rooms.removeValue(forKey: oldest.0)
-                }
-                let room = ChatRoom(name: name, historyLimit: historyLimit, historyBytesLimit: historyBytesLimit, budget: budget)
-                rooms[name] = room
-                return room
-            }
-            guard let room = found else { return .failure(.roomLimit) }
-            switch room.subscribe(subscriber, since: since, epoch: epoch, deliverBacklog: deliverBacklog, prelude: prelude) {
-            case .success(let subscription): return .success((room, subscription))
-            case .failure(.nameTaken): return .failure(.nameTaken)
-            case .failure(.evicted):
-                rooms.withLockedValue { rooms in
-                    if rooms[name] === room { rooms.removeValue(forKey: name) }
-                }
-            }
-        }
-        return .failure(.roomLimit)
-    }
-
-    /// Whether a subscriber could join the room of that name now: it exists, or there is room
-    /// for it, or an empty room to evict.
-    func canHost(_ name: String) -> Bool {
-        rooms.withLockedValue { rooms in
-            rooms[name] != nil || rooms.count < maxRooms || rooms.values.contains { $0.idleSince != nil }
-        }
-    }
-
-    /// The number of rooms held.
-    var count: Int { rooms.withLockedValue { $0.count } }
-
-    /// The room of that name, if it exists.
-    func existing(_ name: String) -> ChatRoom? {
-        rooms.withLockedValue { $0[name] }
-    }
-
-    /// Forgets every room, as a process that restarts with no memory would: each room's history
-    /// is gone, and the next room of the same name has a new epoch.
-    func forgetAll() {
-        rooms.withLockedValue { rooms in
-            for room in rooms.values { _ = room.evictIfEmpty(force: true) }
-            rooms.removeAll()
-        }
-    }
-}
-
-/// The position of an event in a room's SSE stream, as its `id`: `EPOCH:SEQ`.
-struct RoomStreamID: CustomStringConvertible, Equatable {
-    var epoch: String?
-    var seq: Int
-
-    init(epoch: String?, seq: Int) {
-        self.epoch = epoch
-        self.seq = seq
-    }
-
-    /// Parses `EPOCH:SEQ`, or a bare `SEQ` (from before epochs: the current epoch is assumed).
-    init?(_ text: String) {
-        if let colon = text.lastIndex(of: ":") {
-            guard let seq = Int(text[text.index(after: colon)...]), seq >= 0 else { return nil }
-            self.init(epoch: String(text[..<colon]), seq: seq)
-        } else {
-            guard let seq = Int(text), seq >= 0 else { return nil }
-            self.init(epoch: nil, seq: seq)
-        }
-    }
-
-    var description: String { epoch.map { "\($0):\(seq)" } ?? String(seq) }
-}
-
-/// `bytes` random bytes from the system's generator, as base64url without padding (a multiple
-/// of 3 bytes has none): for epochs and resume tokens.
-func randomBase64URL(bytes count: Int) -> String {
-    var generator = SystemRandomNumberGenerator()
-    let bytes = (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
-    return Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
 }

@@ -1,0 +1,105 @@
+import DequeModule
+import DuplexSchema
+import Foundation
+import NIOConcurrencyHelpers
+import OrderedCollections
+
+/// A replica: a room whose events a shared store numbers (the PostgreSQL store), applied here in
+/// seq order.
+extension ChatRoom {
+    /// Applies events a shared store numbered, in seq order: events at or below the latest seq
+    /// were applied before and are skipped. Returns false at a gap (an event past the next seq),
+    /// leaving the events from it unapplied: the caller fetches the missing ones first.
+    ///
+    /// A `left` event for a connection still subscribed here (a newer connection of the member
+    /// replaced it on another node, or its node's lease ran out) closes that connection.
+    @discardableResult
+    func apply(_ events: some Sequence<RoomEvent>) -> Bool {
+        var contiguous = true
+        var ended: [(RoomSubscriber, replaced: Bool)] = []
+        var woken: [CheckedContinuation<Bool, Never>] = []
+        let claimed = state.withLockedValue { state -> Bool in
+            for event in events where event.seq > state.latestSeq {
+                guard event.seq == state.latestSeq + 1 else {
+                    contiguous = false
+                    break
+                }
+                if let departure = event.departure,
+                    let (id, slot) = state.subscribers.first(where: { $0.value.subscriber.member?.session == departure.session })
+                {
+                    state.subscribers.removeValue(forKey: id)
+                    ended.append((slot.subscriber, departure.replaced))
+                }
+                append(event, to: &state)
+            }
+            for (id, waiter) in state.seqWaiters where waiter.seq <= state.latestSeq {
+                state.seqWaiters.removeValue(forKey: id)
+                woken.append(waiter.continuation)
+            }
+            return Self.claimFanOut(&state)
+        }
+        for (subscriber, replaced) in ended {
+            if replaced { subscriber.onReplaced() } else { subscriber.onOverflow() }
+        }
+        if claimed { fanOut() }
+        for continuation in woken { continuation.resume(returning: true) }
+        return contiguous
+    }
+
+    /// Starts the history again at `latestSeq` with `events`, when the events between the
+    /// replica's latest seq and the store's oldest kept one are gone: every subscriber is closed
+    /// as too far behind (1013), so that it resumes with `since` and learns what is kept.
+    func restart(at latestSeq: Int, with events: [RoomEvent]) {
+        let (dropped, woken) = state.withLockedValue { state -> ([RoomSubscriber], [CheckedContinuation<Bool, Never>]) in
+            let dropped = state.subscribers.values.map(\.subscriber)
+            state.subscribers = [:]
+            _ = budget.release(state.historyBytes)
+            state.history = []
+            state.historyBytes = 0
+            state.acceptedMessages = [:]
+            state.latestSeq = max(latestSeq, events.last?.seq ?? 0)
+            for event in events { append(event, to: &state) }
+            let woken = state.seqWaiters.values.filter { $0.seq <= state.latestSeq }.map(\.continuation)
+            state.seqWaiters = state.seqWaiters.filter { $0.value.seq > state.latestSeq }
+            return (dropped, woken)
+        }
+        for subscriber in dropped { subscriber.onOverflow() }
+        for continuation in woken { continuation.resume(returning: true) }
+    }
+
+    /// Waits until the event numbered `seq` has been applied; returns false when `timeout`
+    /// passes first, or the task is cancelled.
+    func waitUntilApplied(_ seq: Int, timeout: Duration) async -> Bool {
+        // The usual case on the say path: the node applied its own event already.
+        if latestSeq >= seq { return true }
+        return await withTaskGroup(of: Bool.self) { group in
+            group.addTask { await self.waitUntilApplied(seq) }
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                return false
+            }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
+        }
+    }
+
+    private func waitUntilApplied(_ seq: Int) async -> Bool {
+        let id = state.withLockedValue { state in
+            state.nextWaiterID += 1
+            return state.nextWaiterID
+        }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let done = state.withLockedValue { state in
+                    if state.latestSeq >= seq || Task.isCancelled { return true }
+                    state.seqWaiters[id] = (seq, continuation)
+                    return false
+                }
+                if done { continuation.resume(returning: state.withLockedValue { $0.latestSeq >= seq }) }
+            }
+        } onCancel: {
+            state.withLockedValue { $0.seqWaiters.removeValue(forKey: id) }?.continuation.resume(returning: false)
+        }
+    }
+}

@@ -1,0 +1,47 @@
+import DuplexSchema
+import Foundation
+import NIOCore
+
+/// One room event as the server keeps and sends it: encoded once, as a WebSocket frame and as
+/// an SSE event, and shared by every subscriber.
+struct RoomEvent: Sendable {
+    /// The event's place in the room sequence.
+    var seq: Int
+    /// "message", "joined" or "left": the frame type and the SSE event name.
+    var type: String
+    /// The frame as JSON text.
+    var json: String
+    /// The event as SSE text (`id: EPOCH:SEQ`, `event`, `data`), for room streams.
+    var sse: String
+    /// For a message: the keys that make a repeated `say` idempotent (by token, and by name).
+    var dedupeKeys: [String]
+    /// For a `left` event sequenced by a shared store: whose connection ended, and why. A room
+    /// that applies it closes that connection if it is still here (see ``ChatRoom/apply(_:)``).
+    var departure: Departure?
+    /// The WebSocket text frame carrying ``json`` (``ServerTextFrame``), encoded once for the
+    /// live fan-out and shared by every member; nil in history, which keeps no second copy.
+    var frame: ByteBuffer?
+    /// Its compressed frame, made once for the members that negotiated permessage-deflate; nil
+    /// in history.
+    var deflated: DeflatedFrameCache?
+
+    /// Why a member left, as a shared store records it.
+    struct Departure: Sendable, Equatable {
+        /// The connection's session id.
+        var session: String
+        /// Whether a newer connection of the same member took its place (else it expired or left).
+        var replaced: Bool
+    }
+
+    init(seq: Int, type: String, json: String, epoch: String, dedupeKeys: [String] = [], departure: Departure? = nil) {
+        self.seq = seq
+        self.type = type
+        self.json = json
+        self.sse = (try? ServerSentEvent(id: RoomStreamID(epoch: epoch, seq: seq).description, event: type, data: json).encoded()) ?? ""
+        self.dedupeKeys = dedupeKeys
+        self.departure = departure
+    }
+
+    /// What the event costs to keep: both encodings.
+    var bytes: Int { json.utf8.count + sse.utf8.count }
+}

@@ -1,0 +1,27 @@
+import NIOConcurrencyHelpers
+
+/// Whether the server refuses new requests: for a while (a chaos fault), or while it stops.
+final class RefusalGate: Sendable {
+    private let until = NIOLockedValueBox<ContinuousClock.Instant?>(nil)
+    private let stopping = NIOLockedValueBox(false)
+
+    func refuse(for duration: Duration) {
+        until.withLockedValue { $0 = .now + duration }
+    }
+
+    var isRefusing: Bool {
+        until.withLockedValue { $0.map { $0 > .now } ?? false }
+    }
+
+    /// Marks the server as stopping (or, with false, serving again after a restart): new requests
+    /// are then closed unanswered. A WebSocket that upgraded while the HTTP server shuts down
+    /// would be closed by swift-websocket with 1000, which tells a client not to come back, and
+    /// an SSE client gives up on a 503; a closed connection makes both retry.
+    func setStopping(_ value: Bool) {
+        stopping.withLockedValue { $0 = value }
+    }
+
+    var isStopping: Bool {
+        stopping.withLockedValue { $0 }
+    }
+}

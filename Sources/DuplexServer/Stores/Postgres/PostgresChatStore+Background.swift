@@ -1,0 +1,186 @@
+import DuplexSchema
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import PostgresNIO
+
+/// The background work: listening for events, the lease, the sweep of expired members.
+extension PostgresChatStore {
+    /// Listens for events on a connection of its own; after every reconnection, catches up
+    /// every replica, since notifications sent meanwhile are lost.
+    func listen() async {
+        var delay = Duration.milliseconds(100)
+        let connectionConfiguration = PostgresConnection.Configuration(
+            host: configuration.host,
+            port: configuration.port,
+            username: configuration.username,
+            password: configuration.password,
+            database: configuration.database,
+            tls: configuration.requireTLS ? .require(try! .init(configuration: .makeClientConfiguration())) : .disable
+        )
+        while !Task.isCancelled {
+            do {
+                let connection = try await PostgresConnection.connect(configuration: connectionConfiguration, id: 0, logger: logger)
+                // Closed however listening ends: a connection must be closed before it is released.
+                let ended: Result<Void, any Error>
+                do {
+                    try await withTaskCancellationHandler {
+                        try await connection.listen(on: PostgresChatSchema.channel) { notifications in
+                            self.listening()
+                            delay = .milliseconds(100)
+                            for try await notification in notifications {
+                                self.received(notification.payload)
+                            }
+                        }
+                    } onCancel: {
+                        connection.close()
+                    }
+                    ended = .success(())
+                } catch {
+                    ended = .failure(error)
+                }
+                try? await connection.close()
+                try ended.get()
+                if !Task.isCancelled { lost("the listening connection ended") }
+            } catch {
+                if !Task.isCancelled { lost(Self.describe(error)) }
+            }
+            guard (try? await Task.sleep(for: delay)) != nil else { return }
+            delay = min(delay * 2, .seconds(2))
+        }
+    }
+
+    func listening() {
+        let outage = state.withLockedValue { state -> Duration? in
+            state.listening = true
+            state.listeningSince = .now
+            defer { state.outageStarted = nil }
+            return state.outageStarted.map { ContinuousClock.now - $0 }
+        }
+        let rooms = loadedReplicas
+        if let outage {
+            logger.notice("database connection restored; catching up every room", metadata: ["down for": "\(outage)", "rooms": "\(rooms.count)"])
+        }
+        for room in rooms { requestCatchUp(room.name) }
+    }
+
+    func lost(_ error: String) {
+        let first = state.withLockedValue { state in
+            let first = state.outageStarted == nil
+            if first {
+                state.outageStarted = .now
+                state.reconnections += 1
+            }
+            state.listening = false
+            state.listeningSince = nil
+            state.lastError = error
+            return first
+        }
+        if first {
+            logger.error("lost the database connection; reconnecting (members cannot post until it is back)", metadata: ["store": "\(configuration.redactedURL)", "error": "\(error)"])
+        }
+    }
+
+    /// Applies a notification `ROOM\tSEQ\tCAUSE\tTYPE[\tJSON]` to the room's replica, if this
+    /// server holds one.
+    func received(_ payload: String) {
+        let fields = payload.split(separator: "\t", maxSplits: 4, omittingEmptySubsequences: false)
+        guard fields.count >= 4, let seq = Int(fields[1]) else {
+            logger.warning("a notification that is not an event; ignored", metadata: ["payload": "\(payload.prefix(100))"])
+            return
+        }
+        let name = String(fields[0])
+        guard let room = loadedReplica(name) else { return }
+        guard fields.count == 5, seq == room.latestSeq + 1 else {
+            if seq > room.latestSeq { requestCatchUp(name) }
+            return
+        }
+        let event = Self.event(seq: seq, type: String(fields[3]), json: String(fields[4]), cause: String(fields[2]), epoch: room.epoch)
+        if !room.apply([event]) { requestCatchUp(name) }
+    }
+
+    /// Renews the lease; removes the members of servers whose lease ran out, and this server's
+    /// member rows whose connection is gone; catches up replicas that fell behind.
+    func heartbeat() async {
+        while !Task.isCancelled {
+            guard (try? await Task.sleep(for: configuration.heartbeatInterval)) != nil else { return }
+            do {
+                try await renewLease()
+                try await sweep()
+                try await checkReplicas()
+            } catch {
+                logger.debug("heartbeat failed", metadata: ["error": "\(Self.describe(error))"])
+            }
+        }
+    }
+
+    func renewLease() async throws {
+        let node = self.node
+        try await withDeadline("renewing the lease") {
+            try await self.client.execute(
+                "INSERT INTO duplex_nodes (node) VALUES (\(node)) ON CONFLICT (node) DO UPDATE SET last_seen = now()",
+                logger: self.logger
+            )
+        }
+    }
+
+    func sweep() async throws {
+        let leaseMilliseconds = Int(configuration.lease / .milliseconds(1))
+        let node = self.node
+        let local = Set(loadedReplicas.flatMap(\.memberSessions))
+        // After an outage every lease may have run out: give the other servers one lease to
+        // renew theirs before removing their members.
+        let settled = state.withLockedValue { $0.listeningSince.map { ContinuousClock.now - $0 >= configuration.lease } ?? false }
+        let rows = try await withDeadline("finding departed members") {
+            var rows: [(room: String, name: String, session: String, node: String, expired: Bool)] = []
+            let query: PostgresQuery = """
+                SELECT m.room, m.name, m.session, m.node, (n.node IS NULL OR n.last_seen < now() - make_interval(secs => \(leaseMilliseconds) / 1000.0))
+                FROM duplex_members m LEFT JOIN duplex_nodes n ON n.node = m.node
+                WHERE m.node = \(node) OR n.node IS NULL OR n.last_seen < now() - make_interval(secs => \(leaseMilliseconds) / 1000.0)
+                """
+            for try await row in try await self.client.query(query, logger: self.logger).decode((String, String, String, String, Bool).self) {
+                rows.append(row)
+            }
+            return rows
+        }
+        for row in rows {
+            if row.node == node {
+                // Still here, or joining (a member is subscribed before its row is written).
+                guard !local.contains(row.session) else { continue }
+                // A departure that failed to be recorded, or a join that timed out after all.
+                try await leave(room: row.room, name: row.name, session: row.session, cause: "left")
+            } else if row.expired, settled {
+                logger.notice("removing a member of a server whose lease ran out", metadata: ["room": "\(row.room)", "name": "\(row.name)", "server": "\(row.node)"])
+                try await leave(room: row.room, name: row.name, session: row.session, cause: "expired")
+            }
+        }
+        if settled {
+            // Servers gone for good, whose members are all removed: forget them.
+            try await withDeadline("forgetting departed servers") {
+                try await self.client.execute(
+                    """
+                    DELETE FROM duplex_nodes n WHERE n.last_seen < now() - make_interval(secs => \(leaseMilliseconds) / 1000.0)
+                    AND NOT EXISTS (SELECT 1 FROM duplex_members m WHERE m.node = n.node)
+                    """,
+                    logger: self.logger
+                )
+            }
+        }
+    }
+
+    func checkReplicas() async throws {
+        let rooms = loadedReplicas
+        guard !rooms.isEmpty else { return }
+        let names = rooms.map(\.name)
+        let latest = try await withDeadline("checking rooms") {
+            var latest: [String: Int] = [:]
+            for try await (room, seq) in try await self.client.query("SELECT room, latest_seq FROM duplex_rooms WHERE room = ANY(\(names))", logger: self.logger).decode((String, Int).self) {
+                latest[room] = seq
+            }
+            return latest
+        }
+        for room in rooms where (latest[room.name] ?? 0) > room.latestSeq {
+            requestCatchUp(room.name)
+        }
+    }
+}
