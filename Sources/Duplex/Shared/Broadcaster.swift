@@ -92,23 +92,29 @@ package final class Broadcaster<Element: Sendable>: Sendable {
     }
 
     /// Sends `element` to every consumer, in the same order for all.
+    ///
+    /// Consumers waiting for it are resumed after the lock is released: a consumer whose task is
+    /// being cancelled at that moment holds its task's lock while its stream's cancellation
+    /// handler waits for this one (``remove(_:)``), and resuming it needs the task's lock.
     package func yield(_ element: Element) {
-        let logged = state.withLockedValue { state -> Int? in
+        let (logged, woken) = state.withLockedValue { state -> (Int?, Wakeups) in
+            var woken = Wakeups()
             guard !state.consumers.isEmpty else {
                 if !state.hadConsumer, state.early.count < keepsForFirstConsumer { state.early.append(element) }
-                return nil
+                return (nil, woken)
             }
             var dropped = 0
             var index = state.consumers.values.startIndex
             while index != state.consumers.values.endIndex {
-                dropped += deliver(element, to: &state.consumers.values[index])
+                dropped += deliver(element, to: &state.consumers.values[index], waking: &woken)
                 state.consumers.values.formIndex(after: &index)
             }
-            guard dropped > 0 else { return nil }
+            guard dropped > 0 else { return (nil, woken) }
             let before = state.dropped
             state.dropped += dropped
-            return before == 0 || before / 10_000 != state.dropped / 10_000 ? state.dropped : nil
+            return (before == 0 || before / 10_000 != state.dropped / 10_000 ? state.dropped : nil, woken)
         }
+        woken.resume(returning: element)
         if let logged {
             logger.warning(
                 "a consumer is not reading its stream: elements dropped",
@@ -117,11 +123,28 @@ package final class Broadcaster<Element: Sendable>: Sendable {
         }
     }
 
-    /// Delivers to one consumer, under the lock; returns how many elements were dropped.
-    private func deliver(_ element: Element, to consumer: inout Consumer) -> Int {
+    /// The consumers an element goes to directly, resumed once the lock is released: the first
+    /// kept inline, so that the usual single consumer costs no allocation.
+    private struct Wakeups {
+        var first: CheckedContinuation<Element?, Never>?
+        var more: [CheckedContinuation<Element?, Never>] = []
+
+        mutating func append(_ waiter: CheckedContinuation<Element?, Never>) {
+            if first == nil { first = waiter } else { more.append(waiter) }
+        }
+
+        func resume(returning element: Element) {
+            first?.resume(returning: element)
+            for waiter in more { waiter.resume(returning: element) }
+        }
+    }
+
+    /// Delivers to one consumer, under the lock: a waiting consumer goes into `woken`, to be
+    /// resumed after it. Returns how many elements were dropped.
+    private func deliver(_ element: Element, to consumer: inout Consumer, waking woken: inout Wakeups) -> Int {
         if let waiter = consumer.waiter {
             consumer.waiter = nil
-            waiter.resume(returning: element)
+            woken.append(waiter)
             return 0
         }
         switch consumer.buffering {

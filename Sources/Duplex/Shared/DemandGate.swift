@@ -47,14 +47,22 @@ package final class DemandGate: Sendable {
         }
     }
 
-    /// Returns the hook to call once the caller has released its locks, when the gate opened.
+    /// Returns the hook to call once the caller has released its locks, when the gate opened: it
+    /// wakes the producers waiting for the gate and calls ``onOpen(_:)``'s body. No waiter is
+    /// resumed under a lock: a waiter whose task is being cancelled at that moment holds its
+    /// task's lock while its cancellation handler waits for this gate's, and resuming it needs
+    /// the task's lock (a deadlock).
     func consumerCaughtUp() -> (@Sendable () -> Void)? {
         state.withLockedValue { state in
             state.behind -= 1
             guard state.behind == 0 else { return nil }
-            for waiter in state.waiters.values { waiter.resume() }
+            let waiters = Array(state.waiters.values)
             state.waiters = [:]
-            return state.onOpen ?? {}
+            let onOpen = state.onOpen
+            return {
+                for waiter in waiters { waiter.resume() }
+                onOpen?()
+            }
         }
     }
 

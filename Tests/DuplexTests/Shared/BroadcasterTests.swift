@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import Testing
@@ -16,6 +17,46 @@ struct BroadcasterTests {
             set { metadata[key] = newValue }
         }
         func log(event: LogEvent) { lines.withLockedValue { $0.append("\(event.message)") } }
+    }
+
+    @Test("a consumer cancelled while an element is yielded to it: no deadlock (waiters are resumed outside the lock)")
+    func cancelWhileYielding() async throws {
+        // The reader's task holds its own lock while its stream's cancellation handler takes the
+        // broadcaster's; a yield that resumed the reader under the broadcaster's lock needed the
+        // task's: each waited for the other (seen once in CI, under ThreadSanitizer). Many rounds
+        // of the race, on threads of their own, so that a deadlock fails the test instead of
+        // hanging it.
+        let done = DispatchSemaphore(value: 0)
+        let rounds = NIOLockedValueBox(0)
+        Thread.detachNewThread {
+            let broadcaster = Broadcaster<Int>(limit: 100, label: "race", logger: Logger(label: "test"))
+            for _ in 0..<10_000 {
+                let stream = broadcaster.makeStream()
+                let waiting = DispatchSemaphore(value: 0)
+                let reader = Task {
+                    var iterator = stream.makeAsyncIterator()
+                    waiting.signal()
+                    return await iterator.next()
+                }
+                waiting.wait()
+                let start = DispatchSemaphore(value: 0)
+                let cancelled = DispatchSemaphore(value: 0)
+                Thread.detachNewThread {
+                    start.wait()
+                    reader.cancel()
+                    cancelled.signal()
+                }
+                start.signal()
+                broadcaster.yield(1)
+                cancelled.wait()
+                rounds.withLockedValue { $0 += 1 }
+            }
+            done.signal()
+        }
+        let finished = await withCheckedContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(returning: done.wait(timeout: .now() + 60) == .success) }
+        }
+        #expect(finished, "deadlocked after \(rounds.withLockedValue { $0 }) rounds")
     }
 
     @Test("lossless: a consumer that stops reading closes the gate at the limit, loses nothing, and opens it again at half")
