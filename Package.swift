@@ -37,7 +37,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         .package(url: "https://github.com/OpenCombine/OpenCombine.git", from: "0.14.0"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
-        // permessage-deflate (zlib) for the client; the server's comes through hummingbird-websocket.
+        // Tests only: an independent zlib to check DuplexWire's permessage-deflate against.
         .package(url: "https://github.com/adam-fowler/compress-nio.git", from: "1.5.0"),
         // The PostgreSQL room store (`duplex-server --store postgres://…`).
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
@@ -45,8 +45,8 @@ let package = Package(
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
     ],
     targets: [
-        // zlib, as the server's event-loop permessage-deflate calls it (dictionaries included,
-        // which compress-nio does not expose).
+        // zlib, as DuplexWire's permessage-deflate calls it (dictionaries included, which
+        // compress-nio does not expose).
         .target(
             name: "CDuplexZlib",
             linkerSettings: [.linkedLibrary("z")]
@@ -56,11 +56,24 @@ let package = Package(
             name: "DuplexSchema",
             swiftSettings: swiftSettings
         ),
+        // The WebSocket protocol engine both ends run (RFC 6455 and 7692 as a state machine,
+        // zlib with bounded inflate): the client and the server each only carry out its actions.
+        .target(
+            name: "DuplexWire",
+            dependencies: [
+                "DuplexSchema",
+                "CDuplexZlib",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // The client library: WebSocket (and, later, SSE) over SwiftNIO.
         .target(
             name: "Duplex",
             dependencies: [
                 "DuplexSchema",
+                "DuplexWire",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -69,7 +82,6 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "CompressNIO", package: "compress-nio"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -95,12 +107,10 @@ let package = Package(
             name: "DuplexServer",
             dependencies: [
                 "DuplexSchema",
-                "CDuplexZlib",
+                "DuplexWire",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
-                .product(name: "HummingbirdWSCompression", package: "hummingbird-websocket"),
-                .product(name: "CompressNIO", package: "compress-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "DequeModule", package: "swift-collections"),
@@ -179,6 +189,7 @@ let package = Package(
                 "Duplex",
                 "DuplexSchema",
                 "DuplexServer",
+                "DuplexWire",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
@@ -265,10 +276,22 @@ let package = Package(
             dependencies: ["DuplexSchema"],
             swiftSettings: swiftSettings
         ),
+        // The protocol engine on its own: every RFC 6455 rule, for both roles.
+        .testTarget(
+            name: "DuplexWireTests",
+            dependencies: [
+                "DuplexWire",
+                "DuplexSchema",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "DuplexServerTests",
             dependencies: [
                 "DuplexServer",
+                "DuplexWire",
                 "DuplexTesting",
                 "DuplexSchema",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -1,3 +1,4 @@
+import DuplexWire
 import DuplexSchema
 import HTTPTypes
 import Hummingbird
@@ -60,15 +61,14 @@ extension DuplexServer {
         let path = request.uri.path
         if path == "/echo" {
             let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: configuration.echoSubprotocols)
-            return (headers, WebSocketService { channel, answer in try self.installEventLoopService(EchoService.shared, on: channel, extensionsAnswer: answer) })
+            return (headers, WebSocketService { channel, deflate in try self.installEventLoopService(EchoService.shared, on: channel, deflate: deflate) })
         }
         guard path.hasPrefix("/chat/") else { return nil }
         let roomName = String(path.dropFirst("/chat/".count))
         guard !roomName.isEmpty, !roomName.contains("/") else { return nil }
         let join = chatJoin(request, room: roomName)
         let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: [ChatProtocol.subprotocol])
-        return (headers, WebSocketService { channel, answer in
-            let agreement = self.deflateAgreement(answer)
+        return (headers, WebSocketService { channel, agreement in
             let drains = self.writerDrains.drains(for: channel.eventLoop)
             let writer = ChannelTextWriter(
                 channel: channel,
@@ -79,18 +79,18 @@ extension DuplexServer {
                 deflate: agreement.map { WriterDeflate(agreement: $0, zlib: drains.zlib) }
             )
             let member = ChatMemberService(server: self, store: self.rooms, join: join, room: roomName, writer: writer)
-            try self.installEventLoopService(member, on: channel, extensionsAnswer: answer)
+            try self.installEventLoopService(member, on: channel, deflate: agreement)
         })
     }
 
     /// Serves `service` on `channel`'s event loop (``EventLoopWebSocketHandler``), with
-    /// permessage-deflate as `extensionsAnswer` agreed it.
-    func installEventLoopService(_ service: any EventLoopWebSocketService, on channel: any Channel, extensionsAnswer: String?) throws {
+    /// permessage-deflate as the handshake agreed it (`deflate`).
+    func installEventLoopService(_ service: any EventLoopWebSocketService, on channel: any Channel, deflate: DeflateAgreement?) throws {
         let handler = EventLoopWebSocketHandler(
             configuration: .init(maxMessageBytes: configuration.maxMessageBytes, closeTimeout: configuration.closeTimeout),
             registry: connections,
             service: service,
-            deflate: deflateAgreement(extensionsAnswer).map { DeflateContext(agreement: $0, zlib: writerDrains.drains(for: channel.eventLoop).zlib) }
+            deflate: deflate.map { DeflateContext(agreement: $0, zlib: writerDrains.drains(for: channel.eventLoop).zlib) }
         )
         let pipeline = channel.pipeline.syncOperations
         try pipeline.addHandler(handler)
@@ -99,11 +99,6 @@ extension DuplexServer {
         if let guardHandler = try? pipeline.handler(type: ConnectionGuard.self) {
             pipeline.removeHandler(guardHandler, promise: nil)
         }
-    }
-
-    /// The permessage-deflate agreement the server's `Sec-WebSocket-Extensions` answer states.
-    func deflateAgreement(_ extensionsAnswer: String?) -> ServerDeflateAgreement? {
-        extensionsAnswer.flatMap { ServerDeflateAgreement(answer: $0, minimumBytes: configuration.compression?.minimumBytes ?? 0) }
     }
 
     /// The subprotocols a request offers in `Sec-WebSocket-Protocol`, in its order (every field,

@@ -215,7 +215,8 @@ public final class DuplexServer: Service, Sendable {
             http1: .init(idleTimeout: TimeAmount(configuration.idleTimeout)),
             ws: .init(
                 maxFrameSize: configuration.maxMessageBytes,
-                extensions: configuration.compression.map { [BoundedDeflate.factory($0, maxMessageBytes: configuration.maxMessageBytes)] } ?? [],
+                // permessage-deflate is negotiated by DuplexChildChannel (DuplexWire), not here.
+                extensions: [],
                 autoPing: .disabled,
                 closeTimeout: configuration.closeTimeout,
                 validateUTF8: true
@@ -231,7 +232,7 @@ public final class DuplexServer: Service, Sendable {
             router: makeRouter(),
             server: HTTPServerBuilder { responder in
                 GuardedChildChannel(
-                    base: DuplexChildChannel(responder: responder, configuration: channelConfiguration, route: self.webSocketService(for:)),
+                    base: DuplexChildChannel(responder: responder, configuration: channelConfiguration, compression: self.configuration.compression, route: self.webSocketService(for:)),
                     limits: guardLimits,
                     refusal: self.refusal,
                     tracker: self.channels

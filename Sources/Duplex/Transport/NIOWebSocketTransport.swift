@@ -1,4 +1,5 @@
 import DuplexSchema
+import DuplexWire
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
@@ -9,7 +10,8 @@ import NIOSSL
 import NIOWebSocket
 
 /// The SwiftNIO transport: TCP, NIOSSL for `wss://`, swift-nio's HTTP upgrade and WebSocket
-/// frame codec, and ``WebSocketFrameStateMachine`` for the protocol.
+/// frame codec, and DuplexWire's `WebSocketEngine` (in ``WebSocketClientHandler``) for the
+/// protocol.
 ///
 /// Messages reach the delegate from the channel's event loop with no task or actor hop in
 /// between; writes are submitted to the event loop in call order.
@@ -90,19 +92,26 @@ struct NIOWebSocketTransport: WebSocketTransport {
                         throw WebSocketError(.unexpectedSubprotocol, "the server chose subprotocol \(chosen.debugDescription), which was not offered")
                     }
                     // The only extension the client may offer is permessage-deflate.
-                    var codec: PerMessageDeflateCodec?
+                    var deflate: DeflateContext?
                     let answers = response.headers["Sec-WebSocket-Extensions"].filter { !$0.allSatisfy(\.isWhitespace) }
                     if !answers.isEmpty {
                         guard let offeredDeflate = configuration.compression else {
                             throw WebSocketError(.unexpectedExtension, "the server enabled the extension \(answers.joined(separator: ", ").prefix(100).debugDescription), which was not offered")
                         }
-                        let agreement = try PerMessageDeflateNegotiation.accept(answers.joined(separator: ", "), offered: offeredDeflate)
-                        codec = PerMessageDeflateCodec(agreement: agreement)
+                        let answer = answers.joined(separator: ", ")
+                        let agreement: DeflateAgreement
+                        do {
+                            agreement = try PerMessageDeflateNegotiation.accept(answer, offered: offeredDeflate)
+                        } catch let error as PerMessageDeflateNegotiation.Refusal {
+                            throw WebSocketError(.unexpectedExtension, "the server's permessage-deflate answer \(answer.prefix(100).debugDescription) \(error.reason)")
+                        }
+                        // The connection's own zlib streams, made on first use.
+                        deflate = DeflateContext(agreement: agreement, zlib: LoopZlib(memoryLevel: 8))
                     }
                     let outbox = Outbox(highWatermark: max(configuration.sendBufferHighWatermark, 1))
                     let handler = WebSocketClientHandler(
                         maxMessageBytes: configuration.maxMessageBytes,
-                        compression: codec,
+                        deflate: deflate,
                         closeTimeout: TimeAmount(configuration.closeTimeout),
                         outbox: outbox,
                         lowWatermark: Self.waterMark(configuration).low,
@@ -274,263 +283,6 @@ final class NIOWebSocketConnection: WebSocketTransportConnection {
     private func onLoop(_ body: @escaping @Sendable (WebSocketClientHandler) -> Void) {
         let handler = self.handler
         channel.eventLoop.execute { body(handler.value) }
-    }
-}
-
-/// The channel handler that runs ``WebSocketFrameStateMachine`` on the event loop, drains the
-/// ``Outbox`` while the channel is writable, and holds back reads while the consumers are behind.
-final class WebSocketClientHandler: ChannelDuplexHandler {
-    typealias InboundIn = WebSocketFrame
-    typealias OutboundIn = WebSocketFrame
-    typealias OutboundOut = WebSocketFrame
-
-    private var stateMachine: WebSocketFrameStateMachine
-    private let closeTimeout: TimeAmount
-    private let outbox: Outbox
-    /// Senders held back by the outbox go on once it is down to this many bytes.
-    private let lowWatermark: Int
-    private let delegate: any WebSocketTransportDelegate
-    private var context: ChannelHandlerContext?
-    private var peerClose: (code: WebSocketCloseCode, reason: String)?
-    private var failure: WebSocketError?
-    private var reported = false
-    private var maskingKeys = MaskingKeys()
-    /// Messages handed to the channel, and confirmed written, since the connection opened.
-    private var handed = 0
-    private var confirmed = 0
-    /// Messages taken from the outbox once the connection was closing: never written.
-    private var droppedWhileClosing = 0
-    /// Flushes waiting for the messages handed before them to be written, oldest first.
-    private var flushWaiters: [(upTo: Int, completion: @Sendable (Result<Void, any Error>) -> Void)] = []
-    /// A read the consumers held back.
-    private var readHeld = false
-    /// permessage-deflate, when negotiated.
-    private let compression: PerMessageDeflateCodec?
-
-    init(
-        maxMessageBytes: Int,
-        compression: PerMessageDeflateCodec? = nil,
-        closeTimeout: TimeAmount,
-        outbox: Outbox,
-        lowWatermark: Int,
-        delegate: any WebSocketTransportDelegate
-    ) {
-        self.lowWatermark = lowWatermark
-        self.compression = compression
-        self.stateMachine = WebSocketFrameStateMachine(maxMessageBytes: maxMessageBytes, compressionNegotiated: compression != nil)
-        self.closeTimeout = closeTimeout
-        self.outbox = outbox
-        self.delegate = delegate
-    }
-
-    func handlerAdded(context: ChannelHandlerContext) {
-        self.context = context
-        if !context.channel.isActive {
-            // The connection ended before the upgrade finished (a server can send its 101, a
-            // close and its FIN in one read): channelInactive has passed, so report it here, or
-            // the socket would wait forever on a dead connection.
-            stateMachine.channelClosed()
-            let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
-            context.eventLoop.execute { handler.value.report() }
-        }
-    }
-
-    func handlerRemoved(context: ChannelHandlerContext) {
-        self.context = nil
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        perform(stateMachine.received(unwrapInboundIn(data)), context: context)
-    }
-
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if error is NIOWebSocketError || error is ByteToMessageDecoderError {
-            perform(stateMachine.decodingFailed(error), context: context)
-        } else {
-            if failure == nil, stateMachine.state != .closed {
-                failure = WebSocketError(.connectionLost, "the connection failed: \(error)")
-            }
-            context.close(promise: nil)
-        }
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        stateMachine.channelClosed()
-        report()
-        context.fireChannelInactive()
-    }
-
-    func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if context.channel.isWritable { drain() }
-        context.fireChannelWritabilityChanged()
-    }
-
-    func read(context: ChannelHandlerContext) {
-        if delegate.transportShouldRead() {
-            context.read()
-        } else {
-            readHeld = true
-        }
-    }
-
-    // MARK: Requests from the socket, on the event loop
-
-    /// Hands what the outbox holds to the channel, with one flush; `force` writes even when the
-    /// channel is not writable (before a close frame).
-    func drain(force: Bool = false) {
-        guard let context else { return }
-        // Not writable: the drain stays scheduled, and channelWritabilityChanged runs it.
-        guard force || context.channel.isWritable else { return }
-        // A bounded batch per event-loop turn, so one busy connection does not hold back the
-        // others on its loop; the rest goes in the next turn (all of it before a close).
-        let (entries, drained, more) = outbox.take(upTo: force ? .max : Self.batchLimit, lowWatermark: lowWatermark)
-        var last: WebSocketFrame?
-        for entry in entries {
-            switch entry {
-            case .message(let message):
-                guard stateMachine.canSend else {
-                    droppedWhileClosing += 1
-                    continue
-                }
-                if let previous = last { context.write(wrapOutboundOut(previous), promise: nil) }
-                last = frame(for: message, allocator: context.channel.allocator)
-                handed += 1
-            case .flush(let completion):
-                flushWaiters.append((handed, completion))
-            }
-        }
-        if let last {
-            let batchEnd = handed
-            let promise = context.eventLoop.makePromise(of: Void.self)
-            context.writeAndFlush(wrapOutboundOut(last), promise: promise)
-            promise.futureResult.assumeIsolated().whenSuccess { self.confirm(upTo: batchEnd) }
-        } else {
-            confirm(upTo: confirmed)
-        }
-        if drained { delegate.transportDidDrain() }
-        if more {
-            let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
-            context.eventLoop.execute { handler.value.drain() }
-        }
-    }
-
-    /// The most messages written in one event-loop turn.
-    static let batchLimit = 256
-
-    private func frame(for message: WebSocketMessage, allocator: ByteBufferAllocator) -> WebSocketFrame {
-        let (opcode, payload): (WebSocketOpcode, ByteBuffer) = switch message {
-        case .string(let text): (.text, allocator.buffer(string: text))
-        case .data(let data): (.binary, allocator.buffer(bytes: data))
-        }
-        if let compression, compression.compresses(payload.readableBytes),
-            let compressed = try? compression.compress(payload, allocator: allocator)
-        {
-            return WebSocketFrame(fin: true, rsv1: true, opcode: opcode, maskKey: maskingKeys.next(), data: compressed)
-        }
-        return WebSocketFrame(fin: true, opcode: opcode, maskKey: maskingKeys.next(), data: payload)
-    }
-
-    /// Every message up to `count` is written: completes the flushes waiting for them.
-    private func confirm(upTo count: Int) {
-        confirmed = max(confirmed, count)
-        guard let first = flushWaiters.first, first.upTo <= confirmed else { return }
-        let done = flushWaiters.prefix { $0.upTo <= confirmed }
-        flushWaiters.removeFirst(done.count)
-        for waiter in done { waiter.completion(.success(())) }
-    }
-
-    func sendPing(_ payload: [UInt8]) {
-        guard let context, stateMachine.canSend else { return }
-        let frame = WebSocketFrame(fin: true, opcode: .ping, maskKey: maskingKeys.next(), data: context.channel.allocator.buffer(bytes: payload.prefix(125)))
-        context.writeAndFlush(wrapOutboundOut(frame), promise: nil)
-    }
-
-    func close(code: WebSocketCloseCode, reason: String) {
-        guard let context else { return }
-        // What was sent before the close goes first, writable or not.
-        drain(force: true)
-        perform(stateMachine.close(code: code, reason: reason), context: context)
-    }
-
-    func resumeReading() {
-        guard readHeld, let context, delegate.transportShouldRead() else { return }
-        readHeld = false
-        context.read()
-    }
-
-    // MARK: Actions
-
-    private func perform(_ action: WebSocketFrameStateMachine.Action, context: ChannelHandlerContext) {
-        switch action {
-        case .none:
-            break
-        case .deliver(let message):
-            delegate.transportDidReceive(message)
-        case .inflate(let opcode, let buffer):
-            guard let compression else { return }
-            do {
-                let inflated = try compression.inflate(buffer, maxBytes: stateMachine.maxMessageBytes, allocator: context.channel.allocator)
-                perform(stateMachine.inflated(opcode: opcode, buffer: inflated), context: context)
-            } catch {
-                perform(stateMachine.inflationFailed(tooLarge: error == .tooLarge), context: context)
-            }
-        case .sendPong(let payload):
-            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, maskKey: maskingKeys.next(), data: payload)), promise: nil)
-        case .pongReceived(let payload):
-            delegate.transportDidReceivePong(payload)
-        case .replyToClose(let reply, let peerCode, let reason):
-            peerClose = (peerCode, reason)
-            writeClose(code: reply, reason: "", context: context)
-            closeAfterTimeout(context: context)
-        case .closeHandshakeDone(let peerCode, let reason):
-            peerClose = (peerCode, reason)
-            context.close(promise: nil)
-        case .sendClose(let code, let reason):
-            writeClose(code: code, reason: reason, context: context)
-            closeAfterTimeout(context: context)
-        case .failConnection(let code, let reason, let error, let sendCloseFrame):
-            failure = error
-            if sendCloseFrame {
-                writeClose(code: code, reason: reason, context: context)
-            }
-            context.close(promise: nil)
-        }
-    }
-
-    private func writeClose(code: WebSocketCloseCode?, reason: String, context: ChannelHandlerContext) {
-        var payload = context.channel.allocator.buffer(capacity: 2 + reason.utf8.count)
-        if let code {
-            payload.writeInteger(code.rawValue)
-            payload.writeBytes(reason.utf8.prefix(123))
-        }
-        context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, maskKey: maskingKeys.next(), data: payload)), promise: nil)
-    }
-
-    /// The server should end the TCP connection after the close handshake; if it does not
-    /// within the close timeout, the client does.
-    private func closeAfterTimeout(context: ChannelHandlerContext) {
-        let channel = context.channel
-        channel.eventLoop.scheduleTask(in: closeTimeout) {
-            channel.close(promise: nil)
-        }
-    }
-
-    private func report() {
-        guard !reported else { return }
-        reported = true
-        let (left, refused) = outbox.close()
-        var unwritten = refused + droppedWhileClosing + (handed - confirmed)
-        let lost = WebSocketError(.connectionLost, "the connection closed before the messages were written")
-        for entry in left {
-            switch entry {
-            case .message: unwritten += 1
-            case .flush(let completion): completion(.failure(lost))
-            }
-        }
-        let waiters = flushWaiters
-        flushWaiters = []
-        for waiter in waiters { waiter.completion(.failure(lost)) }
-        delegate.transportDidClose(code: peerClose?.code, reason: peerClose?.reason ?? "", error: failure, unwrittenMessages: unwritten)
     }
 }
 

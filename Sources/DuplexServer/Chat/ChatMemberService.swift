@@ -59,7 +59,7 @@ final class ChatMemberService: EventLoopWebSocketService {
         writer.whenWritten {
             guard let (code, reason) = ending.withLockedValue({ $0 }) else { return }
             let (handler, context) = bound.value
-            handler.close(code: code.nio, reason: reason, context: context)
+            handler.close(code: code, reason: reason, context: context)
         }
         let join: ChatJoin
         switch self.join {

@@ -1,3 +1,5 @@
+import DuplexSchema
+import DuplexWire
 import HTTPTypes
 import Hummingbird
 import HummingbirdCore
@@ -12,12 +14,12 @@ import NIOWebSocket
 
 /// How a WebSocket route serves an upgraded connection: the handlers it installs on the
 /// connection's event loop (``EventLoopWebSocketHandler`` and a service), with no task per
-/// connection. They get the server's `Sec-WebSocket-Extensions` answer, if it gave one, and
-/// apply it.
+/// connection. They get the permessage-deflate agreement, if the handshake made one, and apply
+/// it.
 struct WebSocketService: Sendable {
-    let install: @Sendable (_ channel: any Channel, _ extensionsAnswer: String?) throws -> Void
+    let install: @Sendable (_ channel: any Channel, _ deflate: DeflateAgreement?) throws -> Void
 
-    init(_ install: @escaping @Sendable (_ channel: any Channel, _ extensionsAnswer: String?) throws -> Void) {
+    init(_ install: @escaping @Sendable (_ channel: any Channel, _ deflate: DeflateAgreement?) throws -> Void) {
         self.install = install
     }
 }
@@ -46,22 +48,27 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
     let responder: HTTPChannelHandler.Responder
     let route: Router
     let configuration: HTTP1WebSocketUpgradeChannel.Configuration
+    /// The server's permessage-deflate settings; nil declines every offer.
+    let compression: PerMessageDeflate?
 
     init(
         responder: @escaping HTTPChannelHandler.Responder,
         configuration: HTTP1WebSocketUpgradeChannel.Configuration,
+        compression: PerMessageDeflate?,
         route: @escaping Router
     ) {
         self.responder = Self.upgradeRedirecting(responder)
         self.configuration = configuration
+        self.compression = compression
         self.route = route
     }
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         channel.eventLoop.makeCompletedFuture {
             let upgradeAttempted = NIOLoopBoundBox(false, eventLoop: channel.eventLoop)
-            let chosen = NIOLoopBoundBox<(service: WebSocketService, extensionsAnswer: String?)?>(nil, eventLoop: channel.eventLoop)
+            let chosen = NIOLoopBoundBox<(service: WebSocketService, deflate: DeflateAgreement?)?>(nil, eventLoop: channel.eventLoop)
             let configuration = self.configuration
+            let compression = self.compression
             let route = self.route
             let upgrader = NIOTypedWebSocketServerUpgrader<UpgradeResult>(
                 maxFrameSize: configuration.ws.maxFrameSize,
@@ -79,22 +86,20 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
                     guard let (headers, service) = route(request) else {
                         return channel.eventLoop.makeSucceededFuture(nil)
                     }
-                    return channel.eventLoop.makeCompletedFuture {
-                        let (responseHeaders, extensions) = try Self.negotiateExtensions(
-                            configuration.ws.extensions,
-                            request: request.headers,
-                            response: headers
-                        )
-                        chosen.value = (service, extensions.isEmpty ? nil : responseHeaders[.secWebSocketExtensions])
-                        return HTTPHeaders(responseHeaders)
+                    var responseHeaders = headers
+                    let deflate = compression.flatMap {
+                        PerMessageDeflateNegotiation.answer(offers: request.headers[values: .secWebSocketExtensions], settings: $0)
                     }
+                    if let deflate { responseHeaders[.secWebSocketExtensions] = deflate.answer }
+                    chosen.value = (service, deflate?.agreement)
+                    return channel.eventLoop.makeSucceededFuture(HTTPHeaders(responseHeaders))
                 },
                 upgradePipelineHandler: { channel, _ in
                     channel.eventLoop.makeCompletedFuture {
-                        guard let (service, answer) = chosen.value else {
+                        guard let (service, deflate) = chosen.value else {
                             preconditionFailure("an upgrade always follows a chosen service")
                         }
-                        try service.install(channel, answer)
+                        try service.install(channel, deflate)
                         return .servedOnEventLoop
                     }
                 }
@@ -152,20 +157,6 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
             let head = HTTPResponse(status: .badRequest, headerFields: [.connection: "close", .contentLength: "0"])
             try await outbound.write(contentsOf: [.head(head), .end(nil)])
         }
-    }
-
-    /// permessage-deflate and any other configured extension, as the client offered them.
-    static func negotiateExtensions(
-        _ builders: [any WebSocketExtensionBuilder],
-        request: HTTPFields,
-        response: HTTPFields
-    ) throws -> (HTTPFields, [any WebSocketExtension]) {
-        var response = response
-        let offered = WebSocketExtensionHTTPParameters.parseHeaders(request)
-        for header in builders.compactMap({ $0.serverResponseHeader(to: offered) }) {
-            response.append(.init(name: .secWebSocketExtensions, value: header))
-        }
-        return (response, try builders.compactMap { try $0.serverExtension(from: offered) })
     }
 
     /// An upgrade asked for on a connection already serving HTTP cannot be carried out there

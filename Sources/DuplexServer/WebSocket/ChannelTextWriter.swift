@@ -1,3 +1,4 @@
+import DuplexWire
 import DequeModule
 import NIOConcurrencyHelpers
 import NIOCore
@@ -275,12 +276,12 @@ final class ChannelTextWriter: Sendable {
         guard let deflate else { return item.frame }
         let payload = ServerTextFrame.payload(of: item.frame)
         let agreement = deflate.agreement
-        guard payload.readableBytes >= agreement.minimumBytes, agreement.serverWindowBits >= 9 else { return item.frame }
+        guard payload.readableBytes >= agreement.minimumBytes, agreement.sendWindowBits >= 9 else { return item.frame }
         let make = { () -> ByteBuffer? in
-            deflate.zlib.deflate(payload, windowBits: agreement.serverWindowBits, dictionary: nil, allocator: self.channel.allocator)
+            deflate.zlib.deflate(payload, windowBits: agreement.sendWindowBits, dictionary: nil, allocator: self.channel.allocator)
                 .map { ServerTextFrame.encode(payload: $0, compressed: true) }
         }
-        let compressed = item.deflated.map { $0.frame(windowBits: agreement.serverWindowBits, make: make) } ?? make()
+        let compressed = item.deflated.map { $0.frame(windowBits: agreement.sendWindowBits, make: make) } ?? make()
         return compressed ?? item.frame
     }
 }
@@ -289,7 +290,7 @@ final class ChannelTextWriter: Sendable {
 /// shared streams. Each message is compressed on its own, which is valid whether or not the
 /// agreement keeps context (the peer's inflater only ever adds to its window).
 struct WriterDeflate: Sendable {
-    let agreement: ServerDeflateAgreement
+    let agreement: DeflateAgreement
     let zlib: LoopZlib
 }
 

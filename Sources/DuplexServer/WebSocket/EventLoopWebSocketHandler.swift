@@ -1,4 +1,5 @@
 import DuplexSchema
+import DuplexWire
 import NIOCore
 import NIOWebSocket
 
@@ -21,26 +22,22 @@ protocol EventLoopWebSocketService: AnyObject {
 
 /// A WebSocket connection served on its event loop: no task, no stream, no actor per connection.
 ///
-/// It sits after swift-nio's `WebSocketFrameDecoder` and answers its refusals itself (a frame
-/// over the size limit with 1009, a malformed control frame with 1002): NIO's
-/// `WebSocketProtocolErrorHandler` is left out, since it would send a second close frame after
-/// one this handler sent. It does
-/// what RFC 6455 asks of a server, and hands each whole message to its service:
-/// - fragments are reassembled;
-/// - a message over `maxMessageBytes` gets 1009, invalid UTF-8 in a text message 1007 (for an
-///   uncompressed fragmented message, at the first fragment that makes it invalid), reserved
-///   bits, a reserved opcode, a continuation with nothing to continue or a new message inside a
-///   fragmented one 1002;
-/// - pings are answered with pongs; a client's close is answered (1000, or 1002 for a bad code)
-///   and the connection closed;
+/// It sits after swift-nio's `WebSocketFrameDecoder` and runs DuplexWire's `WebSocketEngine` as
+/// the server: the engine applies RFC 6455 and 7692 (masking, fragments, UTF-8, control frames,
+/// the close handshake, the message limit; 1002, 1007 or 1009 for what breaks them) and this
+/// handler carries out what it answers, handing each whole message to its service. NIO's
+/// `WebSocketProtocolErrorHandler` is left out: the decoder's refusals go to the engine too, so
+/// no second close frame follows one already sent. Besides:
 /// - the registry's commands (close, drop, stall) arrive through ``deliver(_:context:)``; a close
-///   the server starts waits `closeTimeout` for the client's answer, then closes TCP;
+///   the server starts waits `closeTimeout` for the client's answer, then closes TCP; after any
+///   close frame the server sent or answered, TCP is closed as soon as it is written (the server
+///   closes first, RFC 6455 section 7.1.1);
 /// - backpressure: while the channel is not writable (the client does not read), the handler
 ///   stops reading, so the client's sends are held back by TCP, not buffered here;
-/// - permessage-deflate, when negotiated (``DeflateContext``): a message whose first frame has
-///   RSV1 is inflated within `maxMessageBytes` (1009 past it, 1007 for bytes that do not inflate),
-///   and what ``send(_:opcode:context:)`` sends of at least the threshold goes compressed. The
-///   zlib streams are the event loop's, shared; the connection keeps only its two windows.
+/// - permessage-deflate, when negotiated (``DeflateContext``): a compressed message is inflated
+///   within `maxMessageBytes`, and what ``send(_:opcode:context:)`` sends of at least the
+///   threshold goes compressed. The zlib streams are the event loop's, shared; the connection
+///   keeps only its two windows.
 ///
 /// Writes are flushed once per read batch, so pipelined messages share a system call.
 final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
@@ -58,14 +55,8 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     private let registry: ConnectionRegistry
     private let service: any EventLoopWebSocketService
     private var registration: UInt64?
-    private var state = WebSocketCloseState()
+    private var engine: WebSocketEngine
     private var deflate: DeflateContext?
-    /// The opcode and bytes of a fragmented message being reassembled, and whether it is
-    /// compressed.
-    private var fragments: (opcode: WebSocketOpcode, buffer: ByteBuffer, compressed: Bool)?
-    /// While an uncompressed text message arrives in fragments: its UTF-8 so far, checked as
-    /// each fragment comes, so invalid text is refused at once (RFC 6455 section 8.1).
-    private var fragmentText: UTF8Validator?
     private var needsFlush = false
     /// Whether a read batch has ended here (`channelReadComplete`): from then on, every read
     /// comes from the socket and is followed by one, which flushes what it wrote.
@@ -84,6 +75,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         self.registry = registry
         self.service = service
         self.deflate = deflate
+        self.engine = WebSocketEngine(role: .server, maxMessageBytes: configuration.maxMessageBytes, compressionNegotiated: deflate != nil)
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -114,7 +106,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     /// (until it holds again), then reading resumes.
     func release(context: ChannelHandlerContext) {
         isHeld = false
-        while !isHeld, state.isOpen, let next = held.popFirst() {
+        while !isHeld, engine.canSend, let next = held.popFirst() {
             service.receive(next.message, opcode: next.opcode, handler: self, context: context)
         }
         guard !isHeld, context.channel.isActive else { return }
@@ -153,76 +145,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     // MARK: Reading
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let frame = unwrapInboundIn(data)
-        guard state.isOpen else {
-            // Closing: only the client's close matters now.
-            if frame.opcode == .connectionClose { context.close(promise: nil) }
-            return
-        }
-        // RFC 6455 section 5.1: a client masks every frame, those sent with the handshake too.
-        guard frame.maskKey != nil else {
-            return fail(.protocolError, "client frames must be masked", context: context)
-        }
-        guard frame.rsv2 == false, frame.rsv3 == false else {
-            return fail(.protocolError, "reserved bits set without an extension", context: context)
-        }
-        // RSV1 marks a compressed message, on its first frame only (RFC 7692 section 6).
-        if frame.rsv1 {
-            guard deflate != nil else {
-                return fail(.protocolError, "reserved bits set without an extension", context: context)
-            }
-            guard frame.opcode == .text || frame.opcode == .binary else {
-                return fail(.protocolError, "RSV1 on a frame that does not begin a message", context: context)
-            }
-        }
-        switch frame.opcode {
-        case .text, .binary:
-            guard fragments == nil else {
-                return fail(.protocolError, "a new message inside a fragmented one", context: context)
-            }
-            if frame.fin {
-                deliver(message: frame.unmaskedData, opcode: frame.opcode, compressed: frame.rsv1, context: context)
-            } else {
-                let data = frame.unmaskedData
-                if frame.opcode == .text, !frame.rsv1 {
-                    var text = UTF8Validator()
-                    guard text.feed(data.readableBytesView) else {
-                        return fail(.dataInconsistentWithMessage, "invalid UTF-8", context: context)
-                    }
-                    fragmentText = text
-                }
-                fragments = (frame.opcode, data, frame.rsv1)
-                checkFragmentSize(context: context)
-            }
-        case .continuation:
-            guard case (let opcode, var buffer, let compressed)? = fragments else {
-                return fail(.protocolError, "a continuation frame with no message to continue", context: context)
-            }
-            fragments = nil
-            var data = frame.unmaskedData
-            if var text = fragmentText {
-                fragmentText = nil
-                guard text.feed(data.readableBytesView), !frame.fin || text.isComplete else {
-                    return fail(.dataInconsistentWithMessage, "invalid UTF-8", context: context)
-                }
-                if !frame.fin { fragmentText = text }
-            }
-            buffer.writeBuffer(&data)
-            if frame.fin {
-                deliver(message: buffer, opcode: opcode, compressed: compressed, context: context)
-            } else {
-                fragments = (opcode, buffer, compressed)
-                checkFragmentSize(context: context)
-            }
-        case .ping:
-            write(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData), context: context)
-        case .pong:
-            break
-        case .connectionClose:
-            answerClose(frame.unmaskedData, context: context)
-        default:
-            fail(.protocolError, "a reserved opcode", context: context)
-        }
+        perform(engine.received(unwrapInboundIn(data)), context: context)
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
@@ -234,19 +157,11 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         context.fireUserInboundEventTriggered(event)
     }
 
-    /// A frame NIO's decoder refused (too long for the frame limit: 1009; a fragmented or long
-    /// control frame: 1002) fails the connection, unless it is closing already: then TCP is
-    /// closed, and no second close frame goes out.
+    /// A frame NIO's decoder refused (too long for the frame limit, a fragmented or long control
+    /// frame) goes to the engine, which fails the connection unless it is closing already.
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        guard let error = error as? NIOWebSocketError else { return context.fireErrorCaught(error) }
-        if state.isOpen {
-            switch error {
-            case .invalidFrameLength: fail(.messageTooLarge, "a frame longer than the limit", context: context)
-            default: fail(.protocolError, "a fragmented or long control frame", context: context)
-            }
-        } else {
-            context.close(promise: nil)
-        }
+        guard error is NIOWebSocketError else { return context.fireErrorCaught(error) }
+        perform(engine.decodingFailed(error), context: context)
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
@@ -255,40 +170,63 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         context.fireChannelReadComplete()
     }
 
-    private func checkFragmentSize(context: ChannelHandlerContext) {
-        if let fragments, fragments.buffer.readableBytes > configuration.maxMessageBytes {
-            fail(.messageTooLarge, "message too large", context: context)
+    /// Carries out what the engine answered.
+    private func perform(_ action: WebSocketEngine.Action, context: ChannelHandlerContext) {
+        switch action {
+        case .none:
+            break
+        case .deliver(let opcode, let message):
+            // Messages still in flight after the server's close frame are not served.
+            guard engine.canSend else { return }
+            if isHeld {
+                held.append((message, opcode))
+            } else {
+                service.receive(message, opcode: opcode, handler: self, context: context)
+            }
+        case .inflate(let opcode, let payload):
+            guard deflate != nil else { return }
+            do {
+                let message = try deflate!.inflate(payload, maxBytes: configuration.maxMessageBytes, allocator: context.channel.allocator)
+                perform(engine.inflated(opcode, message), context: context)
+            } catch {
+                perform(engine.inflationFailed(tooLarge: error == .tooLarge), context: context)
+            }
+        case .sendPong(let payload):
+            write(WebSocketFrame(fin: true, opcode: .pong, data: payload), context: context)
+        case .pongReceived:
+            break
+        case .replyToClose(let code, _):
+            closing(context: context)
+            closeAfter(writeClose(code, reason: "", context: context), context: context)
+        case .closeHandshakeDone:
+            context.close(promise: nil)
+        case .sendClose(let code, let reason):
+            closing(context: context)
+            writeClose(code, reason: reason, context: context)
+            let timeout = TimeAmount(configuration.closeTimeout)
+            let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
+            closeDeadline = context.eventLoop.scheduleTask(in: timeout) { bound.value.close(promise: nil) }
+        case .fail(let code, let reason, let sendCloseFrame):
+            if sendCloseFrame {
+                closing(context: context)
+                closeAfter(writeClose(code, reason: reason, context: context), context: context)
+            } else {
+                context.close(promise: nil)
+            }
         }
     }
 
-    private func deliver(message: ByteBuffer, opcode: WebSocketOpcode, compressed: Bool, context: ChannelHandlerContext) {
-        guard message.readableBytes <= configuration.maxMessageBytes else {
-            return fail(.messageTooLarge, "message too large", context: context)
-        }
-        var message = message
-        if compressed, deflate != nil {
-            do {
-                message = try deflate!.inflate(message, maxBytes: configuration.maxMessageBytes, allocator: context.channel.allocator)
-            } catch .tooLarge {
-                return fail(.messageTooLarge, "message too large once inflated", context: context)
-            } catch {
-                return fail(.dataInconsistentWithMessage, "the compressed message does not inflate", context: context)
-            }
-        }
-        if opcode == .text, !message.readableBytesView.isValidUTF8 {
-            return fail(.dataInconsistentWithMessage, "invalid UTF-8", context: context)
-        }
-        if isHeld {
-            held.append((message, opcode))
-        } else {
-            service.receive(message, opcode: opcode, handler: self, context: context)
-        }
+    /// The server's close frame goes out now: the service sends nothing after it, and nothing
+    /// kept is handed over; reading resumes for the client's close frame.
+    private func closing(context: ChannelHandlerContext) {
+        service.closing()
+        dropHeld(context: context)
     }
 
     /// Sends a message, compressed when permessage-deflate was agreed and it reaches the
     /// threshold; flushed with the read batch. Nothing is sent once the connection is closing.
     func send(_ message: ByteBuffer, opcode: WebSocketOpcode, context: ChannelHandlerContext) {
-        guard state.isOpen else { return }
+        guard engine.canSend else { return }
         if deflate != nil {
             let (payload, compressed) = deflate!.deflate(message, allocator: context.channel.allocator)
             write(WebSocketFrame(fin: true, rsv1: compressed, opcode: opcode, data: payload), context: context)
@@ -299,58 +237,20 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
 
     /// Starts the close handshake with `code` (the reason cut to fit a control frame), and
     /// closes TCP if the client has not answered within `closeTimeout`.
-    func close(code: WebSocketErrorCode, reason: String, context: ChannelHandlerContext) {
-        guard state.isOpen else { return }
-        fragments = nil
-        fragmentText = nil
-        state.closeSent()
-        service.closing()
-        dropHeld(context: context)
-        context.writeAndFlush(wrapOutboundOut(closeFrame(code, reason, allocator: context.channel.allocator)), promise: nil)
-        let timeout = TimeAmount(configuration.closeTimeout)
-        let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
-        closeDeadline = context.eventLoop.scheduleTask(in: timeout) { bound.value.close(promise: nil) }
+    func close(code: WebSocketCloseCode, reason: String, context: ChannelHandlerContext) {
+        perform(engine.close(code: code, reason: reason), context: context)
     }
 
-    /// The client's close: answered with 1000, or 1002 for a malformed one, then TCP is closed.
-    private func answerClose(_ payload: ByteBuffer, context: ChannelHandlerContext) {
-        state.closeReceived()
-        service.closing()
-        held.removeAll()
-        let code = WebSocketCloseState.answer(toClose: payload)
-        var data = context.channel.allocator.buffer(capacity: 2)
-        data.write(webSocketErrorCode: code)
-        closeAfter(context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: data))), context: context)
-    }
-
-    /// Sends a close frame for a violation and closes TCP once it is written.
-    private func fail(_ code: WebSocketErrorCode, _ reason: String, context: ChannelHandlerContext) {
-        guard state.isOpen else { return }
-        fragments = nil
-        fragmentText = nil
-        state.closeSent()
-        service.closing()
-        closeAfter(context.writeAndFlush(wrapOutboundOut(closeFrame(code, reason, allocator: context.channel.allocator))), context: context)
+    @discardableResult
+    private func writeClose(_ code: WebSocketCloseCode?, reason: String, context: ChannelHandlerContext) -> EventLoopFuture<Void> {
+        let payload = WebSocketEngine.closePayload(code, reason: reason, allocator: context.channel.allocator)
+        return context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: payload)))
     }
 
     /// Closes TCP once `write` completes: the server closes first, as RFC 6455 section 7.1.1 asks.
     private func closeAfter(_ write: EventLoopFuture<Void>, context: ChannelHandlerContext) {
         let context = NIOLoopBound(context, eventLoop: context.eventLoop)
         write.whenComplete { _ in context.value.close(promise: nil) }
-    }
-
-    /// A close frame; the reason is cut, at a character boundary, to the 123 bytes a control
-    /// frame has room for (RFC 6455 section 5.5).
-    private func closeFrame(_ code: WebSocketErrorCode, _ reason: String, allocator: ByteBufferAllocator) -> WebSocketFrame {
-        var length = 0
-        let reason = reason.prefix { character in
-            length += character.utf8.count
-            return length <= 123
-        }
-        var data = allocator.buffer(capacity: 2 + reason.utf8.count)
-        data.write(webSocketErrorCode: code)
-        data.writeSubstring(reason)
-        return WebSocketFrame(fin: true, opcode: .connectionClose, data: data)
     }
 
     private func write(_ frame: WebSocketFrame, context: ChannelHandlerContext) {
@@ -403,7 +303,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     func deliver(_ command: ConnectionCommand, context: ChannelHandlerContext) {
         switch command {
         case .close(let code, let reason):
-            close(code: code.nio, reason: reason, context: context)
+            close(code: code, reason: reason, context: context)
         case .drop:
             context.close(promise: nil)
         case .stall(let duration):
@@ -422,51 +322,5 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
                 handler.resumeReading(context: context)
             }
         }
-    }
-}
-
-/// Whether an event-loop WebSocket connection is open, or which side began to close it.
-struct WebSocketCloseState: Sendable, Equatable {
-    enum Phase: Sendable, Equatable {
-        case open
-        /// The server sent a close frame and waits for the client's.
-        case closeSent
-        /// The client's close arrived and was answered.
-        case closeReceived
-    }
-
-    private(set) var phase: Phase = .open
-
-    var isOpen: Bool { phase == .open }
-
-    mutating func closeSent() {
-        if phase == .open { phase = .closeSent }
-    }
-
-    mutating func closeReceived() {
-        phase = .closeReceived
-    }
-
-    /// The code that answers a client's close frame (RFC 6455 sections 5.5.1 and 7.4): 1000 for
-    /// an empty payload or a valid code with a UTF-8 reason; 1002 for a one-byte payload, a
-    /// code no endpoint may send, or a reason that is not UTF-8.
-    static func answer(toClose payload: ByteBuffer) -> WebSocketErrorCode {
-        if payload.readableBytes == 0 { return .normalClosure }
-        var payload = payload
-        guard let raw = payload.readInteger(as: UInt16.self) else { return .protocolError }
-        guard payload.readableBytesView.isValidUTF8 else { return .protocolError }
-        switch raw {
-        case 1000...1003, 1007...1014, 3000...4999: return .normalClosure
-        default: return .protocolError
-        }
-    }
-}
-
-extension ByteBufferView {
-    /// Whether these bytes are well-formed UTF-8.
-    var isValidUTF8: Bool {
-        // ASCII, the usual case, needs no decoder.
-        if allSatisfy({ $0 < 0x80 }) { return true }
-        return String(validating: self, as: UTF8.self) != nil
     }
 }

@@ -1,3 +1,4 @@
+import DuplexWire
 import NIOConcurrencyHelpers
 import NIOCore
 

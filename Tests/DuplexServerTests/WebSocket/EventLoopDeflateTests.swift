@@ -2,6 +2,7 @@ import CompressNIO
 @testable import DuplexServer
 import DuplexSchema
 import DuplexTesting
+import DuplexWire
 import NIOCore
 import Testing
 
@@ -26,10 +27,8 @@ struct EventLoopDeflateTests {
     @Test("a client's persistent compressor is inflated through the shared stream, message after message", arguments: [9, 12, 15])
     func inflatesContextTakeover(windowBits: Int) throws {
         let client = try ZlibCompressor(algorithm: .deflate, configuration: ZlibConfiguration(windowSize: Int32(windowBits)))
-        var answer = "permessage-deflate; client_max_window_bits=\(windowBits)"
-        if windowBits == 15 { answer = "permessage-deflate" }
-        let agreement = try #require(ServerDeflateAgreement(answer: answer, minimumBytes: 0))
-        #expect(agreement.clientWindowBits == windowBits)
+        let agreement = try #require(Self.agreement(offer: "permessage-deflate; client_max_window_bits=\(windowBits)"))
+        #expect(agreement.receiveWindowBits == windowBits)
         var context = DeflateContext(agreement: agreement, zlib: LoopZlib())
         var sizes: [Int] = []
         for message in Self.messages {
@@ -46,7 +45,7 @@ struct EventLoopDeflateTests {
     @Test("the shared compressor with a connection's window is read by a client's persistent inflater", arguments: [9, 12, 15])
     func deflatesContextTakeover(windowBits: Int) throws {
         let client = try ZlibDecompressor(algorithm: .deflate, windowSize: Int32(windowBits))
-        let agreement = try #require(ServerDeflateAgreement(answer: "permessage-deflate; server_max_window_bits=\(windowBits)", minimumBytes: 0))
+        let agreement = try #require(Self.agreement(offer: "permessage-deflate; server_max_window_bits=\(windowBits)"))
         var context = DeflateContext(agreement: agreement, zlib: LoopZlib())
         var sizes: [Int] = []
         for message in Self.messages {
@@ -63,8 +62,8 @@ struct EventLoopDeflateTests {
 
     @Test("without context takeover each message stands alone; under the threshold a message goes uncompressed")
     func noContextTakeoverAndThreshold() throws {
-        let agreement = try #require(ServerDeflateAgreement(answer: "permessage-deflate; server_no_context_takeover; client_no_context_takeover", minimumBytes: 100))
-        #expect(agreement.serverNoContextTakeover && agreement.clientNoContextTakeover)
+        let agreement = try #require(Self.agreement(offer: "permessage-deflate; server_no_context_takeover; client_no_context_takeover", minimumBytes: 100))
+        #expect(agreement.sendNoContextTakeover && agreement.receiveNoContextTakeover)
         var context = DeflateContext(agreement: agreement, zlib: LoopZlib())
         for message in Self.messages.prefix(3) {
             let (payload, compressed) = context.deflate(ByteBuffer(string: message), allocator: Self.allocator)
@@ -81,7 +80,7 @@ struct EventLoopDeflateTests {
 
     @Test("inflating stops one byte past the limit, and bytes that are not deflate are corrupt")
     func bombAndGarbage() throws {
-        var context = DeflateContext(agreement: try #require(ServerDeflateAgreement(answer: "permessage-deflate", minimumBytes: 0)), zlib: LoopZlib())
+        var context = DeflateContext(agreement: try #require(Self.agreement(offer: "permessage-deflate")), zlib: LoopZlib())
         let compressor = try ZlibCompressor(algorithm: .deflate)
         var zeros = Self.allocator.buffer(repeating: 0, count: 4 << 20)
         var bomb = try zeros.compressStream(with: compressor, flush: .sync, allocator: Self.allocator)
@@ -100,7 +99,7 @@ struct EventLoopDeflateTests {
     /// refused what the client's inflater read.
     @Test("a message ending in a final block (BFINAL, RFC 7692 section 7.2.3.3) inflates, and the next one refers back to it")
     func finalBlock() throws {
-        var context = DeflateContext(agreement: try #require(ServerDeflateAgreement(answer: "permessage-deflate", minimumBytes: 0)), zlib: LoopZlib())
+        var context = DeflateContext(agreement: try #require(Self.agreement(offer: "permessage-deflate")), zlib: LoopZlib())
         // A stored block with BFINAL set, holding "hello".
         let stored = ByteBuffer(bytes: [0x01, 0x05, 0x00, 0xFA, 0xFF] + Array("hello".utf8))
         #expect(String(buffer: try context.inflate(stored, maxBytes: 1024, allocator: Self.allocator)) == "hello")
@@ -195,19 +194,49 @@ struct EventLoopDeflateTests {
         }
     }
 
-    @Test("window sizes from a hostile offer are held to 8...15", arguments: [
-        ("permessage-deflate; client_max_window_bits=-5; server_max_window_bits=99", 8, 15),
-        ("permessage-deflate; client_max_window_bits=99; server_max_window_bits=-1", 15, 8),
-        ("permessage-deflate; client_max_window_bits=\"10\"", 10, 15),
-    ])
-    func hostileWindowBits(answer: String, client: Int, server: Int) throws {
-        let agreement = try #require(ServerDeflateAgreement(answer: answer, minimumBytes: 0))
-        #expect(agreement.clientWindowBits == client && agreement.serverWindowBits == server)
+    /// The server's agreement for a client's offer, with the server's settings at their widest.
+    static func agreement(offer: String, minimumBytes: Int = 0) -> DeflateAgreement? {
+        PerMessageDeflateNegotiation.answer(offers: [offer], settings: PerMessageDeflate(minimumBytes: minimumBytes))?.agreement
+    }
+
+    @Test("the server's answer: the first well-formed offer is taken, windows as asked, an offer with a bad parameter declined", arguments: [
+        ("permessage-deflate; client_max_window_bits=-5; server_max_window_bits=99", nil, nil),
+        ("permessage-deflate; server_max_window_bits", nil, nil),
+        ("permessage-deflate; mystery=1", nil, nil),
+        ("permessage-deflate; client_no_context_takeover; client_no_context_takeover", nil, nil),
+        ("x-webkit-deflate-frame", nil, nil),
+        ("permessage-deflate; client_max_window_bits=\"10\"", "permessage-deflate; client_max_window_bits=10", 10),
+        ("permessage-deflate; server_max_window_bits=8", "permessage-deflate; server_max_window_bits=8", 15),
+        ("permessage-deflate; mystery, permessage-deflate; server_no_context_takeover", "permessage-deflate; server_no_context_takeover", 15),
+        ("x-webkit-deflate-frame, permessage-deflate; client_max_window_bits", "permessage-deflate", 15),
+    ] as [(String, String?, Int?)])
+    func serverAnswer(offer: String, answer: String?, clientWindow: Int?) throws {
+        let answered = PerMessageDeflateNegotiation.answer(offers: [offer], settings: PerMessageDeflate(minimumBytes: 0))
+        #expect(answered?.answer == answer)
+        #expect(answered?.agreement.receiveWindowBits == clientWindow)
+        guard let agreement = answered?.agreement else { return }
         var context = DeflateContext(agreement: agreement, zlib: LoopZlib())
         let message = ByteBuffer(string: Self.messages[0])
         let (payload, compressed) = context.deflate(message, allocator: Self.allocator)
-        #expect(compressed == (server >= 9), "no compressing with a window zlib cannot make")
+        #expect(compressed == (agreement.sendWindowBits >= 9), "no compressing with a window zlib cannot make")
         #expect(compressed || payload == message)
+    }
+
+    @Test("the server's own settings go into its answer: its window, its context takeover, the cap on the client's window")
+    func serverSettings() throws {
+        let settings = PerMessageDeflate(minimumBytes: 16, maxWindowBits: 12, noContextTakeover: true, peerNoContextTakeover: true, peerMaxWindowBits: 10)
+        let answered = try #require(PerMessageDeflateNegotiation.answer(offers: ["permessage-deflate; client_max_window_bits"], settings: settings))
+        #expect(answered.answer == "permessage-deflate; server_max_window_bits=12; server_no_context_takeover; client_max_window_bits=10; client_no_context_takeover")
+        #expect(answered.agreement == DeflateAgreement(sendWindowBits: 12, sendNoContextTakeover: true, receiveWindowBits: 10, receiveNoContextTakeover: true, minimumBytes: 16))
+        let uncapped = try #require(PerMessageDeflateNegotiation.answer(offers: ["permessage-deflate"], settings: settings))
+        #expect(!uncapped.answer.contains("client_max_window_bits"), "a client that did not offer client_max_window_bits cannot be capped")
+        #expect(uncapped.agreement.receiveWindowBits == 15)
+        // What the server answers, the client accepts, and the two agree mirror-wise.
+        let offer = PerMessageDeflateNegotiation.offer(PerMessageDeflate(maxWindowBits: 11, peerMaxWindowBits: 9))
+        let server = try #require(PerMessageDeflateNegotiation.answer(offers: [offer], settings: settings))
+        let client = try PerMessageDeflateNegotiation.accept(server.answer, offered: PerMessageDeflate(maxWindowBits: 11, peerMaxWindowBits: 9))
+        #expect(client.sendWindowBits == server.agreement.receiveWindowBits && client.receiveWindowBits == server.agreement.sendWindowBits)
+        #expect(client.sendNoContextTakeover == server.agreement.receiveNoContextTakeover && client.receiveNoContextTakeover == server.agreement.sendNoContextTakeover)
     }
 
     @Test("over loopback, hostile window offers get an answer and a working echo, never a crash", arguments: [

@@ -1,5 +1,6 @@
 @testable import Duplex
 import DuplexSchema
+import DuplexWire
 import DuplexServer
 import DuplexTesting
 import Foundation
@@ -7,7 +8,7 @@ import NIOCore
 import NIOWebSocket
 import Testing
 
-@Suite("permessage-deflate: negotiation, codec, and both ends over loopback")
+@Suite("permessage-deflate: the client's negotiation, and both ends over loopback")
 struct PerMessageDeflateTests {
     // MARK: Negotiation
 
@@ -26,12 +27,13 @@ struct PerMessageDeflateTests {
             "permessage-deflate; client_max_window_bits=12; server_max_window_bits=\"12\"; client_no_context_takeover",
             offered: PerMessageDeflate()
         )
-        #expect(agreed.clientWindowBits == 12 && agreed.clientNoContextTakeover && !agreed.serverNoContextTakeover)
+        #expect(agreed.sendWindowBits == 12 && agreed.sendNoContextTakeover && !agreed.receiveNoContextTakeover)
+        #expect(agreed.receiveWindowBits == 12, "the server's window is what the client's inflater keeps")
         let bare = try PerMessageDeflateNegotiation.accept("PerMessage-Deflate", offered: PerMessageDeflate(maxWindowBits: 11))
-        #expect(bare.clientWindowBits == 11)
+        #expect(bare.sendWindowBits == 11 && bare.receiveWindowBits == 15)
     }
 
-    @Test("answers the offer does not allow fail the handshake with unexpectedExtension", arguments: [
+    @Test("answers the offer does not allow are refused", arguments: [
         "permessage-deflate, x-webkit-deflate-frame",
         "x-custom",
         "permessage-deflate; server_max_window_bits=16",
@@ -42,74 +44,19 @@ struct PerMessageDeflateTests {
         "permessage-deflate; mystery=1",
     ])
     func refusedAnswers(answer: String) {
-        #expect(throws: WebSocketError.self) {
+        #expect(throws: PerMessageDeflateNegotiation.Refusal.self) {
             _ = try PerMessageDeflateNegotiation.accept(answer, offered: PerMessageDeflate())
         }
-        #expect(throws: WebSocketError.self, "a larger server window than asked") {
+        #expect(throws: PerMessageDeflateNegotiation.Refusal.self, "a larger server window than asked") {
             _ = try PerMessageDeflateNegotiation.accept("permessage-deflate; server_max_window_bits=13", offered: PerMessageDeflate(peerMaxWindowBits: 12))
         }
-        #expect(throws: WebSocketError.self, "server_no_context_takeover was asked and not given") {
+        #expect(throws: PerMessageDeflateNegotiation.Refusal.self, "server_no_context_takeover was asked and not given") {
             _ = try PerMessageDeflateNegotiation.accept("permessage-deflate", offered: PerMessageDeflate(peerNoContextTakeover: true))
         }
     }
 
-    // MARK: Codec and frames
-
-    static func agreement(minimumBytes: Int = 0) -> PerMessageDeflateNegotiation.Agreement {
-        .init(clientWindowBits: 15, clientNoContextTakeover: false, serverNoContextTakeover: false, minimumBytes: minimumBytes)
-    }
-
-    @Test("compress then inflate gives the message back; a bomb stops at the limit; garbage is corrupt")
-    func codec() throws {
-        let allocator = ByteBufferAllocator()
-        let sender = PerMessageDeflateCodec(agreement: Self.agreement())
-        let receiver = PerMessageDeflateCodec(agreement: Self.agreement())
-        let text = String(repeating: "duplex ", count: 2_000)
-        for _ in 0..<3 {  // the context carries over between messages
-            let compressed = try sender.compress(allocator.buffer(string: text), allocator: allocator)
-            #expect(compressed.readableBytes < text.utf8.count / 20)
-            let inflated = try receiver.inflate(compressed, maxBytes: 1 << 20, allocator: allocator)
-            #expect(String(buffer: inflated) == text)
-        }
-        let bomb = try PerMessageDeflateCodec(agreement: Self.agreement()).compress(allocator.buffer(repeating: 0, count: 2 << 20), allocator: allocator)
-        #expect(bomb.readableBytes < 5_000, "2 MiB of zeros deflate to a few KiB")
-        #expect(throws: PerMessageDeflateCodec.InflateError.tooLarge) {
-            _ = try PerMessageDeflateCodec(agreement: Self.agreement()).inflate(bomb, maxBytes: 64 * 1024, allocator: allocator)
-        }
-        let exact = try PerMessageDeflateCodec(agreement: Self.agreement()).compress(allocator.buffer(repeating: 0x79, count: 4096), allocator: allocator)
-        #expect(try PerMessageDeflateCodec(agreement: Self.agreement()).inflate(exact, maxBytes: 4096, allocator: allocator).readableBytes == 4096)
-        #expect(throws: PerMessageDeflateCodec.InflateError.tooLarge, "one byte past the limit") {
-            _ = try PerMessageDeflateCodec(agreement: Self.agreement()).inflate(exact, maxBytes: 4095, allocator: allocator)
-        }
-        #expect(throws: PerMessageDeflateCodec.InflateError.corrupt) {
-            _ = try PerMessageDeflateCodec(agreement: Self.agreement()).inflate(allocator.buffer(bytes: [0xFF, 0xFF, 0xFF, 0x00, 0x13]), maxBytes: 1024, allocator: allocator)
-        }
-    }
-
-    @Test("RSV1 marks a compressed message only when negotiated, and only on its first frame")
-    func frames() {
-        let allocator = ByteBufferAllocator()
-        var plain = WebSocketFrameStateMachine(maxMessageBytes: 1024)
-        guard case .failConnection(.protocolError, _, _, _) = plain.received(WebSocketFrame(fin: true, rsv1: true, opcode: .text, data: allocator.buffer(string: "x"))) else {
-            Issue.record("RSV1 without negotiation must fail the connection")
-            return
-        }
-        var machine = WebSocketFrameStateMachine(maxMessageBytes: 1024, compressionNegotiated: true)
-        #expect(machine.received(WebSocketFrame(fin: false, rsv1: true, opcode: .binary, data: allocator.buffer(string: "ab"))) == .none)
-        #expect(machine.received(WebSocketFrame(fin: true, opcode: .continuation, data: allocator.buffer(string: "cd"))) == .inflate(opcode: .binary, buffer: allocator.buffer(string: "abcd")))
-        #expect(machine.inflated(opcode: .text, buffer: allocator.buffer(string: "hello")) == .deliver(.string("hello")))
-        #expect(machine.received(WebSocketFrame(fin: true, opcode: .text, data: allocator.buffer(string: "plain"))) == .deliver(.string("plain")), "uncompressed messages still pass")
-        guard case .failConnection(.protocolError, _, _, _) = machine.received(WebSocketFrame(fin: true, rsv1: true, opcode: .ping, data: allocator.buffer(string: "p"))) else {
-            Issue.record("RSV1 on a control frame must fail the connection")
-            return
-        }
-        var bombed = WebSocketFrameStateMachine(maxMessageBytes: 1024, compressionNegotiated: true)
-        guard case .failConnection(.messageTooBig, _, let error, true) = bombed.inflationFailed(tooLarge: true) else {
-            Issue.record("a message inflating past the limit gets 1009")
-            return
-        }
-        #expect(error.code == .messageTooBig)
-    }
+    // The inflater and compressor themselves, and RSV1 in the protocol engine, are tested in
+    // DuplexWireTests (DeflateContextTests, WebSocketEngineTests).
 
     // MARK: Both ends over loopback
 
@@ -208,7 +155,8 @@ struct PerMessageDeflateTests {
     @Test("a compressed message that inflates past maxMessageBytes gets close 1009 from the client, memory bounded")
     func clientZipBomb() async throws {
         let allocator = ByteBufferAllocator()
-        let bomb = try PerMessageDeflateCodec(agreement: Self.agreement()).compress(allocator.buffer(repeating: 0x41, count: 2 << 20), allocator: allocator)
+        var compressor = DeflateContext(agreement: DeflateAgreement(), zlib: LoopZlib())
+        let bomb = compressor.deflate(allocator.buffer(repeating: 0x41, count: 2 << 20), allocator: allocator).payload
         let peer = try await ScriptedPeer.start { _ in
             .init(
                 extraHeaders: [("Sec-WebSocket-Extensions", "permessage-deflate")],

@@ -219,11 +219,14 @@ struct WebSocketClientTests {
             await peer.waitForPings(3, onConnection: 1)
             #expect(peer.pingCount(onConnection: 1) == 3, "exactly maxPingFailures pings went out before the teardown")
             _ = try await states.first(within: Self.wait) { if case .connected = $0 { true } else { false } }
+            // Reported once for the connection that failed. (Counted here: on a loaded machine
+            // the new connection's pongs can be late for the 300 ms timeout too, and that would
+            // be a failure of its own.)
+            #expect(failures.withLockedValue { $0.count } == 1)
             #expect(peer.connectionCount == 2)
             let roundTrip = try await roundTrips.first(within: Self.wait)
             #expect(roundTrip > .zero && roundTrip < .seconds(1))
             #expect(socket.pingRoundTripTime != nil)
-            #expect(failures.withLockedValue { $0.count } == 1)
             await socket.terminate()
         }
     }

@@ -1,5 +1,5 @@
 #if DEBUG
-import DuplexSchema
+import DuplexWire
 
 /// The incremental UTF-8 validator against the standard library's, however the bytes are split.
 enum UTF8ValidatorFuzz {

@@ -1,8 +1,9 @@
 import CDuplexZlib
 import NIOConcurrencyHelpers
-import NIOCore
+package import NIOCore
 
-/// One event loop's zlib streams, shared by every permessage-deflate connection served there.
+/// The zlib streams of permessage-deflate: one event loop's on the server, shared by every
+/// connection served there; one connection's on the client.
 ///
 /// A connection keeps no zlib stream of its own, only the last window of what it sent and
 /// received (``DeflateContext``). Each message resets the shared stream and gives it that
@@ -11,10 +12,11 @@ import NIOCore
 /// spoken costs at most its two windows (4 KiB each at the server's default 12 bits), instead of
 /// two zlib streams of 20 KiB or more.
 ///
-/// Used only on its event loop (hence `@unchecked Sendable`: the registry hands it out there).
-final class LoopZlib: @unchecked Sendable {
+/// Used only on its event loop (hence `@unchecked Sendable`: the server's registry hands it out
+/// there).
+package final class LoopZlib: @unchecked Sendable {
     /// Why inflating stopped.
-    enum InflateFailure: Error, Equatable {
+    package enum InflateFailure: Error, Equatable {
         /// The message inflates past the limit; inflating stopped there.
         case tooLarge
         /// The bytes are not a deflate stream, or refer back past the window.
@@ -27,7 +29,7 @@ final class LoopZlib: @unchecked Sendable {
     private var deflaters: [Int: UnsafeMutablePointer<z_stream>] = [:]
 
     /// The streams compress at `memoryLevel` (zlib's 1 to 9; 5 takes 16 KiB for the hash).
-    init(memoryLevel: Int = 5) {
+    package init(memoryLevel: Int = 5) {
         self.memoryLevel = Int32(min(max(memoryLevel, 1), 9))
     }
 
@@ -44,7 +46,7 @@ final class LoopZlib: @unchecked Sendable {
 
     /// Inflates one message's payload (without the `00 00 FF FF` its sender removed), with
     /// `dictionary` as the window before it; at most `maxBytes` come out.
-    func inflate(_ payload: ByteBuffer, dictionary: ByteBuffer?, maxBytes: Int, allocator: ByteBufferAllocator) throws(InflateFailure) -> ByteBuffer {
+    package func inflate(_ payload: ByteBuffer, dictionary: ByteBuffer?, maxBytes: Int, allocator: ByteBufferAllocator) throws(InflateFailure) -> ByteBuffer {
         guard let stream = inflateStream() else { throw .corrupt }
         guard CDuplexZlib.inflateReset(stream) == Z_OK else { throw .corrupt }
         if let dictionary, dictionary.readableBytes > 0 {
@@ -99,7 +101,7 @@ final class LoopZlib: @unchecked Sendable {
 
     /// Compresses one message with a `windowBits` window (9 to 15) and `dictionary` as the
     /// window before it; the result ends without the `00 00 FF FF` of the sync flush.
-    func deflate(_ payload: ByteBuffer, windowBits: Int, dictionary: ByteBuffer?, allocator: ByteBufferAllocator) -> ByteBuffer? {
+    package func deflate(_ payload: ByteBuffer, windowBits: Int, dictionary: ByteBuffer?, allocator: ByteBufferAllocator) -> ByteBuffer? {
         guard let stream = deflateStream(windowBits: windowBits), CDuplexZlib.deflateReset(stream) == Z_OK else { return nil }
         if let dictionary, dictionary.readableBytes > 0 {
             let status = dictionary.withUnsafeReadableBytes { bytes in

@@ -1,4 +1,4 @@
-import DuplexSchema
+import DuplexWire
 import Testing
 
 @Suite("UTF8Validator: incremental, fail-fast UTF-8")

@@ -1,0 +1,55 @@
+package import NIOCore
+
+/// One connection's permessage-deflate state, at either end: the agreement and the last window
+/// of each direction (what the peer's zlib stream remembers), nothing more. The compressing is
+/// done by a ``LoopZlib``, which the server shares among the connections of an event loop.
+package struct DeflateContext {
+    package let agreement: DeflateAgreement
+    package let zlib: LoopZlib
+    /// The last `2^receiveWindowBits` bytes the peer's compressed messages inflated to.
+    private var received: ByteBuffer?
+    /// The last `2^sendWindowBits` bytes of the messages this end sent compressed.
+    private var sent: ByteBuffer?
+
+    package init(agreement: DeflateAgreement, zlib: LoopZlib) {
+        self.agreement = agreement
+        self.zlib = zlib
+    }
+
+    /// Inflates a compressed message from the peer, at most `maxBytes` long.
+    package mutating func inflate(_ payload: ByteBuffer, maxBytes: Int, allocator: ByteBufferAllocator) throws(LoopZlib.InflateFailure) -> ByteBuffer {
+        let message = try zlib.inflate(payload, dictionary: agreement.receiveNoContextTakeover ? nil : received, maxBytes: maxBytes, allocator: allocator)
+        if !agreement.receiveNoContextTakeover {
+            // At least 9 bits: zlib compresses with a 9-bit window when asked for 8.
+            received = Self.window(received, then: message, bits: max(agreement.receiveWindowBits, 9), allocator: allocator)
+        }
+        return message
+    }
+
+    /// The payload to send for `message`, and whether it is compressed (RSV1): messages under
+    /// the threshold go as they are, as do all when the agreed window is one zlib cannot make.
+    package mutating func deflate(_ message: ByteBuffer, allocator: ByteBufferAllocator) -> (payload: ByteBuffer, compressed: Bool) {
+        guard message.readableBytes >= agreement.minimumBytes, agreement.sendWindowBits >= 9,
+            let payload = zlib.deflate(message, windowBits: agreement.sendWindowBits, dictionary: agreement.sendNoContextTakeover ? nil : sent, allocator: allocator)
+        else { return (message, false) }
+        if !agreement.sendNoContextTakeover {
+            sent = Self.window(sent, then: message, bits: agreement.sendWindowBits, allocator: allocator)
+        }
+        return (payload, true)
+    }
+
+    /// The last `2^bits` bytes of `window` followed by `message`, in a buffer of their own (so
+    /// that a large message is not kept alive by its window).
+    package static func window(_ window: ByteBuffer?, then message: ByteBuffer, bits: Int, allocator: ByteBufferAllocator) -> ByteBuffer {
+        let size = 1 << bits
+        var result = allocator.buffer(capacity: min(size, (window?.readableBytes ?? 0) + message.readableBytes))
+        let fromMessage = min(message.readableBytes, size)
+        if var window, fromMessage < size {
+            let keep = min(window.readableBytes, size - fromMessage)
+            window.moveReaderIndex(forwardBy: window.readableBytes - keep)
+            result.writeBuffer(&window)
+        }
+        result.writeImmutableBuffer(message.getSlice(at: message.readerIndex + message.readableBytes - fromMessage, length: fromMessage)!)
+        return result
+    }
+}
