@@ -15,8 +15,8 @@ import NIOConcurrencyHelpers
 final class WebSocketCore: Sendable {
     let request: WebSocketRequest
     let configuration: WebSocketConfiguration
-    private let transport: any WebSocketTransport
-    private let clock: any Clock<Duration>
+    let transport: any WebSocketTransport
+    let clock: any Clock<Duration>
     let events: Broadcaster<WebSocketEvent>
     let messages: Broadcaster<WebSocketMessage>
     /// Each message with the generation of the connection that carried it, for clients built on
@@ -27,7 +27,8 @@ final class WebSocketCore: Sendable {
     /// Closed while a lossless consumer is behind: the transport then holds back its reads.
     let gate = DemandGate()
 
-    private struct State {
+    /// Everything that changes, under one lock (``state``).
+    struct State {
         var lifecycle: WebSocketLifecycle
         var connection: (generation: UInt64, connection: any WebSocketTransportConnection)?
         /// Messages that arrived before the connection's success was processed.
@@ -61,7 +62,7 @@ final class WebSocketCore: Sendable {
         var receivedAtPing: UInt64 = 0
     }
 
-    private let state: NIOLockedValueBox<State>
+    let state: NIOLockedValueBox<State>
 
     init(request: WebSocketRequest, configuration: WebSocketConfiguration, clock: any Clock<Duration>) {
         self.request = request
@@ -302,7 +303,7 @@ final class WebSocketCore: Sendable {
     }
 
     /// Resumes every send waiting for the buffer to drain.
-    private func releaseDrainWaiters(in state: inout State) {
+    func releaseDrainWaiters(in state: inout State) {
         state.aboveHighWatermark = false
         for waiter in state.drainWaiters.values { waiter.resume() }
         state.drainWaiters = [:]
@@ -425,179 +426,5 @@ final class WebSocketCore: Sendable {
             }
             perform(state.lifecycle.connectionClosed(generation: generation, code: code, reason: reason, error: error), in: &state)
         }
-    }
-
-    // MARK: Actions
-
-    private func perform(_ actions: [WebSocketLifecycle.Action], in state: inout State) {
-        for action in actions {
-            switch action {
-            case .startConnecting(let generation):
-                startConnecting(generation: generation, prepare: state.prepareRequest)
-            case .closeConnection(let code, let reason):
-                state.connection?.connection.close(code: code, reason: reason)
-            case .abortConnection:
-                state.connection?.connection.abort()
-                state.connection = nil
-                releaseDrainWaiters(in: &state)
-            case .discardConnection:
-                break
-            case .scheduleReconnect(let attempt, let delay):
-                configuration.logger.info("reconnecting", metadata: ["attempt": "\(attempt + 1)", "delay": "\(delay)"])
-                let clock = self.clock
-                state.reconnectTask = Task { [weak self] in
-                    guard (try? await clock.sleep(for: delay)) != nil else { return }
-                    self?.reconnectTimerFired(attempt: attempt)
-                }
-            case .cancelReconnectTimer:
-                state.reconnectTask?.cancel()
-                state.reconnectTask = nil
-            case .flush(let queued):
-                for message in queued where state.connection?.connection.write(message) == true {
-                    state.aboveHighWatermark = true
-                }
-            case .startPinging:
-                startPinging(in: &state)
-            case .stopPinging:
-                state.pingTask?.cancel()
-                state.pingTask = nil
-                state.pingTracker = nil
-            case .publishState(let newState):
-                states.yield(newState)
-            case .emit(let event):
-                events.yield(event)
-            case .resumeConnectWaiters(let error):
-                for waiter in state.connectWaiters {
-                    if let error { waiter.resume(throwing: error) } else { waiter.resume() }
-                }
-                state.connectWaiters = []
-            case .resumeDisconnectWaiters:
-                for waiter in state.disconnectWaiters { waiter.resume() }
-                state.disconnectWaiters = []
-            case .pingFailed(let missed):
-                configuration.logger.warning("ping failed: closing the connection", metadata: ["missed": "\(missed)"])
-                if let hook = state.onPingFailed {
-                    let error = WebSocketError(.pingFailed, "\(missed) pings in a row went unanswered")
-                    Task { hook(error) }
-                }
-            case .finishStreams:
-                events.finish()
-                messages.finish()
-                connectionMessages.finish()
-                states.finish()
-                roundTrips.finish()
-            }
-        }
-    }
-
-    private func reconnectTimerFired(attempt: Int) {
-        state.withLockedValue { state in
-            state.reconnectTask = nil
-            perform(state.lifecycle.reconnectTimerFired(attempt: attempt), in: &state)
-        }
-    }
-
-    /// Starts an attempt. Runs under the lock: `prepare` comes from the locked state.
-    private func startConnecting(generation: UInt64, prepare: (@Sendable (WebSocketRequest) async -> WebSocketRequest)?) {
-        let delegate = ConnectionDelegate(core: self, generation: generation)
-        let transport = self.transport
-        let configuration = self.configuration
-        let original = self.request
-        Task {
-            do {
-                let request = await prepare?(original) ?? original
-                let connection = try await transport.connect(request: request, configuration: configuration, delegate: delegate)
-                delegate.core?.connectionOpened(generation: generation, connection: connection)
-                    ?? connection.close(code: .goingAway, reason: "released")
-            } catch {
-                let described = error as? WebSocketError ?? WebSocketError(.connectionFailed, "\(error)")
-                delegate.core?.connectionFailed(generation: generation, error: described)
-            }
-        }
-    }
-
-    private func startPinging(in state: inout State) {
-        guard let ping = configuration.ping, let generation = state.connection?.generation else { return }
-        state.pingTracker = PingTracker(maxFailures: ping.maxPingFailures)
-        let clock = self.clock
-        state.pingTask = Task { [weak self] in
-            while !Task.isCancelled {
-                guard (try? await clock.sleep(for: ping.pingInterval - ping.pongTimeout)) != nil else { return }
-                guard self?.sendPing(generation: generation) == true else { return }
-                guard (try? await clock.sleep(for: ping.pongTimeout)) != nil else { return }
-                guard self?.pongTimeoutElapsed(generation: generation) == true else { return }
-            }
-        }
-    }
-
-    /// Sends the next ping; false when the connection is gone.
-    private func sendPing(generation: UInt64) -> Bool {
-        state.withLockedValue { state in
-            guard state.lifecycle.liveGeneration == generation, let connection = state.connection?.connection,
-                var tracker = state.pingTracker
-            else { return false }
-            connection.ping(tracker.nextPing(at: .now))
-            state.pingTracker = tracker
-            state.receivedAtPing = state.receivedCount
-            return true
-        }
-    }
-
-    /// Counts a missed pong; false when the pinging should stop.
-    private func pongTimeoutElapsed(generation: UInt64) -> Bool {
-        state.withLockedValue { state in
-            guard state.lifecycle.liveGeneration == generation, var tracker = state.pingTracker else { return false }
-            // Messages arrived since the ping: the peer is alive, and its pong waits behind them.
-            // Or reads are held back for slow readers: the pong may sit unread in the socket.
-            guard gate.isOpen, state.receivedCount == state.receivedAtPing else {
-                tracker.pongTimeoutExcused()
-                state.pingTracker = tracker
-                return true
-            }
-            let outcome = tracker.pongTimeoutElapsed()
-            state.pingTracker = tracker
-            switch outcome {
-            case .failed(let failures):
-                perform(state.lifecycle.pingFailed(generation: generation, missed: failures), in: &state)
-                return false
-            case .missed(let failures):
-                configuration.logger.debug("ping unanswered", metadata: ["failures": "\(failures)"])
-                return true
-            case .answered, nil:
-                return true
-            }
-        }
-    }
-}
-
-/// Routes one connection's transport reports to the core, tagged with the connection's
-/// generation. It holds the core weakly, so a socket released by its owner goes away.
-final class ConnectionDelegate: WebSocketTransportDelegate {
-    weak let core: WebSocketCore?
-    let generation: UInt64
-
-    init(core: WebSocketCore, generation: UInt64) {
-        self.core = core
-        self.generation = generation
-    }
-
-    func transportDidReceive(_ message: WebSocketMessage) {
-        core?.received(message, generation: generation)
-    }
-
-    func transportDidReceivePong(_ payload: [UInt8]) {
-        core?.receivedPong(payload, generation: generation)
-    }
-
-    func transportShouldRead() -> Bool {
-        core?.gate.isOpen ?? true
-    }
-
-    func transportDidDrain() {
-        core?.drained(generation: generation)
-    }
-
-    func transportDidClose(code: WebSocketCloseCode?, reason: String, error: WebSocketError?, unwrittenMessages: Int) {
-        core?.closed(generation: generation, code: code, reason: reason, error: error, unwritten: unwrittenMessages)
     }
 }

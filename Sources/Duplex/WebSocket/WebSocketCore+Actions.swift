@@ -1,0 +1,148 @@
+import DuplexSchema
+import Logging
+import NIOConcurrencyHelpers
+
+/// What ``WebSocketCore`` does for ``WebSocketLifecycle``'s actions: connecting, reconnect and
+/// ping timers, and the streams.
+extension WebSocketCore {
+    /// Carries out what the lifecycle answered, under the lock.
+    func perform(_ actions: [WebSocketLifecycle.Action], in state: inout State) {
+        for action in actions {
+            switch action {
+            case .startConnecting(let generation):
+                startConnecting(generation: generation, prepare: state.prepareRequest)
+            case .closeConnection(let code, let reason):
+                state.connection?.connection.close(code: code, reason: reason)
+            case .abortConnection:
+                state.connection?.connection.abort()
+                state.connection = nil
+                releaseDrainWaiters(in: &state)
+            case .discardConnection:
+                break
+            case .scheduleReconnect(let attempt, let delay):
+                configuration.logger.info("reconnecting", metadata: ["attempt": "\(attempt + 1)", "delay": "\(delay)"])
+                let clock = self.clock
+                state.reconnectTask = Task { [weak self] in
+                    guard (try? await clock.sleep(for: delay)) != nil else { return }
+                    self?.reconnectTimerFired(attempt: attempt)
+                }
+            case .cancelReconnectTimer:
+                state.reconnectTask?.cancel()
+                state.reconnectTask = nil
+            case .flush(let queued):
+                for message in queued where state.connection?.connection.write(message) == true {
+                    state.aboveHighWatermark = true
+                }
+            case .startPinging:
+                startPinging(in: &state)
+            case .stopPinging:
+                state.pingTask?.cancel()
+                state.pingTask = nil
+                state.pingTracker = nil
+            case .publishState(let newState):
+                states.yield(newState)
+            case .emit(let event):
+                events.yield(event)
+            case .resumeConnectWaiters(let error):
+                for waiter in state.connectWaiters {
+                    if let error { waiter.resume(throwing: error) } else { waiter.resume() }
+                }
+                state.connectWaiters = []
+            case .resumeDisconnectWaiters:
+                for waiter in state.disconnectWaiters { waiter.resume() }
+                state.disconnectWaiters = []
+            case .pingFailed(let missed):
+                configuration.logger.warning("ping failed: closing the connection", metadata: ["missed": "\(missed)"])
+                if let hook = state.onPingFailed {
+                    let error = WebSocketError(.pingFailed, "\(missed) pings in a row went unanswered")
+                    Task { hook(error) }
+                }
+            case .finishStreams:
+                events.finish()
+                messages.finish()
+                connectionMessages.finish()
+                states.finish()
+                roundTrips.finish()
+            }
+        }
+    }
+
+    private func reconnectTimerFired(attempt: Int) {
+        state.withLockedValue { state in
+            state.reconnectTask = nil
+            perform(state.lifecycle.reconnectTimerFired(attempt: attempt), in: &state)
+        }
+    }
+
+    /// Starts an attempt. Runs under the lock: `prepare` comes from the locked state.
+    private func startConnecting(generation: UInt64, prepare: (@Sendable (WebSocketRequest) async -> WebSocketRequest)?) {
+        let delegate = ConnectionDelegate(core: self, generation: generation)
+        let transport = self.transport
+        let configuration = self.configuration
+        let original = self.request
+        Task {
+            do {
+                let request = await prepare?(original) ?? original
+                let connection = try await transport.connect(request: request, configuration: configuration, delegate: delegate)
+                delegate.core?.connectionOpened(generation: generation, connection: connection)
+                    ?? connection.close(code: .goingAway, reason: "released")
+            } catch {
+                let described = error as? WebSocketError ?? WebSocketError(.connectionFailed, "\(error)")
+                delegate.core?.connectionFailed(generation: generation, error: described)
+            }
+        }
+    }
+
+    private func startPinging(in state: inout State) {
+        guard let ping = configuration.ping, let generation = state.connection?.generation else { return }
+        state.pingTracker = PingTracker(maxFailures: ping.maxPingFailures)
+        let clock = self.clock
+        state.pingTask = Task { [weak self] in
+            while !Task.isCancelled {
+                guard (try? await clock.sleep(for: ping.pingInterval - ping.pongTimeout)) != nil else { return }
+                guard self?.sendPing(generation: generation) == true else { return }
+                guard (try? await clock.sleep(for: ping.pongTimeout)) != nil else { return }
+                guard self?.pongTimeoutElapsed(generation: generation) == true else { return }
+            }
+        }
+    }
+
+    /// Sends the next ping; false when the connection is gone.
+    private func sendPing(generation: UInt64) -> Bool {
+        state.withLockedValue { state in
+            guard state.lifecycle.liveGeneration == generation, let connection = state.connection?.connection,
+                var tracker = state.pingTracker
+            else { return false }
+            connection.ping(tracker.nextPing(at: .now))
+            state.pingTracker = tracker
+            state.receivedAtPing = state.receivedCount
+            return true
+        }
+    }
+
+    /// Counts a missed pong; false when the pinging should stop.
+    private func pongTimeoutElapsed(generation: UInt64) -> Bool {
+        state.withLockedValue { state in
+            guard state.lifecycle.liveGeneration == generation, var tracker = state.pingTracker else { return false }
+            // Messages arrived since the ping: the peer is alive, and its pong waits behind them.
+            // Or reads are held back for slow readers: the pong may sit unread in the socket.
+            guard gate.isOpen, state.receivedCount == state.receivedAtPing else {
+                tracker.pongTimeoutExcused()
+                state.pingTracker = tracker
+                return true
+            }
+            let outcome = tracker.pongTimeoutElapsed()
+            state.pingTracker = tracker
+            switch outcome {
+            case .failed(let failures):
+                perform(state.lifecycle.pingFailed(generation: generation, missed: failures), in: &state)
+                return false
+            case .missed(let failures):
+                configuration.logger.debug("ping unanswered", metadata: ["failures": "\(failures)"])
+                return true
+            case .answered, nil:
+                return true
+            }
+        }
+    }
+}
