@@ -119,7 +119,9 @@ struct ChatCommand: AsyncParsableCommand {
             }
             // Ends at /quit or end of input, or when the connection ends for good.
             let failure: Failure? = await withTaskGroup(of: Failure?.self) { group in
-                group.addTask { await typist.value; return nil }
+                group.addTask {
+                    await typist.value; return nil
+                }
                 group.addTask { await printer.value }
                 let first = await group.next() ?? nil
                 group.cancelAll()

@@ -135,7 +135,8 @@ final class Console: Sendable {
                 if var escape = state.escape {
                     escape.append(byte)
                     // ESC [ params final, or ESC O x: skip it whole.
-                    let done = (escape.count == 1 && byte != UInt8(ascii: "[") && byte != UInt8(ascii: "O"))
+                    let done =
+                        (escape.count == 1 && byte != UInt8(ascii: "[") && byte != UInt8(ascii: "O"))
                         || (escape.count >= 2 && (0x40...0x7E).contains(byte))
                     state.escape = done ? nil : escape
                     continue

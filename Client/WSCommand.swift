@@ -47,7 +47,9 @@ struct WSCommand: AsyncParsableCommand {
     @Flag(help: "Read /ping, /close and /quit from stdin even when it is not a terminal.")
     var commands = false
 
-    @Option(help: ArgumentHelp("After the end of stdin, keep printing what arrives for this many seconds before closing; for servers that answer a close at once, dropping replies still due.", valueName: "seconds"))
+    @Option(
+        help: ArgumentHelp(
+            "After the end of stdin, keep printing what arrives for this many seconds before closing; for servers that answer a close at once, dropping replies still due.", valueName: "seconds"))
     var linger: Double = 0
 
     @Flag(help: "Offer permessage-deflate; messages of 256 bytes or more then go out compressed if the server accepts.")

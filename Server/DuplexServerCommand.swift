@@ -79,7 +79,10 @@ struct DuplexServerCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Messages smaller than this are sent uncompressed.", valueName: "bytes"))
     var compressionThreshold = 256
 
-    @Option(help: ArgumentHelp("The LZ77 window, in bits (9 to 15), the server compresses with and asks clients to compress with. Each idle /echo connection that compressed keeps up to 2^bits bytes each way.", valueName: "bits"))
+    @Option(
+        help: ArgumentHelp(
+            "The LZ77 window, in bits (9 to 15), the server compresses with and asks clients to compress with. Each idle /echo connection that compressed keeps up to 2^bits bytes each way.",
+            valueName: "bits"))
     var compressionWindowBits = 12
 
     @Option(
@@ -121,7 +124,10 @@ struct DuplexServerCommand: AsyncParsableCommand {
         if let echoSubprotocols, Self.list(echoSubprotocols).isEmpty {
             throw ValidationError("--echo-subprotocols needs at least one name")
         }
-        for (name, value) in [("--store-startup-timeout", storeStartupTimeout), ("--store-lease", storeLease), ("--request-head-timeout", requestHeadTimeout), ("--idle-timeout", idleTimeout), ("--shutdown-timeout", shutdownTimeout)] {
+        for (name, value) in [
+            ("--store-startup-timeout", storeStartupTimeout), ("--store-lease", storeLease), ("--request-head-timeout", requestHeadTimeout), ("--idle-timeout", idleTimeout),
+            ("--shutdown-timeout", shutdownTimeout),
+        ] {
             guard value > 0, value <= 86_400 else { throw ValidationError("\(name) must be from 0 to 86400 seconds") }
         }
     }

@@ -55,7 +55,8 @@ public struct ChatLimits: Sendable, Hashable {
         }
         for scalar in scalars {
             let props = scalar.properties
-            let allowed = props.isAlphabetic || props.numericType != nil || props.generalCategory == .nonspacingMark
+            let allowed =
+                props.isAlphabetic || props.numericType != nil || props.generalCategory == .nonspacingMark
                 || props.generalCategory == .spacingMark || "._- ".unicodeScalars.contains(scalar)
             guard allowed, props.generalCategory != .control else {
                 throw ChatProtocolError(.invalidName, "name may contain only letters, digits, spaces and . _ - (found \(scalar.escaped(asASCII: true)))")

@@ -68,19 +68,22 @@ extension DuplexServer {
         guard !roomName.isEmpty, !roomName.contains("/") else { return nil }
         let join = chatJoin(request, room: roomName)
         let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: [ChatProtocol.subprotocol])
-        return (headers, WebSocketService { channel, agreement in
-            let drains = self.writerDrains.drains(for: channel.eventLoop)
-            let writer = ChannelTextWriter(
-                channel: channel,
-                outlet: try RawFrameOutlet.install(on: channel),
-                drains: drains,
-                maxCount: self.configuration.outboundQueueLimit,
-                maxBytes: self.configuration.outboundQueueBytes,
-                deflate: agreement.map { WriterDeflate(agreement: $0, zlib: drains.zlib) }
-            )
-            let member = ChatMemberService(server: self, store: self.rooms, join: join, room: roomName, writer: writer)
-            try self.installEventLoopService(member, on: channel, deflate: agreement)
-        })
+        return (
+            headers,
+            WebSocketService { channel, agreement in
+                let drains = self.writerDrains.drains(for: channel.eventLoop)
+                let writer = ChannelTextWriter(
+                    channel: channel,
+                    outlet: try RawFrameOutlet.install(on: channel),
+                    drains: drains,
+                    maxCount: self.configuration.outboundQueueLimit,
+                    maxBytes: self.configuration.outboundQueueBytes,
+                    deflate: agreement.map { WriterDeflate(agreement: $0, zlib: drains.zlib) }
+                )
+                let member = ChatMemberService(server: self, store: self.rooms, join: join, room: roomName, writer: writer)
+                try self.installEventLoopService(member, on: channel, deflate: agreement)
+            }
+        )
     }
 
     /// Serves `service` on `channel`'s event loop (``EventLoopWebSocketHandler``), with

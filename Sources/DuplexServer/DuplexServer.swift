@@ -111,7 +111,7 @@ public final class DuplexServer: Service, Sendable {
                 let next: Restart?
                 do {
                     next = try await serveUntilRestart(port: port)
-                } catch where rebindAttempts < Self.maxRebindAttempts && Self.isAddressInUse(error) && lifecycle.withLockedValue({ $0.port }) != nil {
+                } catch  where rebindAttempts < Self.maxRebindAttempts && Self.isAddressInUse(error) && lifecycle.withLockedValue({ $0.port }) != nil {
                     // After a restart the port may be taken for a while: on a port from the
                     // ephemeral range, an outgoing connection can get it as its local port while
                     // the server is down. Try again until it is free (up to 30 s).

@@ -236,7 +236,8 @@ final class ProxyLink: Sendable {
         for channel in [client, upstream] {
             let provider = channel.syncOptions.flatMap { _ in channel as? any SocketOptionProvider }
             // `struct linger { int l_onoff; int l_linger; }`, laid out the same
-            let lingered = provider?.unsafeSetSocketOption(level: .socket, name: .so_linger, value: Linger(onoff: 1, seconds: 0))
+            let lingered =
+                provider?.unsafeSetSocketOption(level: .socket, name: .so_linger, value: Linger(onoff: 1, seconds: 0))
                 ?? channel.eventLoop.makeSucceededVoidFuture()
             lingered.whenComplete { _ in channel.close(promise: nil) }
         }

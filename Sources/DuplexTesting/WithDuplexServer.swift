@@ -53,11 +53,13 @@ public func withDuplexServer<Result: Sendable>(
 ) async throws -> Result {
     var configuration = configuration
     if !keepPort { configuration.port = 0 }
-    let logger = logger ?? {
-        var logger = Logger(label: "duplex-server-test")
-        logger.logLevel = .critical
-        return logger
-    }()
+    let logger =
+        logger
+        ?? {
+            var logger = Logger(label: "duplex-server-test")
+            logger.logLevel = .critical
+            return logger
+        }()
     let server = DuplexServer(configuration: configuration, logger: logger)
     let group = ServiceGroup(configuration: .init(services: [server], gracefulShutdownSignals: [], logger: logger))
     return try await withThrowingTaskGroup(of: Void.self) { tasks in

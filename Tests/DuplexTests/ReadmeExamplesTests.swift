@@ -24,8 +24,8 @@ struct ReadmeExamplesTests {
                 let socket = WebSocket(url: url)
                 let messages = socket.messages
                 try await socket.connect()
-                try await socket.send("hello")                              // text
-                try await socket.send(Data([1, 2, 3]))                      // binary
+                try await socket.send("hello")  // text
+                try await socket.send(Data([1, 2, 3]))  // binary
                 try await socket.sendJSON(ChatLine(user: "alice", text: "hi"))
                 var received: [WebSocketMessage] = []
                 for await message in messages {
@@ -40,8 +40,8 @@ struct ReadmeExamplesTests {
                 let line = try received[2].decode(ChatLine.self)
                 #expect(line == ChatLine(user: "alice", text: "hi"))
                 await socket.disconnect(code: .normalClosure, reason: "done")  // streams stay open
-                try await socket.connect()                                      // and connect works again
-                await socket.terminate()                                        // ends every stream
+                try await socket.connect()  // and connect works again
+                await socket.terminate()  // ends every stream
             }
         }
     }
@@ -127,7 +127,9 @@ struct ReadmeSSEExamplesTests {
                     retryPolicy: RetryPolicy(enabled: true, maxAttempts: nil, initialDelay: 1, maxDelay: 60, backoffMultiplier: 2)
                 )
                 let token: @Sendable () -> String = { "t" }
-                sse.prepareRequest = { request in var r = request; r.additionalHeaders["Authorization"] = "Bearer \(token())"; return r }
+                sse.prepareRequest = { request in
+                    var r = request; r.additionalHeaders["Authorization"] = "Bearer \(token())"; return r
+                }
                 let events = sse.events
                 try await sse.connect()
                 var seen: [ServerSentEvent] = []

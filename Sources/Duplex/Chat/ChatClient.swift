@@ -358,16 +358,18 @@ final class ChatClientCore: Sendable {
     private func handle(_ state: WebSocketState) {
         guard case .disconnected(let reason) = state else { return }
         let (report, reconnecting, waiters): (Bool, Bool, [CheckedContinuation<ChatWelcome, any Error>]) = box.withLockedValue { state in
-            let reconnecting = state.everJoined && !state.left && state.refused == nil && strategy.maxAttempts != 0 && {
-                switch reason {
-                case .manuallyDisconnected, .terminated, .reconnectionGaveUp: return false
-                // The Duplex chat protocol never ends a member with 1000 (it says 1008, 1013 or
-                // 4001 and why); a 1000 the client did not ask for comes from a server going
-                // down mid-upgrade (swift-websocket's graceful shutdown), so the client rejoins.
-                case .closed: return true
-                case .pingFailed, .error: return true
-                }
-            }()
+            let reconnecting =
+                state.everJoined && !state.left && state.refused == nil && strategy.maxAttempts != 0
+                && {
+                    switch reason {
+                    case .manuallyDisconnected, .terminated, .reconnectionGaveUp: return false
+                    // The Duplex chat protocol never ends a member with 1000 (it says 1008, 1013 or
+                    // 4001 and why); a 1000 the client did not ask for comes from a server going
+                    // down mid-upgrade (swift-websocket's graceful shutdown), so the client rejoins.
+                    case .closed: return true
+                    case .pingFailed, .error: return true
+                    }
+                }()
             // Before the first welcome, a failed attempt is reported to join's caller instead,
             // unless the socket reconnects: then join waits for the next attempt, within its
             // timeout (a connection can end before its first frame is read).

@@ -146,10 +146,11 @@ final class WebSocketClientHandler: ChannelDuplexHandler {
     static let batchLimit = 256
 
     private func frame(for message: WebSocketMessage, allocator: ByteBufferAllocator) -> WebSocketFrame {
-        let (opcode, payload): (WebSocketOpcode, ByteBuffer) = switch message {
-        case .string(let text): (.text, allocator.buffer(string: text))
-        case .data(let data): (.binary, allocator.buffer(bytes: data))
-        }
+        let (opcode, payload): (WebSocketOpcode, ByteBuffer) =
+            switch message {
+            case .string(let text): (.text, allocator.buffer(string: text))
+            case .data(let data): (.binary, allocator.buffer(bytes: data))
+            }
         if deflate != nil {
             let (compressed, rsv1) = deflate!.deflate(payload, allocator: allocator)
             return WebSocketFrame(fin: true, rsv1: rsv1, opcode: opcode, maskKey: maskingKeys.next(), data: compressed)

@@ -56,7 +56,9 @@ final class PortReservation: Sendable {
 
     /// Lets the port go; later calls do nothing.
     func release() {
-        if let descriptor = descriptor.withLockedValue({ value in defer { value = nil }; return value }) {
+        if let descriptor = descriptor.withLockedValue({ value in
+            defer { value = nil }; return value
+        }) {
             close(descriptor)
         }
     }

@@ -53,7 +53,8 @@ struct ChatDepartureTests {
         }
         let options = try #require(channel as? any SocketOptionProvider)
         try await options.setSoLinger(linger(l_onoff: 1, l_linger: 0)).get()
-        let handshake = "GET /chat/\(room)?name=\(name) HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        let handshake =
+            "GET /chat/\(room)?name=\(name) HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
         try await channel.writeAndFlush(ByteBuffer(string: handshake))
         try await welcomed.futureResult.get()
         return channel

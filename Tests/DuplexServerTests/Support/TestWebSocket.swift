@@ -24,7 +24,6 @@ final class TestWebSocket {
 
     struct UnexpectedEnd: Error {}
 
-
     /// The status code of the handshake response (101 when upgraded).
     private(set) var status = 0
     private var buffer = ByteBuffer()

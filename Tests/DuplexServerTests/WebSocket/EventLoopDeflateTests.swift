@@ -199,17 +199,19 @@ struct EventLoopDeflateTests {
         PerMessageDeflateNegotiation.answer(offers: [offer], settings: PerMessageDeflate(minimumBytes: minimumBytes))?.agreement
     }
 
-    @Test("the server's answer: the first well-formed offer is taken, windows as asked, an offer with a bad parameter declined", arguments: [
-        ("permessage-deflate; client_max_window_bits=-5; server_max_window_bits=99", nil, nil),
-        ("permessage-deflate; server_max_window_bits", nil, nil),
-        ("permessage-deflate; mystery=1", nil, nil),
-        ("permessage-deflate; client_no_context_takeover; client_no_context_takeover", nil, nil),
-        ("x-webkit-deflate-frame", nil, nil),
-        ("permessage-deflate; client_max_window_bits=\"10\"", "permessage-deflate; client_max_window_bits=10", 10),
-        ("permessage-deflate; server_max_window_bits=8", "permessage-deflate; server_max_window_bits=8", 15),
-        ("permessage-deflate; mystery, permessage-deflate; server_no_context_takeover", "permessage-deflate; server_no_context_takeover", 15),
-        ("x-webkit-deflate-frame, permessage-deflate; client_max_window_bits", "permessage-deflate", 15),
-    ] as [(String, String?, Int?)])
+    @Test(
+        "the server's answer: the first well-formed offer is taken, windows as asked, an offer with a bad parameter declined",
+        arguments: [
+            ("permessage-deflate; client_max_window_bits=-5; server_max_window_bits=99", nil, nil),
+            ("permessage-deflate; server_max_window_bits", nil, nil),
+            ("permessage-deflate; mystery=1", nil, nil),
+            ("permessage-deflate; client_no_context_takeover; client_no_context_takeover", nil, nil),
+            ("x-webkit-deflate-frame", nil, nil),
+            ("permessage-deflate; client_max_window_bits=\"10\"", "permessage-deflate; client_max_window_bits=10", 10),
+            ("permessage-deflate; server_max_window_bits=8", "permessage-deflate; server_max_window_bits=8", 15),
+            ("permessage-deflate; mystery, permessage-deflate; server_no_context_takeover", "permessage-deflate; server_no_context_takeover", 15),
+            ("x-webkit-deflate-frame, permessage-deflate; client_max_window_bits", "permessage-deflate", 15),
+        ] as [(String, String?, Int?)])
     func serverAnswer(offer: String, answer: String?, clientWindow: Int?) throws {
         let answered = PerMessageDeflateNegotiation.answer(offers: [offer], settings: PerMessageDeflate(minimumBytes: 0))
         #expect(answered?.answer == answer)
@@ -239,12 +241,14 @@ struct EventLoopDeflateTests {
         #expect(client.sendNoContextTakeover == server.agreement.receiveNoContextTakeover && client.receiveNoContextTakeover == server.agreement.sendNoContextTakeover)
     }
 
-    @Test("over loopback, hostile window offers get an answer and a working echo, never a crash", arguments: [
-        "permessage-deflate; client_max_window_bits=-5",
-        "permessage-deflate; server_max_window_bits=8",
-        "permessage-deflate; client_max_window_bits=99999999999999999999999",
-        "permessage-deflate; server_max_window_bits",
-    ])
+    @Test(
+        "over loopback, hostile window offers get an answer and a working echo, never a crash",
+        arguments: [
+            "permessage-deflate; client_max_window_bits=-5",
+            "permessage-deflate; server_max_window_bits=8",
+            "permessage-deflate; client_max_window_bits=99999999999999999999999",
+            "permessage-deflate; server_max_window_bits",
+        ])
     func hostileOffersOverLoopback(offer: String) async throws {
         try await withTimeout(.seconds(30)) {
             try await withDuplexServer { server in

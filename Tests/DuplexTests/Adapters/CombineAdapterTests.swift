@@ -32,9 +32,10 @@ struct CombineAdapterTests {
                 let done = Sink<String>()
                 done.cancellable = ws.connect()
                     .flatMap { ws.send(.string("via combine")) }
-                    .sink(receiveCompletion: { completion in
-                        if case .failure(let error) = completion { done.input.yield("failed: \(error)") } else { done.input.yield("finished") }
-                    }, receiveValue: { done.input.yield("value") })
+                    .sink(
+                        receiveCompletion: { completion in
+                            if case .failure(let error) = completion { done.input.yield("failed: \(error)") } else { done.input.yield("finished") }
+                        }, receiveValue: { done.input.yield("value") })
                 let value = try await done.values.first(within: .seconds(5))
                 let completion = try await done.values.first(within: .seconds(5))
                 let echoed = try await messages.values.first(within: .seconds(5))
@@ -54,9 +55,10 @@ struct CombineAdapterTests {
         try await withTimeout {
             let ws = WebSocketPublisherAdapter(url: URL(string: "ws://127.0.0.1:1/")!)
             let result = Sink<String>()
-            result.cancellable = ws.send(.string("nowhere")).sink(receiveCompletion: { completion in
-                if case .failure(let error) = completion { result.input.yield("\((error as? WebSocketError)?.code.description ?? "?")") }
-            }, receiveValue: {})
+            result.cancellable = ws.send(.string("nowhere")).sink(
+                receiveCompletion: { completion in
+                    if case .failure(let error) = completion { result.input.yield("\((error as? WebSocketError)?.code.description ?? "?")") }
+                }, receiveValue: {})
             let code = try await result.values.first(within: .seconds(5))
             #expect(code == "notConnected")
         }

@@ -190,7 +190,9 @@ struct ServerSentEventManagerTests {
             let attempts = NIOLockedValueBox(0)
             sse.prepareRequest = { request in
                 var request = request
-                let n = attempts.withLockedValue { $0 += 1; return $0 }
+                let n = attempts.withLockedValue {
+                    $0 += 1; return $0
+                }
                 request.additionalHeaders["Authorization"] = "Bearer token-\(n)"
                 return request
             }

@@ -97,7 +97,9 @@ struct FaultProxyTests {
             try await trace.echo("before", on: socket, events)
             let hole = proxy.add(.blackhole, direction: .both)
             trace.enter("ping failure")
-            let failed = try await states.first(within: Self.wait) { trace.saw($0); if case .disconnected = $0 { return true } else { return false } }
+            let failed = try await states.first(within: Self.wait) {
+                trace.saw($0); if case .disconnected = $0 { return true } else { return false }
+            }
             #expect(failed == .disconnected(.pingFailed(missedPings: 2)))
             proxy.remove(hole)
             // A reconnection that started before the hole was removed times out first (5 s):
@@ -168,7 +170,9 @@ struct ServerStallTests {
                 #expect(server.server.stallConnections(.route("echo"), for: .seconds(20)) >= 1)
                 // Waits generous for a machine loaded by the whole suite; the test's own limit is 60 s.
                 trace.enter("ping failure")
-                let failed = try await states.first(within: .seconds(20)) { trace.saw($0); if case .disconnected = $0 { return true } else { return false } }
+                let failed = try await states.first(within: .seconds(20)) {
+                    trace.saw($0); if case .disconnected = $0 { return true } else { return false }
+                }
                 #expect(failed == .disconnected(.pingFailed(missedPings: 2)))
                 trace.enter("echo on the fresh connection")
                 try await trace.echo("fresh connection", on: socket, events)

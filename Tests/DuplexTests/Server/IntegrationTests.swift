@@ -219,10 +219,14 @@ struct RestartIntegrationTests {
                 }
                 trace.enter("1001 from the restart")
                 server.server.restart(downFor: .milliseconds(300))
-                let closed = try await events.first(within: .seconds(30)) { trace.saw($0); if case .disconnected = $0 { return true } else { return false } }
+                let closed = try await events.first(within: .seconds(30)) {
+                    trace.saw($0); if case .disconnected = $0 { return true } else { return false }
+                }
                 #expect(closed == .disconnected(code: .goingAway, reason: "server shutting down"))
                 trace.enter("connected state after the restart")
-                _ = try await states.first(within: .seconds(30)) { trace.saw($0); if case .connected = $0 { return true } else { return false } }
+                _ = try await states.first(within: .seconds(30)) {
+                    trace.saw($0); if case .connected = $0 { return true } else { return false }
+                }
                 // Sent once, on the connection the client reports: a connection that reached the
                 // server as it stopped was closed unanswered (no 101), so this one is the new
                 // listener's.

@@ -167,7 +167,9 @@ struct ProcessSoakTests {
             let downs = away.withLockedValue { $0 }.map { $0 / .milliseconds(1) }.sorted()
             let median = downs.isEmpty ? 0 : Int(downs[downs.count / 2])
             print("process soak: \(seconds) s, 40 clients on 2 nodes, \(report)")
-            print("process soak: node A restarted \(downs.count) times (median \(median) ms away); node B resident \(startKiB ?? 0) KiB at the start, \(endKiB ?? 0) KiB at the end; once a minute: \(samples.map(String.init).joined(separator: " "))")
+            print(
+                "process soak: node A restarted \(downs.count) times (median \(median) ms away); node B resident \(startKiB ?? 0) KiB at the start, \(endKiB ?? 0) KiB at the end; once a minute: \(samples.map(String.init).joined(separator: " "))"
+            )
             #expect(report.lost == 0 && report.acked > 0)
             for member in members { await member.client.leave() }
             for reader in readers { reader.cancel() }

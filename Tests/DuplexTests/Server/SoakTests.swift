@@ -173,7 +173,8 @@ extension SoakTests {
 
         var description: String {
             let kinds = Dictionary(faults.map { ($0, 1) }, uniquingKeysWith: +).sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
-            return "\(acked) messages acked (\(ackedInFinalEpochs) in the final epochs), \(deliveries) deliveries checked, \(lost) lost, \(duplicated) duplicated, \(disordered) out of order, \(resets) history resets reported, \(faults.count) faults: \(kinds.joined(separator: ", "))"
+            return
+                "\(acked) messages acked (\(ackedInFinalEpochs) in the final epochs), \(deliveries) deliveries checked, \(lost) lost, \(duplicated) duplicated, \(disordered) out of order, \(resets) history resets reported, \(faults.count) faults: \(kinds.joined(separator: ", "))"
         }
     }
 
@@ -220,7 +221,9 @@ extension SoakTests {
             }
             let missing = (expected[member.room] ?? []).subtracting(read.map(\.key))
             report.lost += missing.count
-            #expect(missing.isEmpty, "\(member.name) missed \(missing.count): \(missing.sorted().prefix(5)); last disconnection: \(member.lastDisconnect.withLockedValue { $0 }); pending \(member.client.pendingCount)")
+            #expect(
+                missing.isEmpty,
+                "\(member.name) missed \(missing.count): \(missing.sorted().prefix(5)); last disconnection: \(member.lastDisconnect.withLockedValue { $0 }); pending \(member.client.pendingCount)")
             let phantom = Set(read.map(\.key)).subtracting(allAcked[member.room] ?? [])
             #expect(phantom.isEmpty, "\(member.name) read \(phantom.count) messages whose senders have no ack: \(phantom.sorted().prefix(5))")
         }

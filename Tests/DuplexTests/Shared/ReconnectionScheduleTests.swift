@@ -16,12 +16,14 @@ struct ReconnectionScheduleTests {
                 #expect(seconds.delay(forAttempt: attempt) == durations.delay(forAttempt: attempt))
             }
         }
-        #expect((0..<5).map { ReconnectionStrategy.linearBackoff(step: 0.5, maxDelay: 2).delay(forAttempt: $0) } == [
-            .milliseconds(500), .seconds(1), .milliseconds(1500), .seconds(2), .seconds(2),
-        ])
-        #expect((0..<6).map { RetryPolicy(initialDelay: 1.0, maxDelay: 60.0, backoffMultiplier: 3, jitter: 0).delay(forAttempt: $0) } == [
-            .seconds(1), .seconds(3), .seconds(9), .seconds(27), .seconds(60), .seconds(60),
-        ])
+        #expect(
+            (0..<5).map { ReconnectionStrategy.linearBackoff(step: 0.5, maxDelay: 2).delay(forAttempt: $0) } == [
+                .milliseconds(500), .seconds(1), .milliseconds(1500), .seconds(2), .seconds(2),
+            ])
+        #expect(
+            (0..<6).map { RetryPolicy(initialDelay: 1.0, maxDelay: 60.0, backoffMultiplier: 3, jitter: 0).delay(forAttempt: $0) } == [
+                .seconds(1), .seconds(3), .seconds(9), .seconds(27), .seconds(60), .seconds(60),
+            ])
     }
 
     @Test("a custom strategy in seconds or Durations; maxAttempts and disabled stop it")

@@ -150,7 +150,11 @@ final class PostgresCluster: Sendable {
     /// Stops the server at once (SIGQUIT, an immediate shutdown: connections are cut, as in a
     /// crash), and waits until it has exited.
     func stop() async throws {
-        guard let process = server.withLockedValue({ state in defer { state = nil }; return state }) else { return }
+        guard
+            let process = server.withLockedValue({ state in
+                defer { state = nil }; return state
+            })
+        else { return }
         let pidFile = dataDirectory.appendingPathComponent("postmaster.pid")
         if let text = try? String(contentsOf: pidFile, encoding: .utf8), let pid = text.split(separator: "\n").first.flatMap({ Int32($0) }) {
             kill(pid, SIGQUIT)

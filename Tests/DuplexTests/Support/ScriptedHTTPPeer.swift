@@ -48,9 +48,11 @@ final class ScriptedHTTPPeer: Sendable {
             .childChannelInitializer { child in
                 child.eventLoop.makeCompletedFuture {
                     try child.pipeline.syncOperations.configureHTTPServerPipeline()
-                    try child.pipeline.syncOperations.addHandler(AnswerHandler(record: { headers in
-                        box.withLockedValue { $0 }?.record(headers) ?? 0
-                    }, script: script))
+                    try child.pipeline.syncOperations.addHandler(
+                        AnswerHandler(
+                            record: { headers in
+                                box.withLockedValue { $0 }?.record(headers) ?? 0
+                            }, script: script))
                 }
             }
             .bind(host: "127.0.0.1", port: 0)

@@ -14,7 +14,9 @@ final class StepTrace: Sendable {
     var seen: [String] { state.withLockedValue { $0.seen } }
 
     func enter(_ step: String) {
-        state.withLockedValue { $0.step = step; $0.seen.append("[\(step)]") }
+        state.withLockedValue {
+            $0.step = step; $0.seen.append("[\(step)]")
+        }
     }
 
     func saw(_ value: some Sendable) {

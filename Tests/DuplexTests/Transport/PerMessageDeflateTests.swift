@@ -33,16 +33,18 @@ struct PerMessageDeflateTests {
         #expect(bare.sendWindowBits == 11 && bare.receiveWindowBits == 15)
     }
 
-    @Test("answers the offer does not allow are refused", arguments: [
-        "permessage-deflate, x-webkit-deflate-frame",
-        "x-custom",
-        "permessage-deflate; server_max_window_bits=16",
-        "permessage-deflate; server_max_window_bits",
-        "permessage-deflate; client_max_window_bits=8",
-        "permessage-deflate; client_no_context_takeover; client_no_context_takeover",
-        "permessage-deflate; server_no_context_takeover=1",
-        "permessage-deflate; mystery=1",
-    ])
+    @Test(
+        "answers the offer does not allow are refused",
+        arguments: [
+            "permessage-deflate, x-webkit-deflate-frame",
+            "x-custom",
+            "permessage-deflate; server_max_window_bits=16",
+            "permessage-deflate; server_max_window_bits",
+            "permessage-deflate; client_max_window_bits=8",
+            "permessage-deflate; client_no_context_takeover; client_no_context_takeover",
+            "permessage-deflate; server_no_context_takeover=1",
+            "permessage-deflate; mystery=1",
+        ])
     func refusedAnswers(answer: String) {
         #expect(throws: PerMessageDeflateNegotiation.Refusal.self) {
             _ = try PerMessageDeflateNegotiation.accept(answer, offered: PerMessageDeflate())

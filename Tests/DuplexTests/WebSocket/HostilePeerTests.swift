@@ -30,7 +30,10 @@ struct HostilePeerTests {
                 await socket.terminate()
                 let cli = try await CLIProcess("duplex", ["echo", "--connect-timeout", "5", "ws://127.0.0.1:\(peer.port)/"]).waitForExit()
                 #expect(cli.status == 8, "\(cli)")
-                #expect(cli.stderr == "duplex: 127.0.0.1:\(peer.port) \(words == "wrong Sec-WebSocket-Accept" ? "answered with a wrong Sec-WebSocket-Accept: it did not prove it read the handshake" : "answered the handshake with headers over the size limit")\n", "\(cli)")
+                #expect(
+                    cli.stderr
+                        == "duplex: 127.0.0.1:\(peer.port) \(words == "wrong Sec-WebSocket-Accept" ? "answered with a wrong Sec-WebSocket-Accept: it did not prove it read the handshake" : "answered the handshake with headers over the size limit")\n",
+                    "\(cli)")
                 await peer.stop()
             }
         }

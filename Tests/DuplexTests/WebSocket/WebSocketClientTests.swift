@@ -67,10 +67,11 @@ struct WebSocketClientTests {
                 await socket.terminate()
                 var seen: [WebSocketState] = []
                 for await state in states { seen.append(state) }
-                #expect(seen == [
-                    .notConnected, .connecting, .connected(protocol: nil), .disconnected(.manuallyDisconnected),
-                    .connecting, .connected(protocol: nil), .disconnected(.terminated),
-                ])
+                #expect(
+                    seen == [
+                        .notConnected, .connecting, .connected(protocol: nil), .disconnected(.manuallyDisconnected),
+                        .connecting, .connected(protocol: nil), .disconnected(.terminated),
+                    ])
             }
         }
     }

@@ -117,10 +117,11 @@ struct WebSocketLifecycleTests {
             return
         }
         #expect(actions.contains(.cancelReconnectTimer))
-        #expect(actions.contains { action in
-            if case .emit(.error(let error)) = action { return error.message.contains("1 queued message was not sent") }
-            return false
-        })
+        #expect(
+            actions.contains { action in
+                if case .emit(.error(let error)) = action { return error.message.contains("1 queued message was not sent") }
+                return false
+            })
         #expect(machine.state == .disconnected(.manuallyDisconnected))
     }
 

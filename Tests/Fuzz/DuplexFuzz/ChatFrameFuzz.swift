@@ -8,7 +8,8 @@ import Foundation
 enum ChatFrameFuzz {
     static let target = FuzzTarget(
         name: "chat-frames",
-        properties: "no crash; a frame that decodes encodes to JSON that decodes to the same frame (client frames exactly; server frames after one round, dates being rounded to milliseconds); the server's say parser answers every text with a say within the limits or an error frame"
+        properties:
+            "no crash; a frame that decodes encodes to JSON that decodes to the same frame (client frames exactly; server frames after one round, dates being rounded to milliseconds); the server's say parser answers every text with a say within the limits or an error frame"
     ) { bytes in
         let data = Data(bytes)
         if let frame = try? ChatClientFrame.decode(data) {

@@ -9,7 +9,8 @@ enum InflateFuzz {
 
     static let target = FuzzTarget(
         name: "inflate",
-        properties: "no crash; output never past the limit, however far the bytes would inflate; within the limit, the same bytes as an unlimited inflate, and 'too large' only when that goes past the limit (or is corrupt further on); what one end compresses the other inflates to the same bytes, message after message, for the window sizes and context takeover the agreement allows"
+        properties:
+            "no crash; output never past the limit, however far the bytes would inflate; within the limit, the same bytes as an unlimited inflate, and 'too large' only when that goes past the limit (or is corrupt further on); what one end compresses the other inflates to the same bytes, message after message, for the window sizes and context takeover the agreement allows"
     ) { bytes in
         var input = FuzzInput(bytes)
         let limit = Int(input.byte()) * 64 + 1

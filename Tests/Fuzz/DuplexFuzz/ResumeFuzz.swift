@@ -7,7 +7,8 @@ import DuplexSchema
 enum ResumeFuzz {
     static let target = FuzzTarget(
         name: "resume",
-        properties: "no crash or overflow trap; a room stream id that parses prints back to itself and has a seq of at least 0; the first tick after any Last-Event-ID lies within the kept window or is the next tick, and its instant can be computed; the chat limits accept or refuse any text"
+        properties:
+            "no crash or overflow trap; a room stream id that parses prints back to itself and has a seq of at least 0; the first tick after any Last-Event-ID lies within the kept window or is the next tick, and its instant can be computed; the chat limits accept or refuse any text"
     ) { bytes in
         var input = FuzzInput(bytes)
         let interval = [1, 10, 1000, 86_400_000][Int(input.byte() % 4)] as Int64

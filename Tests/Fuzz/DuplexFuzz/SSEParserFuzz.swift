@@ -7,7 +7,8 @@ import DuplexSchema
 enum SSEParserFuzz {
     static let target = FuzzTarget(
         name: "sse",
-        properties: "no crash; the events, last event id and retry equal the WHATWG algorithm's for the same bytes, however they are chunked; a parser with a small limit throws eventTooLarge instead of growing, and recovers"
+        properties:
+            "no crash; the events, last event id and retry equal the WHATWG algorithm's for the same bytes, however they are chunked; a parser with a small limit throws eventTooLarge instead of growing, and recovers"
     ) { bytes in
         var input = FuzzInput(bytes)
         let chunkCount = Int(input.byte() % 8)
@@ -83,12 +84,13 @@ enum WHATWGEventStream {
                 defer { data = ""; eventType = ""; retryInEvent = nil }
                 if data.isEmpty { continue }
                 if data.hasSuffix("\n") { data.removeLast() }
-                result.events.append(ServerSentEvent(
-                    id: idBuffer.isEmpty ? nil : idBuffer,
-                    event: eventType.isEmpty ? "message" : eventType,
-                    data: data,
-                    retry: retryInEvent
-                ))
+                result.events.append(
+                    ServerSentEvent(
+                        id: idBuffer.isEmpty ? nil : idBuffer,
+                        event: eventType.isEmpty ? "message" : eventType,
+                        data: data,
+                        retry: retryInEvent
+                    ))
                 continue
             }
             if line.first == ":" { continue }

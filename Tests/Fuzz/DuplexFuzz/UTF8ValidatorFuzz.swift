@@ -5,7 +5,8 @@ import DuplexWire
 enum UTF8ValidatorFuzz {
     static let target = FuzzTarget(
         name: "utf8",
-        properties: "no crash; fed in any chunks, the validator accepts exactly the byte strings the standard library decodes as UTF-8, and refuses at the first chunk after which no continuation could be valid"
+        properties:
+            "no crash; fed in any chunks, the validator accepts exactly the byte strings the standard library decodes as UTF-8, and refuses at the first chunk after which no continuation could be valid"
     ) { bytes in
         var input = FuzzInput(bytes)
         let chunkCount = Int(input.byte() % 8)

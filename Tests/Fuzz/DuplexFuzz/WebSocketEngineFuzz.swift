@@ -38,7 +38,8 @@ enum WebSocketEngineFuzz {
     /// The raw server pipeline: any bytes a client may send after the upgrade.
     static let serverTarget = FuzzTarget(
         name: "ws-server",
-        properties: "no crash, no hang; what the server writes is well formed: text it echoes is valid UTF-8, nothing larger than the message limit, RSV1 only when permessage-deflate was agreed, at most one close frame and nothing after it, close codes a server may send"
+        properties:
+            "no crash, no hang; what the server writes is well formed: text it echoes is valid UTF-8, nothing larger than the message limit, RSV1 only when permessage-deflate was agreed, at most one close frame and nothing after it, close codes a server may send"
     ) { bytes in
         var input = FuzzInput(bytes)
         let compressed = input.byte() & 1 == 1
@@ -58,7 +59,8 @@ enum WebSocketEngineFuzz {
     /// for the client), compared.
     static let enginesTarget = FuzzTarget(
         name: "ws-engines",
-        properties: "no crash; the engine as the client and inside the server delivers the same messages in the same order, fails a connection for the same reasons with the same close code, and accepts the same close frames; permessage-deflate included (each end's inflater on the same compressed stream)"
+        properties:
+            "no crash; the engine as the client and inside the server delivers the same messages in the same order, fails a connection for the same reasons with the same close code, and accepts the same close frames; permessage-deflate included (each end's inflater on the same compressed stream)"
     ) { bytes in
         var input = FuzzInput(bytes)
         let compressed = input.byte() & 1 == 1

@@ -181,7 +181,7 @@ final class PostgresChatStore: ChatStore {
                 do {
                     subscription.members = try await join(room: name, member: member)
                     return .success((room, subscription))
-                } catch where NameTaken.isCause(of: error) {
+                } catch  where NameTaken.isCause(of: error) {
                     room.unsubscribe(subscription.id)
                     return .failure(.nameTaken)
                 } catch {
@@ -282,10 +282,12 @@ final class PostgresChatStore: ChatStore {
     func withDeadline<T: Sendable>(_ what: String, _ operation: @escaping @Sendable () async throws -> T) async throws -> T {
         let limit = configuration.queryTimeout
         let pending = NIOLockedValueBox<CheckedContinuation<T, any Error>?>(nil)
-        let take: @Sendable () -> CheckedContinuation<T, any Error>? = { pending.withLockedValue { continuation in
-            defer { continuation = nil }
-            return continuation
-        } }
+        let take: @Sendable () -> CheckedContinuation<T, any Error>? = {
+            pending.withLockedValue { continuation in
+                defer { continuation = nil }
+                return continuation
+            }
+        }
         let timer = NIOLockedValueBox<Task<Void, Never>?>(nil)
         return try await withCheckedThrowingContinuation { continuation in
             pending.withLockedValue { $0 = continuation }
