@@ -129,10 +129,22 @@ let package = Package(
             resources: [.copy("Resources/index.html")],
             swiftSettings: swiftSettings
         ),
+        // The testbed's TCP fault proxy, in a target of its own so that the `duplex` CLI uses it
+        // without linking the server. `import DuplexTesting` brings it too.
+        .target(
+            name: "DuplexFaultProxy",
+            dependencies: [
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // Helpers users import in their own tests.
         .target(
             name: "DuplexTesting",
             dependencies: [
+                "DuplexFaultProxy",
                 "Duplex",
                 "DuplexSchema",
                 "DuplexServer",
@@ -162,11 +174,11 @@ let package = Package(
             dependencies: [
                 "Duplex",
                 "DuplexSchema",
-                "DuplexTesting",
+                "DuplexFaultProxy",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),

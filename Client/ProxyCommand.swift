@@ -1,10 +1,9 @@
 import ArgumentParser
-import DuplexTesting
+import DuplexFaultProxy
 import Foundation
-import HTTPTypes
-import Hummingbird
 import NIOConcurrencyHelpers
 import NIOCore
+import NIOHTTP1
 import UnixSignals
 
 /// `duplex proxy`: the testbed's fault proxy (``FaultProxy``) as a command, with a control
@@ -107,24 +106,20 @@ struct ProxyCommand: AsyncParsableCommand {
             for (toxic, fields) in try flagToxics() {
                 registry.add(toxic, direction: flagDirection, fields: fields)
             }
-            let router = Router()
-            registry.addRoutes(to: router)
-            let app = Application(
-                router: router,
-                configuration: .init(address: .hostname(controlAt.host, port: controlAt.port), serverName: "duplex-proxy"),
-                onServerRunning: { channel in
-                    let port = channel.localAddress?.port ?? controlAt.port
-                    let shown = controlAt.host.contains(":") ? "[\(controlAt.host)]" : controlAt.host
-                    printOut("duplex proxy listening on \(listenAt.host):\(proxy.port), forwarding to \(upstreamAt.host):\(upstreamAt.port)")
-                    printOut("duplex proxy control on http://\(shown):\(port)")
-                }
-            )
+            let server: any Channel
             do {
-                try await app.runService(gracefulShutdownSignals: [.sigterm, .sigint])
+                server = try await ControlServer.start(host: controlAt.host, port: controlAt.port, handle: registry.handle)
             } catch {
                 await proxy.stop()
                 throw Failure(.unreachable, "cannot serve the control endpoint on \(control): \(error)")
             }
+            let port = server.localAddress?.port ?? controlAt.port
+            let shown = controlAt.host.contains(":") ? "[\(controlAt.host)]" : controlAt.host
+            printOut("duplex proxy listening on \(listenAt.host):\(proxy.port), forwarding to \(upstreamAt.host):\(upstreamAt.port)")
+            printOut("duplex proxy control on http://\(shown):\(port)")
+            // Runs until SIGTERM or SIGINT.
+            for await _ in await UnixSignalsSequence(trapping: .sigterm, .sigint) { break }
+            try? await server.close()
             await proxy.stop()
         }
     }
@@ -201,45 +196,47 @@ final class ToxicRegistry: Sendable {
         }
     }
 
-    func addRoutes(to router: Router<BasicRequestContext>) {
-        router.get("toxics") { _, _ in
-            self.json(.ok, self.listing())
-        }
-        router.post("toxics") { request, _ in
+    /// Answers one control request (the routes `duplex proxy --help` lists).
+    @Sendable func handle(_ request: ControlServer.Request) -> ControlServer.Reply {
+        switch (request.method, request.path.split(separator: "/", omittingEmptySubsequences: true)) {
+        case (.GET, ["toxics"]):
+            return json(.ok, listing())
+        case (.POST, ["toxics"]):
             var fields: [String: String] = [:]
-            for (key, value) in request.uri.queryParameters { fields[String(key)] = String(value) }
+            for (key, value) in request.query { fields[key] = value }
             guard let direction = ToxicSpec.direction(fields["direction"] ?? "both") else {
-                return self.json(.badRequest, ["error": "direction must be both, upstream or downstream"])
+                return json(.badRequest, ["error": "direction must be both, upstream or downstream"])
             }
             do {
                 let toxic = try ToxicSpec.toxic(fields)
                 fields["direction"] = nil
-                return self.json(.created, ["id": self.add(toxic, direction: direction, fields: fields)])
+                return json(.created, ["id": add(toxic, direction: direction, fields: fields)])
             } catch let error as ToxicSpec.Invalid {
-                return self.json(.badRequest, ["error": error.message])
+                return json(.badRequest, ["error": error.message])
+            } catch {
+                return json(.badRequest, ["error": "\(error)"])
             }
-        }
-        router.delete("toxics/:id") { _, context in
-            guard let number = context.parameters.get("id", as: Int.self),
-                let entry = self.entries.withLockedValue({ $0.byID.removeValue(forKey: number) })
-            else {
-                return self.json(.notFound, ["error": "no such toxic"])
+        case (.DELETE, let parts) where parts.count == 2 && parts[0] == "toxics":
+            guard let number = Int(parts[1]), let entry = entries.withLockedValue({ $0.byID.removeValue(forKey: number) }) else {
+                return json(.notFound, ["error": "no such toxic"])
             }
-            self.proxy.remove(entry.id)
-            return self.json(.ok, ["removed": number])
-        }
-        router.delete("toxics") { _, _ in
-            let count = self.entries.withLockedValue { entries in
+            proxy.remove(entry.id)
+            return json(.ok, ["removed": number])
+        case (.DELETE, ["toxics"]):
+            let count = entries.withLockedValue { entries in
                 defer { entries.byID = [:] }
                 return entries.byID.count
             }
-            self.proxy.removeAll()
-            return self.json(.ok, ["removed": count])
-        }
-        router.post("drop") { _, _ in
-            let count = self.proxy.connectionCount
-            self.proxy.dropAll()
-            return self.json(.ok, ["accepted": count])
+            proxy.removeAll()
+            return json(.ok, ["removed": count])
+        case (.POST, ["drop"]):
+            let count = proxy.connectionCount
+            proxy.dropAll()
+            return json(.ok, ["accepted": count])
+        case (_, ["toxics"]), (_, ["drop"]):
+            return json(.methodNotAllowed, ["error": "\(request.method) is not allowed on \(request.path)"])
+        default:
+            return json(.notFound, ["error": "no such endpoint: \(request.path)"])
         }
     }
 
@@ -252,10 +249,7 @@ final class ToxicRegistry: Sendable {
         return ["toxics": toxics, "connections": proxy.connectionCount]
     }
 
-    private func json(_ status: HTTPResponse.Status, _ object: [String: Any]) -> Response {
-        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
-        var headers = HTTPFields()
-        headers[.contentType] = "application/json; charset=utf-8"
-        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    private func json(_ status: HTTPResponseStatus, _ object: [String: Any]) -> ControlServer.Reply {
+        ControlServer.Reply(status: status, json: (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8))
     }
 }
