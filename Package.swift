@@ -7,6 +7,10 @@ let swiftSettings: [SwiftSetting] = [
     .enableUpcomingFeature("InternalImportsByDefault"),
 ]
 
+// CI sets DUPLEX_TYPECHECK_URLSESSION=1 to compile the client's URLSession transport on Linux too
+// (it is Apple-only at run time), so that a change that breaks it fails there.
+let clientSettings = swiftSettings + (Context.environment["DUPLEX_TYPECHECK_URLSESSION"] == "1" ? [.define("DUPLEX_TYPECHECK_URLSESSION")] : [])
+
 let package = Package(
     name: "duplex",
     platforms: [.macOS(.v14), .iOS(.v17), .tvOS(.v17)],
@@ -83,7 +87,7 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
-            swiftSettings: swiftSettings
+            swiftSettings: clientSettings
         ),
         // Closure-based adapters over the client library.
         .target(

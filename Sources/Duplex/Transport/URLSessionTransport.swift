@@ -1,6 +1,11 @@
-#if canImport(Darwin)
+// Apple platforms only. CI type-checks it on Linux too (where swift-corelibs-foundation has the
+// types, and the task fails at run time), with -DDUPLEX_TYPECHECK_URLSESSION.
+#if canImport(Darwin) || DUPLEX_TYPECHECK_URLSESSION
 import DuplexSchema
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 
 extension WebSocketTransportKind {
     /// Foundation's `URLSessionWebSocketTask`: Apple platforms only. It supports the system's
@@ -103,13 +108,16 @@ final class URLSessionWebSocketSessionDelegate: NSObject, URLSessionWebSocketDel
         didReceive challenge: URLAuthenticationChallenge,
         completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
     ) {
+        // Server trust is the Security framework's: Darwin only (the Linux type-check skips it).
+        #if canImport(Darwin)
         if insecure, challenge.protectionSpace.authenticationMethod == NSURLAuthenticationMethodServerTrust,
             let trust = challenge.protectionSpace.serverTrust
         {
             completionHandler(.useCredential, URLCredential(trust: trust))
-        } else {
-            completionHandler(.performDefaultHandling, nil)
+            return
         }
+        #endif
+        completionHandler(.performDefaultHandling, nil)
     }
 }
 

@@ -196,12 +196,7 @@ final class WebSocketClientHandler: ChannelDuplexHandler {
             delegate.transportDidReceive(opcode == .text ? .string(String(buffer: buffer)) : .data(Data(buffer.readableBytesView)))
         case .inflate(let opcode, let buffer):
             guard deflate != nil else { return }
-            do {
-                let inflated = try deflate!.inflate(buffer, maxBytes: engine.maxMessageBytes, allocator: context.channel.allocator)
-                perform(engine.inflated(opcode, inflated), context: context)
-            } catch {
-                perform(engine.inflationFailed(tooLarge: error == .tooLarge), context: context)
-            }
+            perform(engine.inflate(opcode, buffer, with: &deflate!, allocator: context.channel.allocator), context: context)
         case .sendPong(let payload):
             context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, maskKey: maskingKeys.next(), data: payload)), promise: nil)
         case .pongReceived(let payload):

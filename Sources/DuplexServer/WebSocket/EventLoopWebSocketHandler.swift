@@ -185,12 +185,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
             }
         case .inflate(let opcode, let payload):
             guard deflate != nil else { return }
-            do {
-                let message = try deflate!.inflate(payload, maxBytes: configuration.maxMessageBytes, allocator: context.channel.allocator)
-                perform(engine.inflated(opcode, message), context: context)
-            } catch {
-                perform(engine.inflationFailed(tooLarge: error == .tooLarge), context: context)
-            }
+            perform(engine.inflate(opcode, payload, with: &deflate!, allocator: context.channel.allocator), context: context)
         case .sendPong(let payload):
             write(WebSocketFrame(fin: true, opcode: .pong, data: payload), context: context)
         case .pongReceived:

@@ -1,4 +1,5 @@
 package import NIOCore
+package import NIOWebSocket
 
 /// One connection's permessage-deflate state, at either end: the agreement and the last window
 /// of each direction (what the peer's zlib stream remembers), nothing more. The compressing is
@@ -51,5 +52,17 @@ package struct DeflateContext {
         }
         result.writeImmutableBuffer(message.getSlice(at: message.readerIndex + message.readableBytes - fromMessage, length: fromMessage)!)
         return result
+    }
+}
+
+extension WebSocketEngine {
+    /// Carries out ``Action/inflate(_:_:)`` with the connection's `deflate`: the message inflated
+    /// within ``maxMessageBytes`` and checked like any other, or the failure it makes.
+    package mutating func inflate(_ opcode: WebSocketOpcode, _ payload: ByteBuffer, with deflate: inout DeflateContext, allocator: ByteBufferAllocator) -> Action {
+        do {
+            return inflated(opcode, try deflate.inflate(payload, maxBytes: maxMessageBytes, allocator: allocator))
+        } catch {
+            return inflationFailed(tooLarge: error == .tooLarge)
+        }
     }
 }

@@ -193,11 +193,7 @@ enum WebSocketEngineFuzz {
             let unmasked = WebSocketFrame(fin: frame.fin, rsv1: frame.rsv1, rsv2: frame.rsv2, rsv3: frame.rsv3, opcode: frame.opcode, data: frame.unmaskedData)
             var action = engine.received(unmasked)
             if case .inflate(let opcode, let buffer) = action {
-                do {
-                    action = engine.inflated(opcode, try deflate!.inflate(buffer, maxBytes: maxMessageBytes, allocator: ByteBufferAllocator()))
-                } catch {
-                    action = engine.inflationFailed(tooLarge: error == .tooLarge)
-                }
+                action = engine.inflate(opcode, buffer, with: &deflate!, allocator: ByteBufferAllocator())
             }
             switch action {
             case .deliver(let opcode, let buffer):
