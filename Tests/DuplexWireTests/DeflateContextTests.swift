@@ -2,7 +2,9 @@ import DuplexWire
 import NIOCore
 import Testing
 
-/// permessage-deflate's one compressor and inflater, as a client and a server each set it up.
+/// permessage-deflate's one compressor and inflater, as a client (its own streams, going on
+/// across messages) and a server (the event loop's streams, with the connection's windows) set it
+/// up.
 @Suite("DeflateContext: one inflater for both ends")
 struct DeflateContextTests {
     static let allocator = ByteBufferAllocator()
@@ -10,7 +12,7 @@ struct DeflateContextTests {
     /// The two ends of a connection, each seen from itself.
     static func ends(windowBits: Int = 15, takeover: Bool = true) -> (client: DeflateContext, server: DeflateContext) {
         let agreement = DeflateAgreement(sendWindowBits: windowBits, sendNoContextTakeover: !takeover, receiveWindowBits: windowBits, receiveNoContextTakeover: !takeover)
-        return (DeflateContext(agreement: agreement, zlib: LoopZlib(memoryLevel: 8)), DeflateContext(agreement: agreement, zlib: LoopZlib()))
+        return (DeflateContext(agreement: agreement, zlib: LoopZlib(memoryLevel: 8), ownStreams: true), DeflateContext(agreement: agreement, zlib: LoopZlib()))
     }
 
     @Test("what one end compresses, the other inflates, message after message, both ways", arguments: [(15, true), (9, true), (12, false)])
@@ -56,6 +58,33 @@ struct DeflateContextTests {
         #expect(throws: LoopZlib.InflateFailure.tooLarge) { try short.inflate(exact, maxBytes: 4095, allocator: Self.allocator) }
         var garbage = Self.ends().server
         #expect(throws: LoopZlib.InflateFailure.corrupt) { try garbage.inflate(ByteBuffer(bytes: [0xFF, 0xFF, 0xFF, 0x00, 0x13]), maxBytes: 1024, allocator: Self.allocator) }
+    }
+
+    @Test("a message ending in a final block (BFINAL) inflates on either end, and the next one refers back to it", arguments: [false, true])
+    func finalBlock(ownStreams: Bool) throws {
+        var context = DeflateContext(agreement: DeflateAgreement(), zlib: LoopZlib(), ownStreams: ownStreams)
+        // A stored block with BFINAL set, holding "hello": it ends the sender's stream.
+        let stored = ByteBuffer(bytes: [0x01, 0x05, 0x00, 0xFA, 0xFF] + Array("hello".utf8))
+        #expect(String(buffer: try context.inflate(stored, maxBytes: 1024, allocator: Self.allocator)) == "hello")
+        // A new stream that refers 5 bytes back, into the ended one: the window carries over.
+        let match = ByteBuffer(bytes: [202, 0, 17, 0, 0])
+        #expect(String(buffer: try context.inflate(match, maxBytes: 1024, allocator: Self.allocator)) == "hello")
+        #expect(String(buffer: try context.inflate(match, maxBytes: 1024, allocator: Self.allocator)) == "hello", "and again, from the stream that goes on")
+        // Bytes after a final block, before the removed tail, are not deflate.
+        var fresh = DeflateContext(agreement: DeflateAgreement(), zlib: LoopZlib(), ownStreams: ownStreams)
+        #expect(throws: LoopZlib.InflateFailure.corrupt) { try fresh.inflate(ByteBuffer(bytes: [0x01, 0x01, 0x00, 0xFE, 0xFF, 0x41, 0x00]), maxBytes: 1024, allocator: Self.allocator) }
+    }
+
+    @Test("own streams without context takeover start every message afresh, both ways")
+    func ownStreamsNoContextTakeover() throws {
+        var (client, server) = Self.ends(takeover: false)
+        let message = Self.allocator.buffer(string: "the same words, twice over, the same words")
+        let first = client.deflate(message, allocator: Self.allocator).payload
+        let second = client.deflate(message, allocator: Self.allocator).payload
+        #expect(first == second, "nothing of the first message is referred to")
+        var stranger = DeflateContext(agreement: DeflateAgreement(), zlib: LoopZlib())
+        #expect(try stranger.inflate(second, maxBytes: 1024, allocator: Self.allocator) == message, "a fresh inflater reads it")
+        #expect(try server.inflate(first, maxBytes: 1024, allocator: Self.allocator) == message)
     }
 
     @Test("messages under the threshold go uncompressed")

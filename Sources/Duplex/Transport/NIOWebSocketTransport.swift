@@ -105,8 +105,9 @@ struct NIOWebSocketTransport: WebSocketTransport {
                         } catch let error as PerMessageDeflateNegotiation.Refusal {
                             throw WebSocketError(.unexpectedExtension, "the server's permessage-deflate answer \(answer.prefix(100).debugDescription) \(error.reason)")
                         }
-                        // The connection's own zlib streams, made on first use.
-                        deflate = DeflateContext(agreement: agreement, zlib: LoopZlib(memoryLevel: 8))
+                        // The connection's own zlib streams (made on first use), going on from
+                        // message to message.
+                        deflate = DeflateContext(agreement: agreement, zlib: LoopZlib(memoryLevel: 8), ownStreams: true)
                     }
                     let outbox = Outbox(highWatermark: max(configuration.sendBufferHighWatermark, 1))
                     let handler = WebSocketClientHandler(

@@ -1,24 +1,38 @@
 package import NIOCore
 package import NIOWebSocket
 
-/// One connection's permessage-deflate state, at either end: the agreement and the last window
-/// of each direction (what the peer's zlib stream remembers), nothing more. The compressing is
-/// done by a ``LoopZlib``, which the server shares among the connections of an event loop.
+/// One connection's permessage-deflate state, at either end, in one of two ways:
+/// - **shared streams** (the server): the zlib streams are the event loop's (``LoopZlib``), reset
+///   for every message and given the connection's last window of each direction (what the
+///   peer's stream remembers) as the dictionary. A connection keeps only its two windows, so
+///   thousands of idle connections cost little; a message costs its window's setup besides.
+/// - **own streams** (the client, `ownStreams`): the connection's ``LoopZlib`` goes on from
+///   message to message, as a zlib stream per direction does; nothing is copied or reset, so a
+///   message costs only its own bytes.
 package struct DeflateContext {
     package let agreement: DeflateAgreement
     package let zlib: LoopZlib
-    /// The last `2^receiveWindowBits` bytes the peer's compressed messages inflated to.
+    /// Whether `zlib` is this connection's alone, its streams going on across messages.
+    package let ownStreams: Bool
+    /// Shared streams: the last `2^receiveWindowBits` bytes the peer's compressed messages
+    /// inflated to.
     private var received: ByteBuffer?
-    /// The last `2^sendWindowBits` bytes of the messages this end sent compressed.
+    /// Shared streams: the last `2^sendWindowBits` bytes of the messages this end sent compressed.
     private var sent: ByteBuffer?
 
-    package init(agreement: DeflateAgreement, zlib: LoopZlib) {
+    /// `zlib` shared by many connections (reset per message), or, with `ownStreams`, this
+    /// connection's alone.
+    package init(agreement: DeflateAgreement, zlib: LoopZlib, ownStreams: Bool = false) {
         self.agreement = agreement
         self.zlib = zlib
+        self.ownStreams = ownStreams
     }
 
     /// Inflates a compressed message from the peer, at most `maxBytes` long.
     package mutating func inflate(_ payload: ByteBuffer, maxBytes: Int, allocator: ByteBufferAllocator) throws(LoopZlib.InflateFailure) -> ByteBuffer {
+        if ownStreams, !agreement.receiveNoContextTakeover {
+            return try zlib.inflateContinuing(payload, maxBytes: maxBytes, allocator: allocator)
+        }
         let message = try zlib.inflate(payload, dictionary: agreement.receiveNoContextTakeover ? nil : received, maxBytes: maxBytes, allocator: allocator)
         if !agreement.receiveNoContextTakeover {
             // At least 9 bits: zlib compresses with a 9-bit window when asked for 8.
@@ -30,7 +44,12 @@ package struct DeflateContext {
     /// The payload to send for `message`, and whether it is compressed (RSV1): messages under
     /// the threshold go as they are, as do all when the agreed window is one zlib cannot make.
     package mutating func deflate(_ message: ByteBuffer, allocator: ByteBufferAllocator) -> (payload: ByteBuffer, compressed: Bool) {
-        guard message.readableBytes >= agreement.minimumBytes, agreement.sendWindowBits >= 9,
+        guard message.readableBytes >= agreement.minimumBytes, agreement.sendWindowBits >= 9 else { return (message, false) }
+        if ownStreams, !agreement.sendNoContextTakeover {
+            guard let payload = zlib.deflateContinuing(message, windowBits: agreement.sendWindowBits, allocator: allocator) else { return (message, false) }
+            return (payload, true)
+        }
+        guard
             let payload = zlib.deflate(message, windowBits: agreement.sendWindowBits, dictionary: agreement.sendNoContextTakeover ? nil : sent, allocator: allocator)
         else { return (message, false) }
         if !agreement.sendNoContextTakeover {

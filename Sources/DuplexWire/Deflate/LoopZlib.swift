@@ -27,6 +27,12 @@ package final class LoopZlib: @unchecked Sendable {
     private var inflater: UnsafeMutablePointer<z_stream>?
     /// Compressors by window bits (a server usually has one).
     private var deflaters: [Int: UnsafeMutablePointer<z_stream>] = [:]
+    /// For ``inflateContinuing(_:maxBytes:allocator:)``: the window a final block left when it
+    /// ended the stream, which the next message's new stream starts from.
+    private var endedWindow: [UInt8]?
+    /// For ``deflateContinuing(_:windowBits:allocator:)``: a compression that failed midway
+    /// left the stream with input the peer never saw; the next message starts afresh.
+    private var deflaterNeedsReset = false
 
     /// The streams compress at `memoryLevel` (zlib's 1 to 9; 5 takes 16 KiB for the hash).
     package init(memoryLevel: Int = 5) {
@@ -59,12 +65,52 @@ package final class LoopZlib: @unchecked Sendable {
         // A payload may end in a final block (BFINAL, RFC 7692 section 7.2.3.3): the stream has
         // ended, and the tail the sender removed is not put back.
         if try !Self.inflate(payload, into: &output, stream: stream, maxBytes: maxBytes) {
-            try Self.inflate(Self.syncTail, into: &output, stream: stream, maxBytes: maxBytes)
+            try Self.inflateTail(into: &output, stream: stream, maxBytes: maxBytes)
+        }
+        return output
+    }
+
+    /// Inflates one message's payload on a stream that goes on from message to message (one
+    /// connection's own, with context takeover): no reset and no dictionary, so a message costs
+    /// only its own bytes. At most `maxBytes` come out.
+    package func inflateContinuing(_ payload: ByteBuffer, maxBytes: Int, allocator: ByteBufferAllocator) throws(InflateFailure) -> ByteBuffer {
+        guard let stream = inflateStream() else { throw .corrupt }
+        if let window = endedWindow {
+            // The last message ended its stream with a final block: this one starts a new
+            // stream, which may still refer back to what came before.
+            endedWindow = nil
+            guard CDuplexZlib.inflateReset(stream) == Z_OK else { throw .corrupt }
+            if !window.isEmpty {
+                let status = window.withUnsafeBufferPointer { bytes in
+                    CDuplexZlib.inflateSetDictionary(stream, bytes.baseAddress, uInt(bytes.count))
+                }
+                guard status == Z_OK else { throw .corrupt }
+            }
+        }
+        var output = allocator.buffer(capacity: min(maxBytes + 1, max(payload.readableBytes * 3, 256)))
+        if try Self.inflate(payload, into: &output, stream: stream, maxBytes: maxBytes) {
+            var window = [UInt8](repeating: 0, count: 32768)
+            var length = uInt(window.count)
+            let status = window.withUnsafeMutableBufferPointer { CDuplexZlib.inflateGetDictionary(stream, $0.baseAddress, &length) }
+            guard status == Z_OK else { throw .corrupt }
+            endedWindow = Array(window.prefix(Int(length)))
+        } else {
+            try Self.inflateTail(into: &output, stream: stream, maxBytes: maxBytes)
         }
         return output
     }
 
     private static let syncTail = ByteBuffer(bytes: [0x00, 0x00, 0xFF, 0xFF])
+
+    /// Puts back the `00 00 FF FF` the sender removed (the empty stored block its sync flush
+    /// wrote), which must leave the stream between blocks: a message that left a block open is
+    /// not what a sync flush makes (RFC 7692 section 7.2.1), and both ends refuse it alike,
+    /// whether their stream goes on or starts afresh with the next message.
+    private static func inflateTail(into output: inout ByteBuffer, stream: UnsafeMutablePointer<z_stream>, maxBytes: Int) throws(InflateFailure) {
+        try inflate(syncTail, into: &output, stream: stream, maxBytes: maxBytes)
+        // zlib's data_type has 128 set when inflate stopped at a block boundary.
+        guard stream.pointee.data_type & 128 != 0 else { throw .corrupt }
+    }
 
     /// Inflates `input` into `output`; returns whether a final block ended the stream.
     @discardableResult
@@ -109,11 +155,31 @@ package final class LoopZlib: @unchecked Sendable {
             }
             guard status == Z_OK else { return nil }
         }
+        return Self.compress(payload, stream: stream, allocator: allocator)
+    }
+
+    /// Compresses one message on a stream that goes on from message to message (one
+    /// connection's own, with context takeover): the history is the stream's, nothing is reset.
+    package func deflateContinuing(_ payload: ByteBuffer, windowBits: Int, allocator: ByteBufferAllocator) -> ByteBuffer? {
+        guard let stream = deflateStream(windowBits: windowBits) else { return nil }
+        if deflaterNeedsReset {
+            guard CDuplexZlib.deflateReset(stream) == Z_OK else { return nil }
+            deflaterNeedsReset = false
+        }
+        guard let output = Self.compress(payload, stream: stream, allocator: allocator) else {
+            deflaterNeedsReset = true
+            return nil
+        }
+        return output
+    }
+
+    /// Compresses `payload` with a sync flush; the result ends without its `00 00 FF FF`.
+    private static func compress(_ payload: ByteBuffer, stream: UnsafeMutablePointer<z_stream>, allocator: ByteBufferAllocator) -> ByteBuffer? {
         var output = allocator.buffer(capacity: Int(CDuplexZlib.deflateBound(stream, uLong(payload.readableBytes))) + 16)
-        let done = Self.withInput(payload, stream: stream) {
+        let done = withInput(payload, stream: stream) {
             while true {
                 if output.writableBytes < 16 { output.reserveCapacity(output.capacity * 2) }
-                let (status, _) = Self.step(stream, into: &output) { CDuplexZlib.deflate($0, Z_SYNC_FLUSH) }
+                let (status, _) = step(stream, into: &output) { CDuplexZlib.deflate($0, Z_SYNC_FLUSH) }
                 guard status == Z_OK || status == Z_BUF_ERROR else { return false }
                 // A sync flush is complete once the input is used up with output room to spare.
                 if stream.pointee.avail_in == 0, output.writableBytes > 0 { return true }

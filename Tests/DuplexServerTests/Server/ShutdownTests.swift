@@ -82,7 +82,12 @@ struct RestartRebindTests {
     }
 
     static func answers(_ port: Int) async -> Bool {
-        (try? await withTimeout(.seconds(2)) { try await TestHTTPResponse.get(port: port, "/health") { $0.status == 200 } }) ?? false
+        do {
+            return try await withTimeout(.seconds(2)) { try await TestHTTPResponse.get(port: port, "/health") { $0.status == 200 } }
+        } catch {
+            Issue.record("GET /health on port \(port): \(error)")
+            return false
+        }
     }
 
     @Test("a restart whose port another socket takes while the server is down keeps trying, and listens again once the port is free")

@@ -3,7 +3,8 @@ import DuplexWire
 import NIOCore
 
 /// permessage-deflate's one inflater (DuplexWire's `DeflateContext` over `LoopZlib`), which the
-/// client and the server both use.
+/// client (its own streams, going on across messages) and the server (the event loop's streams,
+/// reset per message with the connection's windows) both use.
 enum InflateFuzz {
     static let allocator = ByteBufferAllocator()
 
@@ -22,6 +23,10 @@ enum InflateFuzz {
         var unlimited = DeflateContext(agreement: DeflateAgreement(), zlib: LoopZlib())
         let limited = Result { () throws(LoopZlib.InflateFailure) in try bounded.inflate(ByteBuffer(bytes: payload), maxBytes: limit, allocator: allocator) }
         let whole = Result { () throws(LoopZlib.InflateFailure) in try unlimited.inflate(ByteBuffer(bytes: payload), maxBytes: 1 << 24, allocator: allocator) }
+        // The client's way (its own stream) reads the same bytes the same way.
+        var own = DeflateContext(agreement: DeflateAgreement(), zlib: LoopZlib(), ownStreams: true)
+        let ownLimited = Result { () throws(LoopZlib.InflateFailure) in try own.inflate(ByteBuffer(bytes: payload), maxBytes: limit, allocator: allocator) }
+        require(ownLimited == limited, "the client's inflater and the server's disagree on \(payload.count) bytes: \(ownLimited) against \(limited)")
         switch (limited, whole) {
         case (.success(let a), .success(let b)):
             require(a.readableBytes <= limit, "inflated \(a.readableBytes) bytes past \(limit)")
@@ -44,7 +49,7 @@ enum InflateFuzz {
         let takeover = options & 0x80 == 0
         let client = DeflateAgreement(sendWindowBits: windowBits, sendNoContextTakeover: !takeover, receiveWindowBits: windowBits, receiveNoContextTakeover: !takeover)
         let server = DeflateAgreement(sendWindowBits: windowBits, sendNoContextTakeover: !takeover, receiveWindowBits: windowBits, receiveNoContextTakeover: !takeover)
-        var clientEnd = DeflateContext(agreement: client, zlib: LoopZlib(memoryLevel: 8))
+        var clientEnd = DeflateContext(agreement: client, zlib: LoopZlib(memoryLevel: 8), ownStreams: true)
         var serverEnd = DeflateContext(agreement: server, zlib: LoopZlib())
         for message in [payload, payload.reversed() + payload, payload + payload] {
             let expected = ByteBuffer(bytes: message)

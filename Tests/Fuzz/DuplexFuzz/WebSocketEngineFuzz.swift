@@ -187,7 +187,8 @@ enum WebSocketEngineFuzz {
 
     static func clientOutcome(_ frames: [WebSocketFrame], compressed: Bool) -> EngineOutcome {
         var engine = WebSocketEngine(role: .client, maxMessageBytes: maxMessageBytes, compressionNegotiated: compressed)
-        var deflate = compressed ? DeflateContext(agreement: DeflateAgreement(), zlib: LoopZlib()) : nil
+        // As the client sets it up: its own streams, going on across messages.
+        var deflate = compressed ? DeflateContext(agreement: DeflateAgreement(), zlib: LoopZlib(memoryLevel: 8), ownStreams: true) : nil
         var outcome = EngineOutcome()
         for frame in frames {
             let unmasked = WebSocketFrame(fin: frame.fin, rsv1: frame.rsv1, rsv2: frame.rsv2, rsv3: frame.rsv3, opcode: frame.opcode, data: frame.unmaskedData)
