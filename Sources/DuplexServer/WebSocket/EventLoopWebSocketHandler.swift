@@ -1,3 +1,4 @@
+import DequeModule
 import DuplexSchema
 import DuplexWire
 import NIOCore
@@ -68,7 +69,9 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     private var isHeld = false
     /// The whole messages that arrived while the service was held, in order: at most what one
     /// read brought, since the handler reads no more meanwhile.
-    private var held = CircularBuffer<(message: ByteBuffer, opcode: WebSocketOpcode)>()
+    /// (A `Deque` allocates nothing until it holds something: swift-nio's `CircularBuffer` would
+    /// allocate room for 16 up front, half a KiB for every connection.)
+    private var held = Deque<(message: ByteBuffer, opcode: WebSocketOpcode)>()
 
     init(configuration: Configuration, registry: ConnectionRegistry, service: any EventLoopWebSocketService, deflate: DeflateContext? = nil) {
         self.configuration = configuration
