@@ -75,8 +75,8 @@ public final class ChatClient: Sendable {
     public init(url: URL, name: String, configuration: WebSocketConfiguration = ChatClient.defaultConfiguration) {
         self.url = url
         self.name = name
-        self.socket = WebSocket(url: url, configuration: configuration)
-        self.core = ChatClientCore(name: name, socket: socket.core, configuration: configuration)
+        self.socket = WebSocket(request: WebSocketRequest(url: url), configuration: configuration, clock: ContinuousClock(), policy: ChatClientCore.policy(configuration))
+        self.core = ChatClientCore(name: name, socket: socket, configuration: configuration)
         socket.prepareRequest = { [weak core] request in
             var request = request
             if let core { request.url = core.joinURL(url) }
@@ -85,7 +85,7 @@ public final class ChatClient: Sendable {
     }
 
     deinit {
-        socket.core.terminate()
+        socket.terminateNow()
     }
 
     /// A new stream of every event from now on; each consumer gets its own.
@@ -140,6 +140,11 @@ public final class ChatClient: Sendable {
 }
 
 /// The engine behind a ``ChatClient``: feeds frames to ``ChatSession`` and acts on its reactions.
+///
+/// When to reconnect is the socket's decision (its lifecycle, with ``policy(_:)``): after any
+/// loss but a refused join, a 1000 included, until the strategy gives up. The client only reads
+/// what the socket reports, in order: messages with their connection, and losses with whether
+/// the socket reconnects.
 final class ChatClientCore: Sendable {
     struct State {
         var session: ChatSession
@@ -154,13 +159,26 @@ final class ChatClientCore: Sendable {
 
     let box: NIOLockedValueBox<State>
     let events: Broadcaster<ChatEvent>
-    private let socket: WebSocketCore
-    private let strategy: ReconnectionStrategy
+    private let socket: WebSocket
     /// Frames to send, in order: fed under the lock, so a resend and a new message keep the order
     /// in which they were decided.
     private let outbound: AsyncStream<(say: ChatSay, connection: UInt64)>.Continuation
 
-    init(name: String, socket: WebSocketCore, configuration: WebSocketConfiguration) {
+    /// The socket's lifecycle policy for a chat client: a connection proves itself with its
+    /// welcome; a 1000 is retried (the Duplex chat server never ends a member with it: a 1000 the
+    /// client did not ask for comes from a server going down, swift-websocket's graceful shutdown);
+    /// a 1008 or 1013 with a reason before the welcome is a refused join, final.
+    static func policy(_ configuration: WebSocketConfiguration) -> WebSocketPolicy {
+        WebSocketPolicy(
+            strategy: configuration.reconnection,
+            maxQueued: configuration.maxQueuedSends,
+            provedOnOpen: false,
+            retriesNormalClosure: true,
+            refusalCodes: [.policyViolation, .tryAgainLater]
+        )
+    }
+
+    init(name: String, socket: WebSocket, configuration: WebSocketConfiguration) {
         self.box = NIOLockedValueBox(State(session: ChatSession(name: name)))
         let gate = DemandGate()
         self.events = Broadcaster(
@@ -171,12 +189,11 @@ final class ChatClientCore: Sendable {
             logger: configuration.logger
         )
         self.socket = socket
-        self.strategy = configuration.reconnection
         let (outboundStream, outbound) = AsyncStream.makeStream(of: (say: ChatSay, connection: UInt64).self)
         self.outbound = outbound
-        let socketMessages = socket.connectionMessages.makeStream()
-        let socketStates = socket.makeStateStream()
+        let reports = socket.reports
         let events = self.events
+        // Ends when `outbound` finishes: when the socket's reports end (below).
         Task {
             // Each message goes out on the connection that was welcomed when it was decided, or
             // not at all: it stays pending, and the next welcome resends every pending message in
@@ -186,20 +203,24 @@ final class ChatClientCore: Sendable {
                 try? await socket.send(.string(json), onConnection: connection)
             }
         }
-        // The pumps hold the core, not the ChatClient: releasing the client terminates the
-        // socket, which ends both streams and so both pumps.
+        // Holds the core, not the ChatClient: releasing the client terminates the socket, which
+        // ends its reports and so this pump.
         Task { [self] in
-            for await (connection, message) in socketMessages {
-                self.handle(message, on: connection)
+            for await report in reports {
+                switch report {
+                case .message(let message, let connection):
+                    self.handle(message, on: connection)
+                case .opened:
+                    break
+                case .disconnected(let reason, let reconnecting):
+                    self.handle(disconnected: reason, reconnecting: reconnecting)
+                }
                 // A reader of `events` behind: read no more frames, so the socket's own buffer
                 // fills and it stops reading from the network.
                 await gate.waitUntilOpen()
             }
             events.finish()
             outbound.finish()
-        }
-        Task { [self] in
-            for await state in socketStates { self.handle(state) }
         }
     }
 
@@ -209,7 +230,7 @@ final class ChatClientCore: Sendable {
 
     func join(timeout: Duration) async throws -> ChatWelcome {
         enum Start { case joined(ChatWelcome), wait(UInt64) }
-        let connected = if case .connected = socket.currentState { true } else { false }
+        let connected = if case .connected = socket.state { true } else { false }
         let start: Start = box.withLockedValue { state in
             if connected, state.session.welcomedConnection != nil, let welcome = state.welcome { return .joined(welcome) }
             state.nextWaiter += 1
@@ -221,7 +242,6 @@ final class ChatClientCore: Sendable {
             if case .joined(let welcome) = start { return welcome }
             throw CancellationError()
         }
-        let socket = self.socket
         do {
             return try await waitForWelcome(id: id, timeout: timeout)
         } catch {
@@ -233,10 +253,16 @@ final class ChatClientCore: Sendable {
 
     private func waitForWelcome(id: UInt64, timeout: Duration) async throws -> ChatWelcome {
         let socket = self.socket
-        return try await withDeadline(timeout, orThrow: { WebSocketError(.connectTimeout, "no welcome from the chat server within \(timeout)") }) {
+        return try await withDeadline(
+            timeout,
+            clock: socket.clock,
+            orThrow: { WebSocketError(.connectTimeout, "no welcome from the chat server within \(timeout)") }
+        ) {
             try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { continuation in
                     self.box.withLockedValue { $0.joinWaiters[id] = continuation }
+                    // Ends when the socket's attempt does (its connect timeout bounds it); the
+                    // waiter is registered first, so the welcome cannot come before it.
                     Task {
                         do {
                             try await socket.connect()
@@ -274,29 +300,21 @@ final class ChatClientCore: Sendable {
             return state.nextWaiter
         }
         guard let id else { return true }
-        return await withTaskGroup(of: Bool.self) { group in
-            group.addTask {
-                await withTaskCancellationHandler {
-                    await withCheckedContinuation { continuation in
-                        let done = self.box.withLockedValue { state in
-                            if state.session.pending.isEmpty { return true }
-                            state.deliveryWaiters[id] = continuation
-                            return false
-                        }
-                        if done { continuation.resume(returning: true) }
+        let delivered = try? await withDeadline(timeout, clock: socket.clock, orThrow: { CancellationError() }) {
+            await withTaskCancellationHandler {
+                await withCheckedContinuation { continuation in
+                    let done = self.box.withLockedValue { state in
+                        if state.session.pending.isEmpty { return true }
+                        state.deliveryWaiters[id] = continuation
+                        return false
                     }
-                } onCancel: {
-                    self.box.withLockedValue { $0.deliveryWaiters.removeValue(forKey: id) }?.resume(returning: false)
+                    if done { continuation.resume(returning: true) }
                 }
+            } onCancel: {
+                self.box.withLockedValue { $0.deliveryWaiters.removeValue(forKey: id) }?.resume(returning: false)
             }
-            group.addTask {
-                try? await Task.sleep(for: timeout)
-                return false
-            }
-            let first = await group.next() ?? false
-            group.cancelAll()
-            return first
         }
+        return delivered ?? false
     }
 
     private func handle(_ message: WebSocketMessage, on connection: UInt64) {
@@ -324,6 +342,7 @@ final class ChatClientCore: Sendable {
             }
             return (reaction, joined, delivered)
         }
+        if case .welcome = frame { socket.proved(connection: connection) }
         for event in reaction.events { events.yield(event) }
         if case .welcome(let welcome) = frame {
             for waiter in joined { waiter.resume(returning: welcome) }
@@ -336,94 +355,43 @@ final class ChatClientCore: Sendable {
                 return Array(state.joinWaiters.values)
             }
             for waiter in waiters { waiter.resume(throwing: error) }
-            let socket = self.socket
-            Task { await socket.disconnect(code: .normalClosure, reason: "") }
+            socket.close()
         }
     }
 
-    /// Whether a connection that ended before its welcome is retried by the socket, so that
-    /// join should keep waiting: not for a refusal, nor when reconnection is off.
-    private func willRetryJoin(_ reason: WebSocketDisconnectReason) -> Bool {
-        guard strategy.maxAttempts != 0 else { return false }
-        switch reason {
-        case .closed(let code, let why):
-            return !(code == .policyViolation || code == .tryAgainLater || code == .normalClosure) || why.isEmpty
-        case .pingFailed:
-            return true
-        case .error, .manuallyDisconnected, .terminated, .reconnectionGaveUp:
-            return false
-        }
-    }
-
-    private func handle(_ state: WebSocketState) {
-        guard case .disconnected(let reason) = state else { return }
-        let (report, reconnecting, waiters): (Bool, Bool, [CheckedContinuation<ChatWelcome, any Error>]) = box.withLockedValue { state in
-            let reconnecting =
-                state.everJoined && !state.left && state.refused == nil && strategy.maxAttempts != 0
-                && {
-                    switch reason {
-                    case .manuallyDisconnected, .terminated, .reconnectionGaveUp: return false
-                    // The Duplex chat protocol never ends a member with 1000 (it says 1008, 1013 or
-                    // 4001 and why); a 1000 the client did not ask for comes from a server going
-                    // down mid-upgrade (swift-websocket's graceful shutdown), so the client rejoins.
-                    case .closed: return true
-                    case .pingFailed, .error: return true
-                    }
-                }()
-            // Before the first welcome, a failed attempt is reported to join's caller instead,
-            // unless the socket reconnects: then join waits for the next attempt, within its
-            // timeout (a connection can end before its first frame is read).
+    /// The socket lost its connection (`reconnecting`: it tries again) or ended.
+    private func handle(disconnected reason: WebSocketDisconnectReason, reconnecting: Bool) {
+        let (report, waiters): (Bool, [CheckedContinuation<ChatWelcome, any Error>]) = box.withLockedValue { state in
+            // A join waits through the socket's reconnections, within its timeout (a connection
+            // can end before its first frame is read); when none follows, it fails now.
             var waiters: [CheckedContinuation<ChatWelcome, any Error>] = []
-            if !state.everJoined, state.refused == nil, !state.joinWaiters.isEmpty, !willRetryJoin(reason) {
+            if !reconnecting, state.refused == nil {
                 waiters = Array(state.joinWaiters.values)
                 state.joinWaiters = [:]
             }
-            return (state.everJoined || state.refused != nil, reconnecting, waiters)
+            return (state.everJoined || state.refused != nil, waiters)
         }
-        let error: any Error = {
-            switch reason {
-            case .error(let error):
-                return error
-            case .closed(let code, let why):
-                // A refused join closes with 1008 (1013 at the room limit) and the error code as
-                // the reason; the error frame before it may not be processed yet.
-                if code == .policyViolation || code == .tryAgainLater, !why.isEmpty {
-                    return ChatProtocolError(ChatErrorCode(why), "closed with \(code.rawValue) before the welcome")
-                }
-                return WebSocketError(.connectionLost, "closed with \(code.rawValue)\(why.isEmpty ? "" : ": \(why)") before the welcome", closeCode: code)
-            default:
-                return WebSocketError(.connectionLost, "disconnected before the welcome: \(reason)")
-            }
-        }()
-        for waiter in waiters { waiter.resume(throwing: error) }
+        if !waiters.isEmpty {
+            let error = Self.joinError(reason)
+            for waiter in waiters { waiter.resume(throwing: error) }
+        }
         if report { events.yield(.disconnected(reason, reconnecting: reconnecting)) }
-        // The socket does not reconnect after a peer's 1000: the client does, with the
-        // strategy's delays, until a connection opens (the socket's own reconnection takes over
-        // from there), the member leaves, or the strategy gives up.
-        if reconnecting, case .closed(let code, _) = reason, code == .normalClosure {
-            Task { [weak self] in await self?.rejoinAfterNormalClosure() }
-        }
     }
 
-    /// Reconnects after a server's 1000, attempt after attempt: a server that closed with 1000
-    /// because it was going down is often still down at the first attempt.
-    private func rejoinAfterNormalClosure() async {
-        var schedule = ReconnectionSchedule(strategy: strategy)
-        while let (_, delay) = schedule.nextAttempt() {
-            try? await Task.sleep(for: delay)
-            if box.withLockedValue({ $0.left }) { return }
-            switch socket.currentState {
-            case .connected, .connecting: return
-            case .disconnected(.terminated): return
-            default: break
+    /// What a join that waited throws when the socket ended before the welcome.
+    private static func joinError(_ reason: WebSocketDisconnectReason) -> any Error {
+        switch reason {
+        case .error(let error):
+            return error
+        case .closed(let code, let why):
+            // A refused join closes with 1008 (1013 at the room limit) and the error code as the
+            // reason; the error frame before it may not be processed yet.
+            if code == .policyViolation || code == .tryAgainLater, !why.isEmpty {
+                return ChatProtocolError(ChatErrorCode(why), "closed with \(code.rawValue) before the welcome")
             }
-            do {
-                try await socket.connect()
-                return
-            } catch {
-                continue
-            }
+            return WebSocketError(.connectionLost, "closed with \(code.rawValue)\(why.isEmpty ? "" : ": \(why)") before the welcome", closeCode: code)
+        default:
+            return WebSocketError(.connectionLost, "disconnected before the welcome: \(reason)")
         }
-        events.yield(.disconnected(.reconnectionGaveUp(attempts: schedule.attempts), reconnecting: false))
     }
 }

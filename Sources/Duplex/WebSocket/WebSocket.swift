@@ -89,6 +89,11 @@ public final class WebSocket: WebSocketProtocol {
         self.core = WebSocketCore(request: request, configuration: configuration, clock: clock)
     }
 
+    /// Creates a socket whose losses are retried as `policy` says (``ChatClient``'s socket).
+    init(request: WebSocketRequest, configuration: WebSocketConfiguration, clock: any Clock<Duration>, policy: WebSocketPolicy) {
+        self.core = WebSocketCore(request: request, configuration: configuration, clock: clock, policy: policy)
+    }
+
     /// Creates a socket with a ping configuration, as seed 004 does.
     public convenience init(url: URL, pingConfig: PingConfig) {
         self.init(url: url, configuration: .init(ping: pingConfig))
@@ -230,4 +235,31 @@ public final class WebSocket: WebSocketProtocol {
     public func flush() async throws {
         try await core.flush()
     }
+
+    // MARK: For clients built on the socket
+
+    /// A new stream of messages with their connection, and of losses with whether the socket
+    /// reconnects, in the order they happened (for ``ChatClient``).
+    package var reports: AsyncStream<ConnectionReport> { core.reports.makeStream() }
+
+    /// Writes `message` on the connection of `connection` only: never queued, never written on a
+    /// later connection.
+    /// - Throws: ``WebSocketError/Code/notConnected`` when that connection is not the open one.
+    package func send(_ message: WebSocketMessage, onConnection connection: UInt64) async throws {
+        try await core.send(message, onConnection: connection)
+    }
+
+    /// The connection of `connection` proved itself (a chat welcome): the backoff starts over,
+    /// and its loss is retried whatever its close code.
+    package func proved(connection: UInt64) {
+        core.proved(generation: connection)
+    }
+
+    /// Terminates at once, without waiting (for an owner's `deinit`).
+    package func terminateNow() {
+        core.terminate()
+    }
+
+    /// The clock the socket's timers run on.
+    package var clock: any Clock<Duration> { core.clock }
 }

@@ -6,71 +6,117 @@ import NIOConcurrencyHelpers
 /// ping timers, and the streams.
 extension WebSocketCore {
     /// Carries out what the lifecycle answered, under the lock.
-    func perform(_ actions: [WebSocketLifecycle.Action], in state: inout State) {
+    func perform(_ actions: [ConnectionLifecycle<WebSocketPolicy>.Action], in state: inout State) {
         for action in actions {
             switch action {
             case .startConnecting(let generation):
+                state.early = (generation, [])
                 startConnecting(generation: generation, prepare: state.prepareRequest)
+            case .cancelAttempt, .discardConnection:
+                // The attempt runs to its end; a connection that opens late is closed then.
+                break
             case .closeConnection(let code, let reason):
                 state.connection?.connection.close(code: code, reason: reason)
             case .abortConnection:
                 state.connection?.connection.abort()
                 state.connection = nil
                 releaseDrainWaiters(in: &state)
-            case .discardConnection:
-                break
-            case .scheduleReconnect(let attempt, let delay):
+            case .scheduleRetry(let attempt, let delay):
                 configuration.logger.info("reconnecting", metadata: ["attempt": "\(attempt + 1)", "delay": "\(delay)"])
                 let clock = self.clock
                 state.reconnectTask = Task { [weak self] in
                     guard (try? await clock.sleep(for: delay)) != nil else { return }
                     self?.reconnectTimerFired(attempt: attempt)
                 }
-            case .cancelReconnectTimer:
+            case .cancelRetryTimer:
                 state.reconnectTask?.cancel()
                 state.reconnectTask = nil
             case .flush(let queued):
                 for message in queued where state.connection?.connection.write(message) == true {
                     state.aboveHighWatermark = true
                 }
+            case .deliverHeld(let generation):
+                guard state.early.generation == generation else { break }
+                let held = state.early.messages
+                state.early = (0, [])
+                for message in held { deliver(message, generation: generation, in: &state) }
             case .startPinging:
                 startPinging(in: &state)
             case .stopPinging:
                 state.pingTask?.cancel()
                 state.pingTask = nil
                 state.pingTracker = nil
-            case .publishState(let newState):
-                states.yield(newState)
-            case .emit(let event):
-                events.yield(event)
-            case .resumeConnectWaiters(let error):
+            case .opened(let generation):
+                events.yield(.connected(protocol: state.negotiatedProtocol))
+                reports.yield(.opened(connection: generation))
+            case .attemptFailed(let loss, _):
+                if let error = loss.error { events.yield(.error(error)) }
+            case .lost(let loss, _):
+                connectionEnded(in: &state)
+                if case .pingFailed(let missed) = loss {
+                    configuration.logger.warning("ping failed: closing the connection", metadata: ["missed": "\(missed)"])
+                    if let hook = state.onPingFailed, let error = loss.error {
+                        Task { hook(error) }
+                    }
+                }
+                if let error = loss.error { events.yield(.error(error)) }
+                events.yield(Self.closeEvent(loss))
+            case .closedAsAsked(let loss):
+                connectionEnded(in: &state)
+                events.yield(Self.closeEvent(loss))
+            case .publish(let status):
+                let published: WebSocketState
+                switch status {
+                case .reconnecting(let loss):
+                    published = .disconnected(loss.reason)
+                    reports.yield(.disconnected(loss.reason, reconnecting: true))
+                case .ended(let end):
+                    published = .disconnected(end.reason)
+                    reports.yield(.disconnected(end.reason, reconnecting: false))
+                case .terminated:
+                    published = .disconnected(.terminated)
+                    reports.yield(.disconnected(.terminated, reconnecting: false))
+                case .notConnected, .connecting, .connected:
+                    published = state.publicState
+                }
+                states.yield(published)
+            case .resumeConnectWaiters(let failure):
                 for waiter in state.connectWaiters {
-                    if let error { waiter.resume(throwing: error) } else { waiter.resume() }
+                    if let failure { waiter.resume(throwing: failure.error) } else { waiter.resume() }
                 }
                 state.connectWaiters = []
             case .resumeDisconnectWaiters:
                 for waiter in state.disconnectWaiters { waiter.resume() }
                 state.disconnectWaiters = []
-            case .pingFailed(let missed):
-                configuration.logger.warning("ping failed: closing the connection", metadata: ["missed": "\(missed)"])
-                if let hook = state.onPingFailed {
-                    let error = WebSocketError(.pingFailed, "\(missed) pings in a row went unanswered")
-                    Task { hook(error) }
-                }
-            case .finishStreams:
+            case .dropQueued(let count, let why):
+                events.yield(.error(WebSocketError(.notConnected, "\(count) queued message\(count == 1 ? " was" : "s were") not sent: \(why)")))
+            case .finish:
                 events.finish()
                 messages.finish()
-                connectionMessages.finish()
+                reports.finish()
                 states.finish()
                 roundTrips.finish()
             }
         }
     }
 
+    /// The open connection is gone: forget it, and release the sends waiting for it to drain.
+    private func connectionEnded(in state: inout State) {
+        state.connection = nil
+        releaseDrainWaiters(in: &state)
+    }
+
+    /// The ``WebSocketEvent/disconnected(code:reason:)`` event for `loss`: the peer's close code
+    /// and reason, or neither when no close frame came.
+    private static func closeEvent(_ loss: WebSocketLoss) -> WebSocketEvent {
+        guard case .closed(let code, let reason, _) = loss, let code else { return .disconnected(code: nil, reason: nil) }
+        return .disconnected(code: code, reason: reason)
+    }
+
     private func reconnectTimerFired(attempt: Int) {
         state.withLockedValue { state in
             state.reconnectTask = nil
-            perform(state.lifecycle.reconnectTimerFired(attempt: attempt), in: &state)
+            perform(state.lifecycle.retryTimerFired(attempt: attempt), in: &state)
         }
     }
 
@@ -135,7 +181,7 @@ extension WebSocketCore {
             state.pingTracker = tracker
             switch outcome {
             case .failed(let failures):
-                perform(state.lifecycle.pingFailed(generation: generation, missed: failures), in: &state)
+                perform(state.lifecycle.connectionLost(generation: generation, loss: .pingFailed(missed: failures), abort: true), in: &state)
                 return false
             case .missed(let failures):
                 configuration.logger.debug("ping unanswered", metadata: ["failures": "\(failures)"])

@@ -10,7 +10,7 @@ import NIOConcurrencyHelpers
 ///
 /// Sends are pipelined: ``send(_:)`` hands the message to the connection's outbound buffer and
 /// returns, unless the buffer is above its high watermark; then it waits for the buffer to drain.
-/// Receives are lossless: while a consumer of ``messages``, ``events`` or ``connectionMessages``
+/// Receives are lossless: while a consumer of ``messages``, ``events`` or ``reports``
 /// is behind, ``gate`` is closed and the transport stops reading.
 final class WebSocketCore: Sendable {
     let request: WebSocketRequest
@@ -19,9 +19,9 @@ final class WebSocketCore: Sendable {
     let clock: any Clock<Duration>
     let events: Broadcaster<WebSocketEvent>
     let messages: Broadcaster<WebSocketMessage>
-    /// Each message with the generation of the connection that carried it, for clients built on
-    /// the socket (``ChatClient``) that must answer on the same connection.
-    let connectionMessages: Broadcaster<(generation: UInt64, message: WebSocketMessage)>
+    /// Messages with their connection, and losses with whether a reconnection follows, for
+    /// clients built on the socket (``ChatClient``).
+    let reports: Broadcaster<ConnectionReport>
     let states: Broadcaster<WebSocketState>
     let roundTrips: Broadcaster<Duration>
     /// Closed while a lossless consumer is behind: the transport then holds back its reads.
@@ -29,13 +29,12 @@ final class WebSocketCore: Sendable {
 
     /// Everything that changes, under one lock (``state``).
     struct State {
-        var lifecycle: WebSocketLifecycle
+        var lifecycle: ConnectionLifecycle<WebSocketPolicy>
         var connection: (generation: UInt64, connection: any WebSocketTransportConnection)?
-        /// Messages that arrived before the connection's success was processed.
-        var early: [WebSocketMessage] = []
-        /// A close reported before the connection's success was processed (the server can send
-        /// a close frame in the same read as its 101 response).
-        var earlyClose: (generation: UInt64, code: WebSocketCloseCode?, reason: String, error: WebSocketError?)?
+        /// The subprotocol the open connection negotiated.
+        var negotiatedProtocol: String?
+        /// Messages that arrived before their connection's opening was processed.
+        var early: (generation: UInt64, messages: [WebSocketMessage]) = (0, [])
         var connectWaiters: [CheckedContinuation<Void, any Error>] = []
         var disconnectWaiters: [CheckedContinuation<Void, Never>] = []
         var reconnectTask: Task<Void, Never>?
@@ -60,11 +59,25 @@ final class WebSocketCore: Sendable {
         /// Messages received, and how many had been when the outstanding keep-alive ping went out.
         var receivedCount: UInt64 = 0
         var receivedAtPing: UInt64 = 0
+
+        /// The public state for the lifecycle's phase.
+        var publicState: WebSocketState {
+            switch lifecycle.phase {
+            case .idle: .notConnected
+            case .connecting, .waiting: .connecting
+            // No state of its own for the close handshake (seed 004's switches are exhaustive
+            // over four states): still connected until the handshake is done.
+            case .connected, .disconnecting: .connected(protocol: negotiatedProtocol)
+            case .ended(let end): .disconnected(end.reason)
+            case .terminated: .disconnected(.terminated)
+            }
+        }
     }
 
     let state: NIOLockedValueBox<State>
 
-    init(request: WebSocketRequest, configuration: WebSocketConfiguration, clock: any Clock<Duration>) {
+    /// - Parameter policy: which losses are retried; by default, what `configuration` says.
+    init(request: WebSocketRequest, configuration: WebSocketConfiguration, clock: any Clock<Duration>, policy: WebSocketPolicy? = nil) {
         self.request = request
         self.configuration = configuration
         self.transport = configuration.transport.make()
@@ -83,19 +96,19 @@ final class WebSocketCore: Sendable {
             logger: logger
         )
         self.messages = Broadcaster(limit: limit, byteLimit: bytes, cost: { $0.byteCount }, buffering: buffering, gate: gate, label: "messages", logger: logger)
-        self.connectionMessages = Broadcaster(
+        self.reports = Broadcaster(
             limit: limit,
             byteLimit: bytes,
-            cost: { $0.message.byteCount },
+            cost: { report in if case .message(let message, _) = report { message.byteCount } else { 0 } },
             buffering: .lossless,
             gate: gate,
-            label: "connectionMessages",
+            label: "reports",
             logger: logger
         )
         self.states = Broadcaster(limit: limit, buffering: .newest(limit), label: "stateEvents", logger: logger)
         self.roundTrips = Broadcaster(limit: limit, buffering: .newest(limit), label: "pingRoundTrips", logger: logger)
         self.state = NIOLockedValueBox(
-            State(lifecycle: WebSocketLifecycle(strategy: configuration.reconnection, maxQueuedSends: configuration.maxQueuedSends))
+            State(lifecycle: ConnectionLifecycle(policy: policy ?? WebSocketPolicy(strategy: configuration.reconnection, maxQueued: configuration.maxQueuedSends)))
         )
         gate.onOpen { [weak self] in self?.resumeReading() }
     }
@@ -105,7 +118,7 @@ final class WebSocketCore: Sendable {
         state.withLockedValue { $0.connection?.connection }?.resumeReading()
     }
 
-    var currentState: WebSocketState { state.withLockedValue { $0.lifecycle.state } }
+    var currentState: WebSocketState { state.withLockedValue { $0.publicState } }
     var roundTripTime: Duration? { state.withLockedValue { $0.roundTripTime } }
     var queuedSendCount: Int { state.withLockedValue { $0.lifecycle.queuedCount } }
     var negotiatedExtensions: String? { state.withLockedValue { $0.connection?.connection.negotiatedExtensions } }
@@ -124,13 +137,13 @@ final class WebSocketCore: Sendable {
     /// that acts on `.connected` works whenever it starts.
     func makeEventStream(buffering: StreamBuffering? = nil) -> AsyncStream<WebSocketEvent> {
         state.withLockedValue { state in
-            let open: WebSocketEvent? = if case .connected(let chosen) = state.lifecycle.state { .connected(protocol: chosen) } else { nil }
+            let open: WebSocketEvent? = if case .connected(let chosen) = state.publicState { .connected(protocol: chosen) } else { nil }
             return events.makeStream(startingWith: open, buffering: buffering)
         }
     }
 
     func makeStateStream() -> AsyncStream<WebSocketState> {
-        state.withLockedValue { states.makeStream(startingWith: $0.lifecycle.state) }
+        state.withLockedValue { states.makeStream(startingWith: $0.publicState) }
     }
 
     // MARK: Requests
@@ -141,8 +154,10 @@ final class WebSocketCore: Sendable {
                 switch state.lifecycle.connect() {
                 case .alreadyConnected:
                     continuation.resume()
-                case .fail(let error):
-                    continuation.resume(throwing: error)
+                case .fail(.disconnected):
+                    continuation.resume(throwing: WebSocketError(.notConnected, "a disconnect is under way; await it, then connect"))
+                case .fail:
+                    continuation.resume(throwing: WebSocketError(.terminated, "the socket was terminated and cannot connect again"))
                 case .wait(let actions):
                     state.connectWaiters.append(continuation)
                     perform(actions, in: &state)
@@ -206,8 +221,13 @@ final class WebSocketCore: Sendable {
                 return accept(message, on: current, in: &state)
             case .queued:
                 return .done
-            case .fail(let error):
-                return .fail(error)
+            case .queueFull:
+                let limit = state.lifecycle.policy.maxQueued
+                return .fail(WebSocketError(.sendQueueFull, "\(limit) sends already wait for the connection"))
+            case .notConnected:
+                return .fail(WebSocketError(.notConnected, "the socket is not connected; call connect() first"))
+            case .terminated:
+                return .fail(WebSocketError(.terminated, "the socket was terminated"))
             }
         }
         switch outcome {
@@ -222,8 +242,7 @@ final class WebSocketCore: Sendable {
     /// - Throws: ``WebSocketError/Code/notConnected`` when that connection is not the open one.
     func send(_ message: WebSocketMessage, onConnection generation: UInt64) async throws {
         let outcome: SendOutcome = state.withLockedValue { state in
-            guard case .connected(let live) = state.lifecycle.phase, live == generation,
-                let current = state.connection, current.generation == generation
+            guard state.lifecycle.openGeneration == generation, let current = state.connection, current.generation == generation
             else {
                 return .fail(WebSocketError(.notConnected, "the connection is gone"))
             }
@@ -288,7 +307,7 @@ final class WebSocketCore: Sendable {
                 state.sendFailure = nil
                 throw failure
             }
-            guard case .connected = state.lifecycle.phase, let current = state.connection?.connection else {
+            guard state.lifecycle.openGeneration != nil, let current = state.connection?.connection else {
                 let queued = state.lifecycle.queuedCount
                 throw WebSocketError(
                     .notConnected,
@@ -319,7 +338,7 @@ final class WebSocketCore: Sendable {
             try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Duration, any Error>) in
                     self.state.withLockedValue { state in
-                        guard case .connected = state.lifecycle.phase, let connection = state.connection?.connection else {
+                        guard state.lifecycle.openGeneration != nil, let connection = state.connection?.connection else {
                             continuation.resume(throwing: WebSocketError(.notConnected, "ping needs an open connection"))
                             return
                         }
@@ -338,49 +357,48 @@ final class WebSocketCore: Sendable {
 
     func connectionOpened(generation: UInt64, connection: any WebSocketTransportConnection) {
         state.withLockedValue { state in
-            let actions = state.lifecycle.connectSucceeded(generation: generation, protocol: connection.negotiatedProtocol)
+            let actions = state.lifecycle.connectSucceeded(generation: generation)
             if case .discardConnection = actions.first {
                 connection.close(code: .normalClosure, reason: "no longer wanted")
                 return
             }
             state.connection = (generation, connection)
+            state.negotiatedProtocol = connection.negotiatedProtocol
             perform(actions, in: &state)
-            for message in state.early {
-                messages.yield(message)
-                connectionMessages.yield((generation, message))
-                events.yield(.message(message))
-            }
-            state.early = []
-            if let close = state.earlyClose, close.generation == generation {
-                state.earlyClose = nil
-                state.connection = nil
-                perform(state.lifecycle.connectionClosed(generation: generation, code: close.code, reason: close.reason, error: close.error), in: &state)
-            }
         }
     }
 
     func connectionFailed(generation: UInt64, error: WebSocketError) {
         state.withLockedValue { state in
-            state.early = []
-            state.earlyClose = nil
-            perform(state.lifecycle.connectFailed(generation: generation, error: error), in: &state)
+            perform(state.lifecycle.connectFailed(generation: generation, loss: .failed(error)), in: &state)
         }
     }
 
     func received(_ message: WebSocketMessage, generation: UInt64) {
         state.withLockedValue { state in
-            switch state.lifecycle.phase {
-            case .connected(let live) where live == generation, .disconnecting(let live) where live == generation:
-                state.receivedCount &+= 1
-                messages.yield(message)
-                connectionMessages.yield((generation, message))
-                events.yield(.message(message))
-            case .connecting(let pending, _, _) where pending == generation:
-                state.early.append(message)
-            default:
+            switch state.lifecycle.received(generation: generation) {
+            case .deliver:
+                deliver(message, generation: generation, in: &state)
+            case .holdBack:
+                if state.early.generation != generation { state.early = (generation, []) }
+                state.early.messages.append(message)
+            case .drop:
                 break
             }
         }
+    }
+
+    func deliver(_ message: WebSocketMessage, generation: UInt64, in state: inout State) {
+        state.receivedCount &+= 1
+        messages.yield(message)
+        reports.yield(.message(message, connection: generation))
+        events.yield(.message(message))
+    }
+
+    /// The connection of `generation` proved itself (for a client whose policy says when:
+    /// ``ChatClient``, once welcomed).
+    func proved(generation: UInt64) {
+        state.withLockedValue { $0.lifecycle.proved(generation: generation) }
     }
 
     func receivedPong(_ payload: [UInt8], generation: UInt64) {
@@ -416,15 +434,8 @@ final class WebSocketCore: Sendable {
                 state.sendFailure = failure
                 events.yield(.error(failure))
             }
-            if case .connecting(let pending, _, _) = state.lifecycle.phase, pending == generation {
-                state.earlyClose = (generation, code, reason, error)
-                return
-            }
-            if state.connection?.generation == generation {
-                state.connection = nil
-                releaseDrainWaiters(in: &state)
-            }
-            perform(state.lifecycle.connectionClosed(generation: generation, code: code, reason: reason, error: error), in: &state)
+            let loss = WebSocketLoss.closed(code: code, reason: reason, error: error)
+            perform(state.lifecycle.connectionLost(generation: generation, loss: loss), in: &state)
         }
     }
 }
