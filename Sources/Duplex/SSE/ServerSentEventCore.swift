@@ -8,9 +8,10 @@ import NIOHTTP1
 import NIOPosix
 import NIOSSL
 
-/// The engine behind a ``ServerSentEventManager``: one task per connected session runs
-/// connect, read and wait-to-retry in a loop, and the lock-protected state says what the
-/// public API sees.
+/// The engine behind a ``ServerSentEventManager``: runs ``ConnectionLifecycle`` with
+/// ``SSEPolicy`` and performs its actions, as ``WebSocketCore`` does for a socket. Each attempt
+/// is a task that sends the request, reports the opening, and reads the body into ``events``
+/// until the stream ends; the lifecycle decides what follows.
 final class ServerSentEventCore: Sendable {
     let request: SSERequest
     let retryPolicy: RetryPolicy
@@ -23,17 +24,20 @@ final class ServerSentEventCore: Sendable {
     private let client: Result<HTTPClient, SSEError>
 
     private struct State {
+        var lifecycle: ConnectionLifecycle<SSEPolicy>
+        /// The last state published.
         var state: SSEState = .notConnected
         var lastEventID = ""
         var serverRetryMilliseconds: Int?
-        var run: Task<Void, Never>?
-        var runID: UInt64 = 0
+        /// The attempt under way or the stream being read, by generation.
+        var attempt: (generation: UInt64, task: Task<Void, Never>)?
+        var retryTimer: Task<Void, Never>?
         var connectWaiters: [CheckedContinuation<Void, any Error>] = []
-        var terminated = false
+        var disconnectWaiters: [CheckedContinuation<Void, Never>] = []
         var prepareRequest: (@Sendable (SSERequest) async -> SSERequest)?
     }
 
-    private let box = NIOLockedValueBox(State())
+    private let box: NIOLockedValueBox<State>
 
     init(request: SSERequest, retryPolicy: RetryPolicy, configuration: SSEConfiguration, lastEventID: String, clock: any Clock<Duration>) {
         self.request = request
@@ -55,7 +59,9 @@ final class ServerSentEventCore: Sendable {
             label: "sse.stateEvents",
             logger: configuration.logger
         )
-        box.withLockedValue { $0.lastEventID = lastEventID }
+        var state = State(lifecycle: ConnectionLifecycle(policy: SSEPolicy(strategy: retryPolicy)))
+        state.lastEventID = lastEventID
+        self.box = NIOLockedValueBox(state)
         do {
             var httpConfiguration = HTTPClient.Configuration(
                 tlsConfiguration: try configuration.tlsTrust.clientConfiguration(),
@@ -71,6 +77,7 @@ final class ServerSentEventCore: Sendable {
 
     deinit {
         if case .success(let client) = client {
+            // Ends when the client has shut down: nothing else holds it.
             Task { try? await client.shutdown() }
         }
     }
@@ -94,132 +101,153 @@ final class ServerSentEventCore: Sendable {
         try request.validate()
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             box.withLockedValue { state in
-                if state.terminated {
-                    continuation.resume(throwing: SSEError(.terminated, "terminate() was called"))
-                    return
-                }
-                if state.state == .connected {
+                switch state.lifecycle.connect() {
+                case .alreadyConnected:
                     continuation.resume()
-                    return
+                case .fail(let failure):
+                    continuation.resume(throwing: failure.error(retryPolicy: retryPolicy))
+                case .wait(let actions):
+                    state.connectWaiters.append(continuation)
+                    perform(actions, in: &state)
                 }
-                state.connectWaiters.append(continuation)
-                guard state.run == nil else { return }
-                state.runID += 1
-                let runID = state.runID
-                state.run = Task { await self.run(runID: runID) }
             }
         }
     }
 
     func disconnect() async {
-        let run = box.withLockedValue { state -> Task<Void, Never>? in
-            guard let run = state.run, !state.terminated else { return nil }
-            state.run = nil
-            state.runID += 1
-            resumeWaiters(&state, with: SSEError(.disconnected, "disconnect() was called"))
-            set(.disconnected(.manuallyDisconnected), in: &state)
-            return run
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            box.withLockedValue { state in
+                switch state.lifecycle.disconnect(code: .normalClosure, reason: "") {
+                case .done:
+                    continuation.resume()
+                case .immediate(let actions):
+                    perform(actions, in: &state)
+                    continuation.resume()
+                case .wait(let actions):
+                    state.disconnectWaiters.append(continuation)
+                    perform(actions, in: &state)
+                }
+            }
         }
-        run?.cancel()
-        await run?.value
     }
 
     func terminate() {
         box.withLockedValue { state in
-            guard !state.terminated else { return }
-            state.terminated = true
-            state.run?.cancel()
-            state.runID += 1
-            resumeWaiters(&state, with: SSEError(.terminated, "terminate() was called"))
-            set(.disconnected(.terminated), in: &state)
+            perform(state.lifecycle.terminate(), in: &state)
         }
-        events.finish()
-        states.finish()
     }
 
+    /// Returns once the attempt or stream under way (cancelled by ``terminate()``) has ended.
     func waitForRunToEnd() async {
-        let run = box.withLockedValue { state -> Task<Void, Never>? in
-            defer { state.run = nil }
-            return state.run
+        await box.withLockedValue { $0.attempt?.task }?.value
+    }
+
+    // MARK: The lifecycle's actions
+
+    /// Carries out what the lifecycle answered, under the lock.
+    private func perform(_ actions: [ConnectionLifecycle<SSEPolicy>.Action], in state: inout State) {
+        for action in actions {
+            switch action {
+            case .startConnecting(let generation):
+                // Ends when the stream does, or when the lifecycle cancels it (below).
+                state.attempt = (generation, Task { await self.attempt(generation: generation) })
+            case .cancelAttempt, .closeConnection, .abortConnection:
+                state.attempt?.task.cancel()
+            case .discardConnection, .flush, .deliverHeld, .startPinging, .stopPinging, .opened, .lost, .closedAsAsked, .dropQueued:
+                // The attempt stops itself when its opening is discarded; an event stream has no
+                // pings, no held events (nothing is read before the opening) and sends nothing.
+                break
+            case .attemptFailed(let loss, let willRetry):
+                if !willRetry, loss.retry == .never {
+                    configuration.logger.warning("SSE stream failed for good", metadata: ["reason": "\(loss.reason)"])
+                }
+            case .scheduleRetry(let attempt, let delay):
+                configuration.logger.info("SSE reconnecting", metadata: ["attempt": "\(attempt + 1)", "delay": "\(delay)"])
+                state.retryTimer = startRetryTimer(after: delay, on: clock) { [weak self] in self?.retryTimerFired(attempt: attempt) }
+            case .cancelRetryTimer:
+                state.retryTimer?.cancel()
+                state.retryTimer = nil
+            case .publish(let status):
+                let new = status.state
+                if state.state != new {
+                    state.state = new
+                    states.yield(new)
+                }
+            case .resumeConnectWaiters(let failure):
+                for waiter in state.connectWaiters {
+                    if let failure { waiter.resume(throwing: failure.error(retryPolicy: retryPolicy)) } else { waiter.resume() }
+                }
+                state.connectWaiters = []
+            case .resumeDisconnectWaiters:
+                for waiter in state.disconnectWaiters { waiter.resume() }
+                state.disconnectWaiters = []
+            case .finish:
+                events.finish()
+                states.finish()
+            }
         }
-        await run?.value
     }
 
-    // MARK: The loop
-
-    fileprivate enum Outcome {
-        case cancelled
-        case ended(delivered: Bool)
-        case failed(SSEError, delivered: Bool, retry: Retry)
+    private func retryTimerFired(attempt: Int) {
+        box.withLockedValue { state in
+            state.retryTimer = nil
+            perform(state.lifecycle.retryTimerFired(attempt: attempt), in: &state)
+        }
     }
 
-    /// Whether, and when, a failure is retried.
-    fileprivate enum Retry {
-        /// Never: the server's answer is final.
-        case never
-        /// After the policy's delay.
-        case policy
-        /// After the server's `Retry-After`.
-        case after(Duration)
+    // MARK: Reports
+
+    /// The response of `generation` is an event stream; false when it is no longer wanted.
+    private func opened(generation: UInt64) -> Bool {
+        box.withLockedValue { state in
+            let actions = state.lifecycle.connectSucceeded(generation: generation)
+            if case .discardConnection = actions.first { return false }
+            perform(actions, in: &state)
+            return true
+        }
     }
 
-    private func run(runID: UInt64) async {
+    /// The attempt of `generation` failed (`opened`: false) or its stream ended (true).
+    private func ended(generation: UInt64, opened: Bool, loss: SSELoss) {
+        box.withLockedValue { state in
+            var loss = loss
+            // The server's `retry:` is its wish for the delay of every reconnection.
+            if loss.retry == .policy(suggested: nil), let wish = state.serverRetryMilliseconds {
+                loss.retry = .policy(suggested: .milliseconds(wish))
+            }
+            let actions =
+                opened
+                ? state.lifecycle.connectionLost(generation: generation, loss: loss)
+                : state.lifecycle.connectFailed(generation: generation, loss: loss)
+            perform(actions, in: &state)
+        }
+    }
+
+    /// Events parsed from the stream of `generation`: delivered while it is the live one.
+    private func received(_ parsed: [ServerSentEvent], parser: ServerSentEventParser, generation: UInt64) {
+        box.withLockedValue { state in
+            guard state.lifecycle.received(generation: generation) == .deliver else { return }
+            for event in parsed { events.yield(event) }
+            if !parsed.isEmpty { state.lifecycle.proved(generation: generation) }
+            state.lastEventID = parser.lastEventID
+            state.serverRetryMilliseconds = parser.reconnectionTime ?? state.serverRetryMilliseconds
+        }
+    }
+
+    // MARK: An attempt
+
+    private func attempt(generation: UInt64) async {
         let client: HTTPClient
         switch self.client {
         case .success(let made): client = made
         case .failure(let error):
-            finish(runID: runID, reason: .streamError(error), error: error)
+            ended(generation: generation, opened: false, loss: SSELoss(reason: .streamError(error), retry: .never))
             return
         }
-        var parser = ServerSentEventParser(
-            lastEventID: box.withLockedValue { $0.lastEventID },
-            configuration: .init(maxEventBytes: configuration.maxEventBytes)
-        )
-        var schedule = ReconnectionSchedule(strategy: retryPolicy)
-        while !Task.isCancelled {
-            guard publish(.connecting, runID: runID) else { return }
-            let outcome = await attemptOnce(client: client, parser: &parser, runID: runID)
-            let reason: SSEDisconnectReason
-            var retryAfter: Duration?
-            switch outcome {
-            case .cancelled:
-                return
-            case .ended(let delivered):
-                reason = .streamEnded
-                if delivered { schedule.connectionProved() }
-            case .failed(let error, let delivered, let retry):
-                if delivered { schedule.connectionProved() }
-                switch retry {
-                case .never:
-                    configuration.logger.warning("SSE stream failed for good", metadata: ["error": "\(error)"])
-                    finish(runID: runID, reason: .streamError(error), error: error)
-                    return
-                case .policy:
-                    break
-                case .after(let delay):
-                    retryAfter = delay
-                }
-                reason = .streamError(error)
-            }
-            let suggested = parser.reconnectionTime.map { Duration.milliseconds($0) }
-            guard let (attempt, delay) = schedule.nextAttempt(suggested: suggested, overriding: retryAfter) else {
-                let exhausted = SSEError(.retriesExhausted, retryPolicy.enabled ? "gave up after \(schedule.attempts) reconnection attempts" : "retries are disabled")
-                finish(runID: runID, reason: reason, error: exhausted)
-                return
-            }
-            guard publish(.disconnected(reason), runID: runID) else { return }
-            configuration.logger.info("SSE reconnecting", metadata: ["attempt": "\(attempt + 1)", "delay": "\(delay)", "reason": "\(reason)"])
-            do {
-                try await clock.sleep(for: delay)
-            } catch {
-                return
-            }
-        }
-    }
-
-    private func attemptOnce(client: HTTPClient, parser: inout ServerSentEventParser, runID: UInt64) async -> Outcome {
         var current = request
         if let prepare = box.withLockedValue({ $0.prepareRequest }) { current = await prepare(current) }
+        let lastEventID = box.withLockedValue { $0.lastEventID }
+        var parser = ServerSentEventParser(lastEventID: lastEventID, configuration: .init(maxEventBytes: configuration.maxEventBytes))
         var httpRequest = HTTPClientRequest(url: current.url.absoluteString)
         httpRequest.method = .GET
         for (name, value) in current.additionalHeaders.sorted(by: { $0.key < $1.key }) {
@@ -227,57 +255,53 @@ final class ServerSentEventCore: Sendable {
         }
         httpRequest.headers.replaceOrAdd(name: "Accept", value: "text/event-stream")
         httpRequest.headers.replaceOrAdd(name: "Cache-Control", value: "no-cache")
-        if !parser.lastEventID.isEmpty {
-            httpRequest.headers.replaceOrAdd(name: "Last-Event-ID", value: parser.lastEventID)
+        if !lastEventID.isEmpty {
+            httpRequest.headers.replaceOrAdd(name: "Last-Event-ID", value: lastEventID)
         }
-        var delivered = false
+        var isOpen = false
         do {
             let response = try await client.execute(httpRequest, timeout: TimeAmount(configuration.connectTimeout), logger: configuration.logger)
             if let failure = check(response) {
-                return failure
+                ended(generation: generation, opened: false, loss: failure)
+                return
             }
-            guard publish(.connected, runID: runID) else { return .cancelled }
+            guard opened(generation: generation) else { return }
+            isOpen = true
             for try await chunk in response.body {
                 let parsed = try parser.parse(chunk.readableBytesView)
-                for event in parsed { events.yield(event) }
-                if !parsed.isEmpty { delivered = true }
-                let (id, retry) = (parser.lastEventID, parser.reconnectionTime)
-                box.withLockedValue { state in
-                    state.lastEventID = id
-                    state.serverRetryMilliseconds = retry
-                }
+                received(parsed, parser: parser, generation: generation)
                 // A reader behind: read no more of the body (AsyncHTTPClient then stops reading
                 // the socket) until it catches up.
                 await gate.waitUntilOpen()
             }
             parser.finish()
-            return Task.isCancelled ? .cancelled : .ended(delivered: delivered)
+            ended(generation: generation, opened: true, loss: SSELoss(reason: .streamEnded, retry: .policy()))
         } catch {
             parser.finish()
-            if Task.isCancelled { return .cancelled }
             let described = Self.describe(error, url: current.url)
-            return .failed(described, delivered: delivered, retry: described.code == .tlsFailed ? .never : .policy)
+            ended(generation: generation, opened: isOpen, loss: SSELoss(reason: .streamError(described), retry: described.code == .tlsFailed ? .never : .policy()))
         }
     }
 
     /// A failure for a response that cannot be read as an event stream, or nil.
-    private func check(_ response: HTTPClientResponse) -> Outcome? {
+    private func check(_ response: HTTPClientResponse) -> SSELoss? {
         let status = Int(response.status.code)
         if status == 204 {
-            return .failed(SSEError(.noContent, "the server answered 204 No Content: it asks the client to stop", status: 204), delivered: false, retry: .never)
+            return SSELoss(reason: .streamError(SSEError(.noContent, "the server answered 204 No Content: it asks the client to stop", status: 204)), retry: .never)
         }
         guard (200..<300).contains(status) else {
             let error = SSEError(.badStatus, "the server answered HTTP \(status)", status: status)
             if configuration.retryOnServerErrors, retryPolicy.enabled, status >= 500 || status == 429 {
                 let after = response.headers.first(name: "Retry-After").flatMap(Self.retryAfter)
-                return .failed(error, delivered: false, retry: after.map { .after($0) } ?? .policy)
+                return SSELoss(reason: .streamError(error), retry: after.map { .after($0) } ?? .policy())
             }
-            return .failed(error, delivered: false, retry: .never)
+            return SSELoss(reason: .streamError(error), retry: .never)
         }
         let contentType = response.headers.first(name: "Content-Type") ?? ""
         let mediaType = contentType.split(separator: ";", maxSplits: 1).first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
         guard mediaType == "text/event-stream" else {
-            return .failed(SSEError(.badContentType, "the response is \(contentType.isEmpty ? "untyped" : contentType), not text/event-stream"), delivered: false, retry: .never)
+            let error = SSEError(.badContentType, "the response is \(contentType.isEmpty ? "untyped" : contentType), not text/event-stream")
+            return SSELoss(reason: .streamError(error), retry: .never)
         }
         return nil
     }
@@ -313,40 +337,5 @@ final class ServerSentEventCore: Sendable {
         default:
             return SSEError(.connectionFailed, "the connection to \(target) failed: \(error)")
         }
-    }
-
-    // MARK: State
-
-    /// Publishes a state for the current run; false when the run is no longer current.
-    private func publish(_ newState: SSEState, runID: UInt64) -> Bool {
-        box.withLockedValue { state in
-            guard state.runID == runID, !state.terminated else { return false }
-            set(newState, in: &state)
-            if newState == .connected { resumeWaiters(&state, with: nil) }
-            return true
-        }
-    }
-
-    /// Ends the run for good with `reason`; waiting `connect()` calls throw `error`.
-    private func finish(runID: UInt64, reason: SSEDisconnectReason, error: SSEError) {
-        box.withLockedValue { state in
-            guard state.runID == runID, !state.terminated else { return }
-            state.run = nil
-            set(.disconnected(reason), in: &state)
-            resumeWaiters(&state, with: error)
-        }
-    }
-
-    private func set(_ newState: SSEState, in state: inout State) {
-        guard state.state != newState else { return }
-        state.state = newState
-        states.yield(newState)
-    }
-
-    private func resumeWaiters(_ state: inout State, with error: SSEError?) {
-        for waiter in state.connectWaiters {
-            if let error { waiter.resume(throwing: error) } else { waiter.resume() }
-        }
-        state.connectWaiters = []
     }
 }

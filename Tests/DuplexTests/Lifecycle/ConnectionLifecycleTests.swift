@@ -289,6 +289,37 @@ struct ConnectionLifecycleTests {
         #expect(last.contains(.dropQueued(count: 1, because: "reconnection gave up")))
     }
 
+    @Test("the SSE policy: connect waits through failures, a final answer (204) ends it, Retry-After and retry: set the delay, events prove a stream")
+    func ssePolicy() {
+        typealias SSE = ConnectionLifecycle<SSEPolicy>
+        let steady = ReconnectionStrategy(initialDelay: .seconds(1), maxDelay: .seconds(60), backoffMultiplier: 1, jitter: 0)
+        var machine = SSE(policy: SSEPolicy(strategy: steady))
+        _ = machine.connect()
+        let refused = SSELoss(reason: .streamError(SSEError(.connectionFailed, "refused")), retry: .policy())
+        let first = machine.connectFailed(generation: 1, loss: refused)
+        #expect(first.contains(.scheduleRetry(attempt: 0, delay: .seconds(1))), "the first attempt is retried")
+        #expect(machine.status.state == .disconnected(refused.reason))
+        _ = machine.retryTimerFired(attempt: 0)
+        let busy = SSELoss(reason: .streamError(SSEError(.badStatus, "503", status: 503)), retry: .after(.seconds(7)))
+        #expect(machine.connectFailed(generation: 2, loss: busy).contains(.scheduleRetry(attempt: 1, delay: .seconds(7))), "Retry-After overrides the delay")
+        _ = machine.retryTimerFired(attempt: 1)
+        _ = machine.connectSucceeded(generation: 3)
+        let ended = SSELoss(reason: .streamEnded, retry: .policy(suggested: .seconds(3)))
+        let silent = machine.connectionLost(generation: 3, loss: ended)
+        #expect(silent.contains(.scheduleRetry(attempt: 2, delay: .seconds(3))), "a stream that delivered nothing proved nothing; the server's retry: is the delay")
+        _ = machine.retryTimerFired(attempt: 2)
+        _ = machine.connectSucceeded(generation: 4)
+        machine.proved(generation: 4)
+        #expect(machine.connectionLost(generation: 4, loss: ended).contains(.scheduleRetry(attempt: 0, delay: .seconds(3))), "events proved it: the count starts over")
+        _ = machine.retryTimerFired(attempt: 0)
+        let noContent = SSELoss(reason: .streamError(SSEError(.noContent, "204", status: 204)), retry: .never)
+        let final = machine.connectFailed(generation: 5, loss: noContent)
+        #expect(final.contains(.resumeConnectWaiters(.failed(noContent))))
+        #expect(machine.status.state == .disconnected(noContent.reason))
+        #expect(SSE.Failure.failed(noContent).error(retryPolicy: .init()).code == .noContent)
+        #expect(SSE.Failure.gaveUp(attempts: 3, last: refused).error(retryPolicy: .init()).code == .retriesExhausted)
+    }
+
     @Test("connect() during a backoff starts the next attempt at once")
     func connectDuringBackoff() {
         var machine = connected()

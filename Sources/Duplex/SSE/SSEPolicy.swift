@@ -1,0 +1,53 @@
+/// Why an event stream ended, or an attempt failed, and whether the answer allows another.
+struct SSELoss: Equatable, Sendable {
+    /// What ``SSEState/disconnected(_:)`` says of it.
+    var reason: SSEDisconnectReason
+    /// What the server's answer allows: never after a 204, a client error or a TLS failure; the
+    /// policy's delay (or the server's `retry:`), or the server's `Retry-After`.
+    var retry: Retry
+}
+
+/// The lifecycle policy of a ``ServerSentEventManager``: `connect()` waits through failed
+/// attempts (an event stream is expected to reconnect), a stream proves itself only once an
+/// event arrived (a server that accepts and closes at once is backed off from), and nothing is
+/// sent, so nothing is queued.
+struct SSEPolicy: LifecyclePolicy {
+    typealias Loss = SSELoss
+    typealias Outgoing = Never
+
+    var strategy: ReconnectionStrategy
+    var maxQueued: Int { 0 }
+    var connectRetries: Bool { true }
+    var provedOnOpen: Bool { false }
+
+    func retry(after loss: SSELoss, proved: Bool) -> Retry { loss.retry }
+}
+
+extension ConnectionLifecycle.Status where Policy == SSEPolicy {
+    /// The public state for this status: between attempts, disconnected with the last reason.
+    var state: SSEState {
+        switch self {
+        case .notConnected: .notConnected
+        case .connecting: .connecting
+        case .connected: .connected
+        case .reconnecting(let loss): .disconnected(loss.reason)
+        case .ended(.manual): .disconnected(.manuallyDisconnected)
+        case .ended(.lost(let loss)), .ended(.gaveUp(_, let loss)): .disconnected(loss.reason)
+        case .terminated: .disconnected(.terminated)
+        }
+    }
+}
+
+extension ConnectionLifecycle.Failure where Policy == SSEPolicy {
+    /// What a waiting `connect()` throws.
+    func error(retryPolicy: RetryPolicy) -> SSEError {
+        switch self {
+        case .disconnected: SSEError(.disconnected, "disconnect() was called")
+        case .terminated: SSEError(.terminated, "terminate() was called")
+        case .failed(let loss):
+            if case .streamError(let error) = loss.reason { error } else { SSEError(.connectionFailed, "the stream ended: \(loss.reason)") }
+        case .gaveUp(let attempts, _):
+            SSEError(.retriesExhausted, retryPolicy.enabled ? "gave up after \(attempts) reconnection attempts" : "retries are disabled")
+        }
+    }
+}
