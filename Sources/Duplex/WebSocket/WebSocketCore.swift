@@ -166,6 +166,23 @@ final class WebSocketCore: Sendable {
         }
     }
 
+    /// Starts an attempt, as ``connect()`` does, without waiting for it.
+    func startConnecting() {
+        state.withLockedValue { state in
+            if case .wait(let actions) = state.lifecycle.connect() { perform(actions, in: &state) }
+        }
+    }
+
+    /// The lifecycle stopped for good or for now: disconnected, given up, or terminated.
+    var hasEnded: Bool {
+        state.withLockedValue { state in
+            switch state.lifecycle.phase {
+            case .ended, .terminated: true
+            default: false
+            }
+        }
+    }
+
     func disconnect(code: WebSocketCloseCode, reason: String) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             state.withLockedValue { state in
