@@ -152,6 +152,7 @@ let package = Package(
                 "Duplex",
                 "DuplexSchema",
                 "DuplexServer",
+                "DuplexWire",
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

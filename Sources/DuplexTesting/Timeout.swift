@@ -1,4 +1,5 @@
 import Duplex
+import DuplexWire
 
 /// A test step took longer than its limit.
 public struct TimeoutError: Error, CustomStringConvertible {

@@ -1,4 +1,5 @@
 public import DuplexSchema
+import DuplexWire
 public import Foundation
 import Logging
 import NIOConcurrencyHelpers
@@ -146,15 +147,15 @@ public final class ChatClient: Sendable {
 /// what the socket reports, in order: messages with their connection, and losses with whether
 /// the socket reconnects.
 final class ChatClientCore: Sendable {
-    struct State {
+    struct State: DeferringWork {
         var session: ChatSession
         var welcome: ChatWelcome?
         var everJoined = false
         var refused: ChatErrorFrame?
         var left = false
-        var joinWaiters: [UInt64: CheckedContinuation<ChatWelcome, any Error>] = [:]
-        var deliveryWaiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
-        var nextWaiter: UInt64 = 0
+        var joinWaiters = Waiters<ChatWelcome>()
+        var deliveryWaiters = Waiters<Void>()
+        var afterUnlock: [@Sendable () -> Void] = []
     }
 
     let box: NIOLockedValueBox<State>
@@ -229,21 +230,16 @@ final class ChatClientCore: Sendable {
     }
 
     func join(timeout: Duration) async throws -> ChatWelcome {
-        enum Start { case joined(ChatWelcome), wait(UInt64) }
         let connected = if case .connected = socket.state { true } else { false }
-        let start: Start = box.withLockedValue { state in
-            if connected, state.session.welcomedConnection != nil, let welcome = state.welcome { return .joined(welcome) }
-            state.nextWaiter += 1
+        let joined: ChatWelcome? = box.withLockedValue { state in
+            if connected, state.session.welcomedConnection != nil, let welcome = state.welcome { return welcome }
             state.refused = nil
             state.left = false
-            return .wait(state.nextWaiter)
+            return nil
         }
-        guard case .wait(let id) = start else {
-            if case .joined(let welcome) = start { return welcome }
-            throw CancellationError()
-        }
+        if let joined { return joined }
         do {
-            return try await waitForWelcome(id: id, timeout: timeout)
+            return try await waitForWelcome(timeout: timeout)
         } catch {
             // A failed join leaves nothing running: no reconnection in the background.
             await socket.disconnect(code: .normalClosure, reason: "")
@@ -251,34 +247,26 @@ final class ChatClientCore: Sendable {
         }
     }
 
-    private func waitForWelcome(id: UInt64, timeout: Duration) async throws -> ChatWelcome {
+    private func waitForWelcome(timeout: Duration) async throws -> ChatWelcome {
         let socket = self.socket
         return try await withDeadline(
             timeout,
             clock: socket.clock,
             orThrow: { WebSocketError(.connectTimeout, "no welcome from the chat server within \(timeout)") }
         ) {
-            try await withTaskCancellationHandler {
-                try await withCheckedThrowingContinuation { continuation in
-                    self.box.withLockedValue { $0.joinWaiters[id] = continuation }
-                    // Ends when the socket's attempt does (its connect timeout bounds it); the
-                    // waiter is registered first, so the welcome cannot come before it.
-                    Task {
-                        do {
-                            try await socket.connect()
-                        } catch {
-                            self.failJoin(id: id, error)
-                        }
+            try await self.box.wait(in: \.joinWaiters) { _ in
+                // Ends when the socket's attempt does (its connect timeout bounds it). Started
+                // under the lock, so the waiter is in place before the attempt can report.
+                Task {
+                    do {
+                        try await socket.connect()
+                    } catch {
+                        self.box.locked { $0.joinWaiters.takeAll() }.resume(throwing: error)
                     }
                 }
-            } onCancel: {
-                self.failJoin(id: id, CancellationError())
+                return nil
             }
         }
-    }
-
-    private func failJoin(id: UInt64, _ error: any Error) {
-        box.withLockedValue { $0.joinWaiters.removeValue(forKey: id) }?.resume(throwing: error)
     }
 
     func say(_ text: String) throws -> ChatSay {
@@ -294,27 +282,10 @@ final class ChatClientCore: Sendable {
     }
 
     func waitForDelivery(timeout: Duration) async -> Bool {
-        let id: UInt64? = box.withLockedValue { state in
-            guard !state.session.pending.isEmpty else { return nil }
-            state.nextWaiter += 1
-            return state.nextWaiter
+        let delivered: Void? = try? await withDeadline(timeout, clock: socket.clock, orThrow: { CancellationError() }) {
+            try await self.box.wait(in: \.deliveryWaiters) { $0.session.pending.isEmpty ? .success(()) : nil }
         }
-        guard let id else { return true }
-        let delivered = try? await withDeadline(timeout, clock: socket.clock, orThrow: { CancellationError() }) {
-            await withTaskCancellationHandler {
-                await withCheckedContinuation { continuation in
-                    let done = self.box.withLockedValue { state in
-                        if state.session.pending.isEmpty { return true }
-                        state.deliveryWaiters[id] = continuation
-                        return false
-                    }
-                    if done { continuation.resume(returning: true) }
-                }
-            } onCancel: {
-                self.box.withLockedValue { $0.deliveryWaiters.removeValue(forKey: id) }?.resume(returning: false)
-            }
-        }
-        return delivered ?? false
+        return delivered != nil
     }
 
     private func handle(_ message: WebSocketMessage, on connection: UInt64) {
@@ -322,58 +293,37 @@ final class ChatClientCore: Sendable {
             socket.configuration.logger.warning("not a chat frame; ignored", metadata: ["bytes": "\(message.data.count)"])
             return
         }
-        let (reaction, joined, delivered) = box.withLockedValue { state in
+        let reaction = box.locked { state in
             let reaction = state.session.received(frame, on: connection)
             for say in reaction.send { outbound.yield((say, connection)) }
-            var joined: [CheckedContinuation<ChatWelcome, any Error>] = []
-            var delivered: [CheckedContinuation<Bool, Never>] = []
             if case .welcome(let welcome) = frame {
                 state.welcome = welcome
                 state.everJoined = true
-                joined = Array(state.joinWaiters.values)
-                state.joinWaiters = [:]
+                state.resume(state.joinWaiters.takeAll(), with: .success(welcome))
             }
             if let refused = reaction.refused {
                 state.refused = refused
+                state.resume(state.joinWaiters.takeAll(), with: .failure(ChatProtocolError(refused.code, refused.reason)))
             }
             if state.session.pending.isEmpty {
-                delivered = Array(state.deliveryWaiters.values)
-                state.deliveryWaiters = [:]
+                state.resume(state.deliveryWaiters.takeAll(), with: .success(()))
             }
-            return (reaction, joined, delivered)
+            return reaction
         }
         if case .welcome = frame { socket.proved(connection: connection) }
         for event in reaction.events { events.yield(event) }
-        if case .welcome(let welcome) = frame {
-            for waiter in joined { waiter.resume(returning: welcome) }
-        }
-        for waiter in delivered { waiter.resume(returning: true) }
-        if let refused = reaction.refused {
-            let error = ChatProtocolError(refused.code, refused.reason)
-            let waiters = box.withLockedValue { state in
-                defer { state.joinWaiters = [:] }
-                return Array(state.joinWaiters.values)
-            }
-            for waiter in waiters { waiter.resume(throwing: error) }
-            socket.close()
-        }
+        if reaction.refused != nil { socket.close() }
     }
 
     /// The socket lost its connection (`reconnecting`: it tries again) or ended.
     private func handle(disconnected reason: WebSocketDisconnectReason, reconnecting: Bool) {
-        let (report, waiters): (Bool, [CheckedContinuation<ChatWelcome, any Error>]) = box.withLockedValue { state in
+        let report = box.locked { state in
             // A join waits through the socket's reconnections, within its timeout (a connection
             // can end before its first frame is read); when none follows, it fails now.
-            var waiters: [CheckedContinuation<ChatWelcome, any Error>] = []
             if !reconnecting, state.refused == nil {
-                waiters = Array(state.joinWaiters.values)
-                state.joinWaiters = [:]
+                state.resume(state.joinWaiters.takeAll(), with: .failure(Self.joinError(reason)))
             }
-            return (state.everJoined || state.refused != nil, waiters)
-        }
-        if !waiters.isEmpty {
-            let error = Self.joinError(reason)
-            for waiter in waiters { waiter.resume(throwing: error) }
+            return state.everJoined || state.refused != nil
         }
         if report { events.yield(.disconnected(reason, reconnecting: reconnecting)) }
     }

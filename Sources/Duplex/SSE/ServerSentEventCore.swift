@@ -23,7 +23,7 @@ final class ServerSentEventCore: Sendable {
     let gate = DemandGate()
     private let client: Result<HTTPClient, SSEError>
 
-    private struct State {
+    private struct State: DeferringWork {
         var lifecycle: ConnectionLifecycle<SSEPolicy>
         /// The last state published.
         var state: SSEState = .notConnected
@@ -32,9 +32,10 @@ final class ServerSentEventCore: Sendable {
         /// The attempt under way or the stream being read, by generation.
         var attempt: (generation: UInt64, task: Task<Void, Never>)?
         var retryTimer: Task<Void, Never>?
-        var connectWaiters: [CheckedContinuation<Void, any Error>] = []
-        var disconnectWaiters: [CheckedContinuation<Void, Never>] = []
+        var connectWaiters = Waiters<Void>()
+        var disconnectWaiters = Waiters<Void>()
         var prepareRequest: (@Sendable (SSERequest) async -> SSERequest)?
+        var afterUnlock: [@Sendable () -> Void] = []
     }
 
     private let box: NIOLockedValueBox<State>
@@ -82,64 +83,60 @@ final class ServerSentEventCore: Sendable {
         }
     }
 
-    var state: SSEState { box.withLockedValue { $0.state } }
-    var lastEventID: String? { box.withLockedValue { $0.lastEventID.isEmpty ? nil : $0.lastEventID } }
-    var serverRetry: Duration? { box.withLockedValue { $0.serverRetryMilliseconds.map { .milliseconds($0) } } }
+    var state: SSEState { box.locked { $0.state } }
+    var lastEventID: String? { box.locked { $0.lastEventID.isEmpty ? nil : $0.lastEventID } }
+    var serverRetry: Duration? { box.locked { $0.serverRetryMilliseconds.map { .milliseconds($0) } } }
 
     var prepareRequest: (@Sendable (SSERequest) async -> SSERequest)? {
-        get { box.withLockedValue { $0.prepareRequest } }
-        set { box.withLockedValue { $0.prepareRequest = newValue } }
+        get { box.locked { $0.prepareRequest } }
+        set { box.locked { $0.prepareRequest = newValue } }
     }
 
     func makeStateStream() -> AsyncStream<SSEState> {
-        box.withLockedValue { states.makeStream(startingWith: $0.state) }
+        box.locked { states.makeStream(startingWith: $0.state) }
     }
 
     // MARK: Requests
 
     func connect() async throws {
         try request.validate()
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            box.withLockedValue { state in
-                switch state.lifecycle.connect() {
-                case .alreadyConnected:
-                    continuation.resume()
-                case .fail(let failure):
-                    continuation.resume(throwing: failure.error(retryPolicy: retryPolicy))
-                case .wait(let actions):
-                    state.connectWaiters.append(continuation)
-                    perform(actions, in: &state)
-                }
+        try await box.wait(in: \.connectWaiters) { state in
+            switch state.lifecycle.connect() {
+            case .alreadyConnected:
+                return .success(())
+            case .fail(let failure):
+                return .failure(failure.error(retryPolicy: retryPolicy))
+            case .wait(let actions):
+                perform(actions, in: &state)
+                return nil
             }
         }
     }
 
     func disconnect() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            box.withLockedValue { state in
-                switch state.lifecycle.disconnect(code: .normalClosure, reason: "") {
-                case .done:
-                    continuation.resume()
-                case .immediate(let actions):
-                    perform(actions, in: &state)
-                    continuation.resume()
-                case .wait(let actions):
-                    state.disconnectWaiters.append(continuation)
-                    perform(actions, in: &state)
-                }
+        try? await box.wait(in: \.disconnectWaiters) { state in
+            switch state.lifecycle.disconnect(code: .normalClosure, reason: "") {
+            case .done:
+                return .success(())
+            case .immediate(let actions):
+                perform(actions, in: &state)
+                return .success(())
+            case .wait(let actions):
+                perform(actions, in: &state)
+                return nil
             }
         }
     }
 
     func terminate() {
-        box.withLockedValue { state in
+        box.locked { state in
             perform(state.lifecycle.terminate(), in: &state)
         }
     }
 
     /// Returns once the attempt or stream under way (cancelled by ``terminate()``) has ended.
     func waitForRunToEnd() async {
-        await box.withLockedValue { $0.attempt?.task }?.value
+        await box.locked { $0.attempt?.task }?.value
     }
 
     // MARK: The lifecycle's actions
@@ -174,13 +171,9 @@ final class ServerSentEventCore: Sendable {
                     states.yield(new)
                 }
             case .resumeConnectWaiters(let failure):
-                for waiter in state.connectWaiters {
-                    if let failure { waiter.resume(throwing: failure.error(retryPolicy: retryPolicy)) } else { waiter.resume() }
-                }
-                state.connectWaiters = []
+                state.resume(state.connectWaiters.takeAll(), with: failure.map { .failure($0.error(retryPolicy: retryPolicy)) } ?? .success(()))
             case .resumeDisconnectWaiters:
-                for waiter in state.disconnectWaiters { waiter.resume() }
-                state.disconnectWaiters = []
+                state.resume(state.disconnectWaiters.takeAll(), with: .success(()))
             case .finish:
                 events.finish()
                 states.finish()
@@ -189,7 +182,7 @@ final class ServerSentEventCore: Sendable {
     }
 
     private func retryTimerFired(attempt: Int) {
-        box.withLockedValue { state in
+        box.locked { state in
             state.retryTimer = nil
             perform(state.lifecycle.retryTimerFired(attempt: attempt), in: &state)
         }
@@ -199,7 +192,7 @@ final class ServerSentEventCore: Sendable {
 
     /// The response of `generation` is an event stream; false when it is no longer wanted.
     private func opened(generation: UInt64) -> Bool {
-        box.withLockedValue { state in
+        box.locked { state in
             let actions = state.lifecycle.connectSucceeded(generation: generation)
             if case .discardConnection = actions.first { return false }
             perform(actions, in: &state)
@@ -209,7 +202,7 @@ final class ServerSentEventCore: Sendable {
 
     /// The attempt of `generation` failed (`opened`: false) or its stream ended (true).
     private func ended(generation: UInt64, opened: Bool, loss: SSELoss) {
-        box.withLockedValue { state in
+        box.locked { state in
             var loss = loss
             // The server's `retry:` is its wish for the delay of every reconnection.
             if loss.retry == .policy(suggested: nil), let wish = state.serverRetryMilliseconds {
@@ -225,7 +218,7 @@ final class ServerSentEventCore: Sendable {
 
     /// Events parsed from the stream of `generation`: delivered while it is the live one.
     private func received(_ parsed: [ServerSentEvent], parser: ServerSentEventParser, generation: UInt64) {
-        box.withLockedValue { state in
+        box.locked { state in
             guard state.lifecycle.received(generation: generation) == .deliver else { return }
             for event in parsed { events.yield(event) }
             if !parsed.isEmpty { state.lifecycle.proved(generation: generation) }
@@ -245,8 +238,8 @@ final class ServerSentEventCore: Sendable {
             return
         }
         var current = request
-        if let prepare = box.withLockedValue({ $0.prepareRequest }) { current = await prepare(current) }
-        let lastEventID = box.withLockedValue { $0.lastEventID }
+        if let prepare = box.locked({ $0.prepareRequest }) { current = await prepare(current) }
+        let lastEventID = box.locked { $0.lastEventID }
         var parser = ServerSentEventParser(lastEventID: lastEventID, configuration: .init(maxEventBytes: configuration.maxEventBytes))
         var httpRequest = HTTPClientRequest(url: current.url.absoluteString)
         httpRequest.method = .GET

@@ -6,12 +6,12 @@ import NIOConcurrencyHelpers
 /// A socket's transport asks ``isOpen`` before each read from the network; an async producer
 /// (the SSE body pump, the chat pump) awaits ``waitUntilOpen()`` between elements.
 package final class DemandGate: Sendable {
-    private struct State {
+    private struct State: DeferringWork {
         var behind = 0
-        var nextWaiter: UInt64 = 0
-        var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+        var waiters = Waiters<Void>()
         var onOpen: (@Sendable () -> Void)?
-        var closeWatchers: [CheckedContinuation<Void, Never>] = []
+        var closeWatchers = Waiters<Void>()
+        var afterUnlock: [@Sendable () -> Void] = []
     }
 
     private let state = NIOLockedValueBox(State())
@@ -27,24 +27,15 @@ package final class DemandGate: Sendable {
     }
 
     func consumerFellBehind() {
-        let watchers = state.withLockedValue { state in
+        state.locked { state in
             state.behind += 1
-            defer { state.closeWatchers = [] }
-            return state.closeWatchers
+            state.resume(state.closeWatchers.takeAll(), with: .success(()))
         }
-        for watcher in watchers { watcher.resume() }
     }
 
     /// Returns once the gate has closed (now or later): for tests, wrapped in a timeout.
     package func waitUntilClosed() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let closed = state.withLockedValue { state in
-                if state.behind > 0 { return true }
-                state.closeWatchers.append(continuation)
-                return false
-            }
-            if closed { continuation.resume() }
-        }
+        try? await state.wait(in: \.closeWatchers) { $0.behind > 0 ? .success(()) : nil }
     }
 
     /// Returns the hook to call once the caller has released its locks, when the gate opened: it
@@ -56,11 +47,10 @@ package final class DemandGate: Sendable {
         state.withLockedValue { state in
             state.behind -= 1
             guard state.behind == 0 else { return nil }
-            let waiters = Array(state.waiters.values)
-            state.waiters = [:]
+            let waiters = state.waiters.takeAll()
             let onOpen = state.onOpen
             return {
-                for waiter in waiters { waiter.resume() }
+                waiters.resume()
                 onOpen?()
             }
         }
@@ -69,21 +59,6 @@ package final class DemandGate: Sendable {
     /// Returns when the gate is open, or when the calling task is cancelled.
     package func waitUntilOpen() async {
         if isOpen { return }
-        let id = state.withLockedValue { state in
-            state.nextWaiter += 1
-            return state.nextWaiter
-        }
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let open = state.withLockedValue { state in
-                    if state.behind == 0 || Task.isCancelled { return true }
-                    state.waiters[id] = continuation
-                    return false
-                }
-                if open { continuation.resume() }
-            }
-        } onCancel: {
-            state.withLockedValue { $0.waiters.removeValue(forKey: id) }?.resume()
-        }
+        try? await state.wait(in: \.waiters) { $0.behind == 0 ? .success(()) : nil }
     }
 }

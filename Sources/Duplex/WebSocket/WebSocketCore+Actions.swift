@@ -11,9 +11,12 @@ extension WebSocketCore {
             switch action {
             case .startConnecting(let generation):
                 state.early = (generation, [])
-                startConnecting(generation: generation, prepare: state.prepareRequest)
-            case .cancelAttempt, .discardConnection:
-                // The attempt runs to its end; a connection that opens late is closed then.
+                state.attemptTask = startConnecting(generation: generation, prepare: state.prepareRequest)
+            case .cancelAttempt:
+                // A connection that opens all the same is discarded (connectionOpened).
+                state.attemptTask?.cancel()
+                state.attemptTask = nil
+            case .discardConnection:
                 break
             case .closeConnection(let code, let reason):
                 state.connection?.connection.close(code: code, reason: reason)
@@ -23,11 +26,7 @@ extension WebSocketCore {
                 releaseDrainWaiters(in: &state)
             case .scheduleRetry(let attempt, let delay):
                 configuration.logger.info("reconnecting", metadata: ["attempt": "\(attempt + 1)", "delay": "\(delay)"])
-                let clock = self.clock
-                state.reconnectTask = Task { [weak self] in
-                    guard (try? await clock.sleep(for: delay)) != nil else { return }
-                    self?.reconnectTimerFired(attempt: attempt)
-                }
+                state.reconnectTask = startRetryTimer(after: delay, on: clock) { [weak self] in self?.reconnectTimerFired(attempt: attempt) }
             case .cancelRetryTimer:
                 state.reconnectTask?.cancel()
                 state.reconnectTask = nil
@@ -56,7 +55,7 @@ extension WebSocketCore {
                 if case .pingFailed(let missed) = loss {
                     configuration.logger.warning("ping failed: closing the connection", metadata: ["missed": "\(missed)"])
                     if let hook = state.onPingFailed, let error = loss.error {
-                        Task { hook(error) }
+                        state.afterUnlock.append { hook(error) }
                     }
                 }
                 if let error = loss.error { events.yield(.error(error)) }
@@ -81,13 +80,9 @@ extension WebSocketCore {
                 }
                 states.yield(published)
             case .resumeConnectWaiters(let failure):
-                for waiter in state.connectWaiters {
-                    if let failure { waiter.resume(throwing: failure.error) } else { waiter.resume() }
-                }
-                state.connectWaiters = []
+                state.resume(state.connectWaiters.takeAll(), with: failure.map { .failure($0.error) } ?? .success(()))
             case .resumeDisconnectWaiters:
-                for waiter in state.disconnectWaiters { waiter.resume() }
-                state.disconnectWaiters = []
+                state.resume(state.disconnectWaiters.takeAll(), with: .success(()))
             case .dropQueued(let count, let why):
                 events.yield(.error(WebSocketError(.notConnected, "\(count) queued message\(count == 1 ? " was" : "s were") not sent: \(why)")))
             case .finish:
@@ -114,19 +109,24 @@ extension WebSocketCore {
     }
 
     private func reconnectTimerFired(attempt: Int) {
-        state.withLockedValue { state in
+        state.locked { state in
             state.reconnectTask = nil
             perform(state.lifecycle.retryTimerFired(attempt: attempt), in: &state)
         }
     }
 
-    /// Starts an attempt. Runs under the lock: `prepare` comes from the locked state.
-    private func startConnecting(generation: UInt64, prepare: (@Sendable (WebSocketRequest) async -> WebSocketRequest)?) {
+    /// Starts an attempt. Runs under the lock: `prepare` comes from the locked state. The task
+    /// ends with the attempt (the transport's connect timeout bounds it), or when the lifecycle
+    /// cancels it.
+    private func startConnecting(
+        generation: UInt64,
+        prepare: (@Sendable (WebSocketRequest) async -> WebSocketRequest)?
+    ) -> Task<Void, Never> {
         let delegate = ConnectionDelegate(core: self, generation: generation)
         let transport = self.transport
         let configuration = self.configuration
         let original = self.request
-        Task {
+        return Task {
             do {
                 let request = await prepare?(original) ?? original
                 let connection = try await transport.connect(request: request, configuration: configuration, delegate: delegate)
@@ -143,6 +143,7 @@ extension WebSocketCore {
         guard let ping = configuration.ping, let generation = state.connection?.generation else { return }
         state.pingTracker = PingTracker(maxFailures: ping.maxPingFailures)
         let clock = self.clock
+        // Cancelled by the lifecycle's stopPinging, and ends by itself once the connection is gone.
         state.pingTask = Task { [weak self] in
             while !Task.isCancelled {
                 guard (try? await clock.sleep(for: ping.pingInterval - ping.pongTimeout)) != nil else { return }
@@ -155,7 +156,7 @@ extension WebSocketCore {
 
     /// Sends the next ping; false when the connection is gone.
     private func sendPing(generation: UInt64) -> Bool {
-        state.withLockedValue { state in
+        state.locked { state in
             guard state.lifecycle.liveGeneration == generation, let connection = state.connection?.connection,
                 var tracker = state.pingTracker
             else { return false }
@@ -168,7 +169,7 @@ extension WebSocketCore {
 
     /// Counts a missed pong; false when the pinging should stop.
     private func pongTimeoutElapsed(generation: UInt64) -> Bool {
-        state.withLockedValue { state in
+        state.locked { state in
             guard state.lifecycle.liveGeneration == generation, var tracker = state.pingTracker else { return false }
             // Messages arrived since the ping: the peer is alive, and its pong waits behind them.
             // Or reads are held back for slow readers: the pong may sit unread in the socket.

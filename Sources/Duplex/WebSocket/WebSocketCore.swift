@@ -1,4 +1,5 @@
 import DuplexSchema
+import DuplexWire
 import Logging
 import NIOConcurrencyHelpers
 
@@ -28,15 +29,18 @@ final class WebSocketCore: Sendable {
     let gate = DemandGate()
 
     /// Everything that changes, under one lock (``state``).
-    struct State {
+    struct State: DeferringWork {
         var lifecycle: ConnectionLifecycle<WebSocketPolicy>
         var connection: (generation: UInt64, connection: any WebSocketTransportConnection)?
         /// The subprotocol the open connection negotiated.
         var negotiatedProtocol: String?
         /// Messages that arrived before their connection's opening was processed.
         var early: (generation: UInt64, messages: [WebSocketMessage]) = (0, [])
-        var connectWaiters: [CheckedContinuation<Void, any Error>] = []
-        var disconnectWaiters: [CheckedContinuation<Void, Never>] = []
+        var connectWaiters = Waiters<Void>()
+        var disconnectWaiters = Waiters<Void>()
+        /// The attempt under way, the retry timer, and the keep-alive pings: each cancelled by the
+        /// lifecycle's actions.
+        var attemptTask: Task<Void, Never>?
         var reconnectTask: Task<Void, Never>?
         var pingTask: Task<Void, Never>?
         var pingTracker: PingTracker?
@@ -49,16 +53,16 @@ final class WebSocketCore: Sendable {
         /// The connection's outbound buffer went above its high watermark and has not drained.
         var aboveHighWatermark = false
         /// Sends waiting for the outbound buffer to drain.
-        var drainWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
-        var nextDrainWaiter: UInt64 = 0
+        var drainWaiters = Waiters<Void>()
         /// How many times a send waited for the buffer to drain, and who waits to hear of it.
         var sendSuspensions = 0
-        var suspensionWatchers: [CheckedContinuation<Void, Never>] = []
+        var suspensionWatchers = Waiters<Void>()
         /// Messages of a lost connection that were not written: the next send or flush throws it.
         var sendFailure: WebSocketError?
         /// Messages received, and how many had been when the outstanding keep-alive ping went out.
         var receivedCount: UInt64 = 0
         var receivedAtPing: UInt64 = 0
+        var afterUnlock: [@Sendable () -> Void] = []
 
         /// The public state for the lifecycle's phase.
         var publicState: WebSocketState {
@@ -115,67 +119,65 @@ final class WebSocketCore: Sendable {
 
     /// The consumers caught up: the current connection reads again.
     private func resumeReading() {
-        state.withLockedValue { $0.connection?.connection }?.resumeReading()
+        state.locked { $0.connection?.connection }?.resumeReading()
     }
 
-    var currentState: WebSocketState { state.withLockedValue { $0.publicState } }
-    var roundTripTime: Duration? { state.withLockedValue { $0.roundTripTime } }
-    var queuedSendCount: Int { state.withLockedValue { $0.lifecycle.queuedCount } }
-    var negotiatedExtensions: String? { state.withLockedValue { $0.connection?.connection.negotiatedExtensions } }
+    var currentState: WebSocketState { state.locked { $0.publicState } }
+    var roundTripTime: Duration? { state.locked { $0.roundTripTime } }
+    var queuedSendCount: Int { state.locked { $0.lifecycle.queuedCount } }
+    var negotiatedExtensions: String? { state.locked { $0.connection?.connection.negotiatedExtensions } }
 
     var onPingFailed: (@Sendable (WebSocketError) -> Void)? {
-        get { state.withLockedValue { $0.onPingFailed } }
-        set { state.withLockedValue { $0.onPingFailed = newValue } }
+        get { state.locked { $0.onPingFailed } }
+        set { state.locked { $0.onPingFailed = newValue } }
     }
 
     var prepareRequest: (@Sendable (WebSocketRequest) async -> WebSocketRequest)? {
-        get { state.withLockedValue { $0.prepareRequest } }
-        set { state.withLockedValue { $0.prepareRequest = newValue } }
+        get { state.locked { $0.prepareRequest } }
+        set { state.locked { $0.prepareRequest = newValue } }
     }
 
     /// A new events stream; it starts with `.connected` when a connection is open, so a loop
     /// that acts on `.connected` works whenever it starts.
     func makeEventStream(buffering: StreamBuffering? = nil) -> AsyncStream<WebSocketEvent> {
-        state.withLockedValue { state in
+        state.locked { state in
             let open: WebSocketEvent? = if case .connected(let chosen) = state.publicState { .connected(protocol: chosen) } else { nil }
             return events.makeStream(startingWith: open, buffering: buffering)
         }
     }
 
     func makeStateStream() -> AsyncStream<WebSocketState> {
-        state.withLockedValue { states.makeStream(startingWith: $0.publicState) }
+        state.locked { states.makeStream(startingWith: $0.publicState) }
     }
 
     // MARK: Requests
 
     func connect() async throws {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            state.withLockedValue { state in
-                switch state.lifecycle.connect() {
-                case .alreadyConnected:
-                    continuation.resume()
-                case .fail(.disconnected):
-                    continuation.resume(throwing: WebSocketError(.notConnected, "a disconnect is under way; await it, then connect"))
-                case .fail:
-                    continuation.resume(throwing: WebSocketError(.terminated, "the socket was terminated and cannot connect again"))
-                case .wait(let actions):
-                    state.connectWaiters.append(continuation)
-                    perform(actions, in: &state)
-                }
+        try await state.wait(in: \.connectWaiters) { state in
+            switch state.lifecycle.connect() {
+            case .alreadyConnected:
+                return .success(())
+            case .fail(.disconnected):
+                return .failure(WebSocketError(.notConnected, "a disconnect is under way; await it, then connect"))
+            case .fail:
+                return .failure(WebSocketError(.terminated, "the socket was terminated and cannot connect again"))
+            case .wait(let actions):
+                perform(actions, in: &state)
+                return nil
             }
         }
     }
 
     /// Starts an attempt, as ``connect()`` does, without waiting for it.
     func startConnecting() {
-        state.withLockedValue { state in
+        state.locked { state in
             if case .wait(let actions) = state.lifecycle.connect() { perform(actions, in: &state) }
         }
     }
 
     /// The lifecycle stopped for good or for now: disconnected, given up, or terminated.
     var hasEnded: Bool {
-        state.withLockedValue { state in
+        state.locked { state in
             switch state.lifecycle.phase {
             case .ended, .terminated: true
             default: false
@@ -184,25 +186,23 @@ final class WebSocketCore: Sendable {
     }
 
     func disconnect(code: WebSocketCloseCode, reason: String) async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            state.withLockedValue { state in
-                switch state.lifecycle.disconnect(code: code, reason: reason) {
-                case .done:
-                    continuation.resume()
-                case .immediate(let actions):
-                    perform(actions, in: &state)
-                    continuation.resume()
-                case .wait(let actions):
-                    state.disconnectWaiters.append(continuation)
-                    perform(actions, in: &state)
-                }
+        try? await state.wait(in: \.disconnectWaiters) { state in
+            switch state.lifecycle.disconnect(code: code, reason: reason) {
+            case .done:
+                return .success(())
+            case .immediate(let actions):
+                perform(actions, in: &state)
+                return .success(())
+            case .wait(let actions):
+                perform(actions, in: &state)
+                return nil
             }
         }
     }
 
     /// Starts a disconnect without waiting for it.
     func startDisconnect(code: WebSocketCloseCode, reason: String) {
-        state.withLockedValue { state in
+        state.locked { state in
             switch state.lifecycle.disconnect(code: code, reason: reason) {
             case .done: break
             case .immediate(let actions), .wait(let actions): perform(actions, in: &state)
@@ -211,7 +211,7 @@ final class WebSocketCore: Sendable {
     }
 
     func terminate() {
-        state.withLockedValue { state in
+        state.locked { state in
             perform(state.lifecycle.terminate(), in: &state)
         }
     }
@@ -225,7 +225,7 @@ final class WebSocketCore: Sendable {
     /// Hands `message` to the connection's outbound buffer, or to the reconnection queue; waits
     /// only while the buffer is above its high watermark.
     func send(_ message: WebSocketMessage) async throws {
-        let outcome: SendOutcome = state.withLockedValue { state in
+        let outcome: SendOutcome = state.locked { state in
             if let failure = state.sendFailure {
                 state.sendFailure = nil
                 return .fail(failure)
@@ -258,7 +258,7 @@ final class WebSocketCore: Sendable {
     /// later connection.
     /// - Throws: ``WebSocketError/Code/notConnected`` when that connection is not the open one.
     func send(_ message: WebSocketMessage, onConnection generation: UInt64) async throws {
-        let outcome: SendOutcome = state.withLockedValue { state in
+        let outcome: SendOutcome = state.locked { state in
             guard state.lifecycle.openGeneration == generation, let current = state.connection, current.generation == generation
             else {
                 return .fail(WebSocketError(.notConnected, "the connection is gone"))
@@ -280,46 +280,26 @@ final class WebSocketCore: Sendable {
 
     /// Returns once the outbound buffer drained, the connection ended, or the task is cancelled.
     private func waitForDrain() async {
-        let id = state.withLockedValue { state in
-            state.nextDrainWaiter += 1
-            return state.nextDrainWaiter
-        }
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let drained = state.withLockedValue { state in
-                    guard state.aboveHighWatermark, !Task.isCancelled else { return true }
-                    state.drainWaiters[id] = continuation
-                    state.sendSuspensions += 1
-                    for watcher in state.suspensionWatchers { watcher.resume() }
-                    state.suspensionWatchers = []
-                    return false
-                }
-                if drained { continuation.resume() }
-            }
-        } onCancel: {
-            state.withLockedValue { $0.drainWaiters.removeValue(forKey: id) }?.resume()
+        try? await state.wait(in: \.drainWaiters) { state in
+            guard state.aboveHighWatermark else { return .success(()) }
+            state.sendSuspensions += 1
+            state.resume(state.suspensionWatchers.takeAll(), with: .success(()))
+            return nil
         }
     }
 
     /// How many times a send waited for the outbound buffer to drain.
-    package var sendSuspensions: Int { state.withLockedValue { $0.sendSuspensions } }
+    package var sendSuspensions: Int { state.locked { $0.sendSuspensions } }
 
     /// Returns once a send has waited for the outbound buffer to drain (for tests: wrap it in a
     /// timeout).
     package func waitUntilSendSuspended() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let already = state.withLockedValue { state in
-                if state.sendSuspensions > 0 { return true }
-                state.suspensionWatchers.append(continuation)
-                return false
-            }
-            if already { continuation.resume() }
-        }
+        try? await state.wait(in: \.suspensionWatchers) { $0.sendSuspensions > 0 ? .success(()) : nil }
     }
 
     /// Waits until every message sent so far on the open connection is written to the network.
     func flush() async throws {
-        let connection: any WebSocketTransportConnection = try state.withLockedValue { state in
+        let connection: any WebSocketTransportConnection = try state.locked { state in
             if let failure = state.sendFailure {
                 state.sendFailure = nil
                 throw failure
@@ -341,20 +321,19 @@ final class WebSocketCore: Sendable {
     /// Resumes every send waiting for the buffer to drain.
     func releaseDrainWaiters(in state: inout State) {
         state.aboveHighWatermark = false
-        for waiter in state.drainWaiters.values { waiter.resume() }
-        state.drainWaiters = [:]
+        state.resume(state.drainWaiters.takeAll(), with: .success(()))
     }
 
     /// Sends one ping now and waits for its pong.
     func ping(timeout: Duration) async throws -> Duration {
-        let payload: [UInt8] = state.withLockedValue { state in
+        let payload: [UInt8] = state.locked { state in
             state.manualPingCount += 1
             return Array("duplex-ping-\(state.manualPingCount)-\(UInt32.random(in: .min ... .max))".utf8)
         }
         return try await withDeadline(timeout, clock: clock, orThrow: { WebSocketError(.pingFailed, "no pong within \(timeout)") }) {
             try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Duration, any Error>) in
-                    self.state.withLockedValue { state in
+                    self.state.locked { state in
                         guard state.lifecycle.openGeneration != nil, let connection = state.connection?.connection else {
                             continuation.resume(throwing: WebSocketError(.notConnected, "ping needs an open connection"))
                             return
@@ -364,7 +343,7 @@ final class WebSocketCore: Sendable {
                     }
                 }
             } onCancel: {
-                self.state.withLockedValue { $0.manualPings.removeValue(forKey: payload) }?
+                self.state.locked { $0.manualPings.removeValue(forKey: payload) }?
                     .continuation.resume(throwing: CancellationError())
             }
         }
@@ -373,7 +352,7 @@ final class WebSocketCore: Sendable {
     // MARK: Reports
 
     func connectionOpened(generation: UInt64, connection: any WebSocketTransportConnection) {
-        state.withLockedValue { state in
+        state.locked { state in
             let actions = state.lifecycle.connectSucceeded(generation: generation)
             if case .discardConnection = actions.first {
                 connection.close(code: .normalClosure, reason: "no longer wanted")
@@ -386,13 +365,13 @@ final class WebSocketCore: Sendable {
     }
 
     func connectionFailed(generation: UInt64, error: WebSocketError) {
-        state.withLockedValue { state in
+        state.locked { state in
             perform(state.lifecycle.connectFailed(generation: generation, loss: .failed(error)), in: &state)
         }
     }
 
     func received(_ message: WebSocketMessage, generation: UInt64) {
-        state.withLockedValue { state in
+        state.locked { state in
             switch state.lifecycle.received(generation: generation) {
             case .deliver:
                 deliver(message, generation: generation, in: &state)
@@ -415,14 +394,14 @@ final class WebSocketCore: Sendable {
     /// The connection of `generation` proved itself (for a client whose policy says when:
     /// ``ChatClient``, once welcomed).
     func proved(generation: UInt64) {
-        state.withLockedValue { $0.lifecycle.proved(generation: generation) }
+        state.locked { $0.lifecycle.proved(generation: generation) }
     }
 
     func receivedPong(_ payload: [UInt8], generation: UInt64) {
         let now = ContinuousClock.now
-        state.withLockedValue { state in
+        state.locked { state in
             if let manual = state.manualPings.removeValue(forKey: payload) {
-                manual.continuation.resume(returning: manual.sentAt.duration(to: now))
+                state.afterUnlock.append { manual.continuation.resume(returning: manual.sentAt.duration(to: now)) }
                 return
             }
             guard state.lifecycle.liveGeneration == generation,
@@ -434,14 +413,14 @@ final class WebSocketCore: Sendable {
     }
 
     func drained(generation: UInt64) {
-        state.withLockedValue { state in
+        state.locked { state in
             guard state.connection?.generation == generation else { return }
             releaseDrainWaiters(in: &state)
         }
     }
 
     func closed(generation: UInt64, code: WebSocketCloseCode?, reason: String, error: WebSocketError?, unwritten: Int) {
-        state.withLockedValue { state in
+        state.locked { state in
             if unwritten > 0 {
                 // Never silent: reported now, and thrown by the next send or flush.
                 let failure = WebSocketError(

@@ -1,4 +1,5 @@
 import DuplexSchema
+import DuplexWire
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
@@ -277,37 +278,17 @@ final class PostgresChatStore: ChatStore {
     }
 
     /// Runs `operation`, failing with ``ChatStoreUnavailable`` if it takes longer than the query
-    /// timeout; the operation is cancelled then, and not waited for.
+    /// timeout; the operation is cancelled then, and not waited for (a server that stopped
+    /// answering may not let it end).
     @discardableResult
     func withDeadline<T: Sendable>(_ what: String, _ operation: @escaping @Sendable () async throws -> T) async throws -> T {
         let limit = configuration.queryTimeout
-        let pending = NIOLockedValueBox<CheckedContinuation<T, any Error>?>(nil)
-        let take: @Sendable () -> CheckedContinuation<T, any Error>? = {
-            pending.withLockedValue { continuation in
-                defer { continuation = nil }
-                return continuation
-            }
-        }
-        let timer = NIOLockedValueBox<Task<Void, Never>?>(nil)
-        return try await withCheckedThrowingContinuation { continuation in
-            pending.withLockedValue { $0 = continuation }
-            let work = Task {
-                let result: Result<T, any Error>
-                do {
-                    result = .success(try await operation())
-                } catch {
-                    result = .failure(error)
-                }
-                take()?.resume(with: result)
-                timer.withLockedValue { $0 }?.cancel()
-            }
-            let deadline = Task {
-                guard (try? await Task.sleep(for: limit)) != nil, let continuation = take() else { return }
-                work.cancel()
-                continuation.resume(throwing: ChatStoreUnavailable(description: "\(what) took longer than \(limit)"))
-            }
-            timer.withLockedValue { $0 = deadline }
-        }
+        return try await DuplexWire.withDeadline(
+            limit,
+            onDeadline: .cancelAndAbandon,
+            orThrow: { ChatStoreUnavailable(description: "\(what) took longer than \(limit)") },
+            operation
+        )
     }
 
     /// A short description of a PostgreSQL error: the server's message when there is one.
