@@ -161,9 +161,6 @@ final class ChatClientCore: Sendable {
     let box: NIOLockedValueBox<State>
     let events: Broadcaster<ChatEvent>
     private let socket: WebSocket
-    /// Frames to send, in order: fed under the lock, so a resend and a new message keep the order
-    /// in which they were decided.
-    private let outbound: AsyncStream<(say: ChatSay, connection: UInt64)>.Continuation
 
     /// The socket's lifecycle policy for a chat client: a connection proves itself with its
     /// welcome; a 1000 is retried (the Duplex chat server never ends a member with it: a 1000 the
@@ -190,20 +187,8 @@ final class ChatClientCore: Sendable {
             logger: configuration.logger
         )
         self.socket = socket
-        let (outboundStream, outbound) = AsyncStream.makeStream(of: (say: ChatSay, connection: UInt64).self)
-        self.outbound = outbound
         let reports = socket.reports
         let events = self.events
-        // Ends when `outbound` finishes: when the socket's reports end (below).
-        Task {
-            // Each message goes out on the connection that was welcomed when it was decided, or
-            // not at all: it stays pending, and the next welcome resends every pending message in
-            // order. So the server gets them in the order they were said, whatever the drops.
-            for await (say, connection) in outboundStream {
-                guard let json = try? ChatClientFrame.say(say).jsonString() else { continue }
-                try? await socket.send(.string(json), onConnection: connection)
-            }
-        }
         // Holds the core, not the ChatClient: releasing the client terminates the socket, which
         // ends its reports and so this pump.
         Task { [self] in
@@ -221,8 +206,17 @@ final class ChatClientCore: Sendable {
                 await gate.waitUntilOpen()
             }
             events.finish()
-            outbound.finish()
         }
+    }
+
+    /// Writes `say` on `connection` at once, under the lock, so that a resend and a new message
+    /// go out in the order in which they were decided. Each message goes out on the connection
+    /// that was welcomed when it was decided, or not at all: it stays pending, and the next
+    /// welcome resends every pending message in order. So the server gets them in the order they
+    /// were said, whatever the drops.
+    private func write(_ say: ChatSay, on connection: UInt64) {
+        guard let json = try? ChatClientFrame.say(say).jsonString() else { return }
+        socket.write(.string(json), onConnection: connection)
     }
 
     func joinURL(_ url: URL) -> URL {
@@ -276,7 +270,7 @@ final class ChatClientCore: Sendable {
             }
             let say = state.session.say(text)
             // Not welcomed: the next welcome resends every pending message, this one included.
-            if let connection = state.session.welcomedConnection { outbound.yield((say, connection)) }
+            if let connection = state.session.welcomedConnection { write(say, on: connection) }
             return say
         }
     }
@@ -295,7 +289,7 @@ final class ChatClientCore: Sendable {
         }
         let reaction = box.locked { state in
             let reaction = state.session.received(frame, on: connection)
-            for say in reaction.send { outbound.yield((say, connection)) }
+            for say in reaction.send { write(say, on: connection) }
             if case .welcome(let welcome) = frame {
                 state.welcome = welcome
                 state.everJoined = true

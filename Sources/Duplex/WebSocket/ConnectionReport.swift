@@ -5,7 +5,7 @@ import DuplexSchema
 /// reconnects. One stream, so a loss is never seen before the messages that came before it.
 package enum ConnectionReport: Sendable, Equatable {
     /// A message, and the generation of the connection that carried it (to answer on the same
-    /// connection with ``WebSocket/send(_:onConnection:)``).
+    /// connection with ``WebSocket/write(_:onConnection:)``).
     case message(WebSocketMessage, connection: UInt64)
     /// The connection of `connection` opened.
     case opened(connection: UInt64)

@@ -242,11 +242,12 @@ public final class WebSocket: WebSocketProtocol {
     /// reconnects, in the order they happened (for ``ChatClient``).
     package var reports: AsyncStream<ConnectionReport> { core.reports.makeStream() }
 
-    /// Writes `message` on the connection of `connection` only: never queued, never written on a
-    /// later connection.
-    /// - Throws: ``WebSocketError/Code/notConnected`` when that connection is not the open one.
-    package func send(_ message: WebSocketMessage, onConnection connection: UInt64) async throws {
-        try await core.send(message, onConnection: connection)
+    /// Writes `message` on the connection of `connection` only, at once: never queued, never
+    /// written on a later connection, never waiting for the outbound buffer to drain.
+    /// - Returns: false when that connection is not the open one.
+    @discardableResult
+    package func write(_ message: WebSocketMessage, onConnection connection: UInt64) -> Bool {
+        core.write(message, onConnection: connection)
     }
 
     /// The connection of `connection` proved itself (a chat welcome): the backoff starts over,

@@ -254,21 +254,16 @@ final class WebSocketCore: Sendable {
         }
     }
 
-    /// Writes a message on the connection of `generation` only: never queued, never written on a
-    /// later connection.
-    /// - Throws: ``WebSocketError/Code/notConnected`` when that connection is not the open one.
-    func send(_ message: WebSocketMessage, onConnection generation: UInt64) async throws {
-        let outcome: SendOutcome = state.locked { state in
-            guard state.lifecycle.openGeneration == generation, let current = state.connection, current.generation == generation
-            else {
-                return .fail(WebSocketError(.notConnected, "the connection is gone"))
+    /// Writes a message on the connection of `generation` only, at once: never queued, never
+    /// written on a later connection, never waiting for the outbound buffer to drain.
+    /// - Returns: false when that connection is not the open one.
+    func write(_ message: WebSocketMessage, onConnection generation: UInt64) -> Bool {
+        state.locked { state in
+            guard state.lifecycle.openGeneration == generation, let current = state.connection, current.generation == generation else {
+                return false
             }
-            return accept(message, on: current.connection, in: &state)
-        }
-        switch outcome {
-        case .done: return
-        case .waitForDrain: await waitForDrain()
-        case .fail(let error): throw error
+            _ = accept(message, on: current.connection, in: &state)
+            return true
         }
     }
 

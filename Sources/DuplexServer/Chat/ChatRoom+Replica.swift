@@ -1,5 +1,6 @@
 import DequeModule
 import DuplexSchema
+import DuplexWire
 import Foundation
 import NIOConcurrencyHelpers
 import OrderedCollections
@@ -72,16 +73,8 @@ extension ChatRoom {
     func waitUntilApplied(_ seq: Int, timeout: Duration) async -> Bool {
         // The usual case on the say path: the node applied its own event already.
         if latestSeq >= seq { return true }
-        return await withTaskGroup(of: Bool.self) { group in
-            group.addTask { await self.waitUntilApplied(seq) }
-            group.addTask {
-                try? await Task.sleep(for: timeout)
-                return false
-            }
-            let first = await group.next() ?? false
-            group.cancelAll()
-            return first
-        }
+        let applied = try? await withDeadline(timeout, orThrow: { CancellationError() }) { await self.waitUntilApplied(seq) }
+        return applied ?? false
     }
 
     private func waitUntilApplied(_ seq: Int) async -> Bool {

@@ -1,4 +1,5 @@
 import DuplexSchema
+import DuplexWire
 import NIOConcurrencyHelpers
 
 /// An instruction to one live connection.
@@ -99,12 +100,7 @@ final class ConnectionRegistry: Sendable {
             return state.entries.values.map(\.deliver)
         }
         for deliver in targets { deliver(.close(code, reason)) }
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { await self.waitUntilEmpty() }
-            group.addTask { try? await Task.sleep(for: timeout) }
-            await group.next()
-            group.cancelAll()
-        }
+        try? await withDeadline(timeout, orThrow: { CancellationError() }) { await self.waitUntilEmpty() }
     }
 
     /// Accepts connections again after a shutdown: used when the server restarts.
