@@ -17,6 +17,8 @@ public final class CallbackAdapter<Connection: LiveConnection>: LiveConnectionAd
         self.connection = connection
         let (operations, sends) = AsyncStream<@Sendable () async -> Void>.makeStream()
         self.sends = sends
+        // The one sender, so sends go out in call order. Ends when `sends` finishes: when the
+        // adapter is released.
         Task {
             for await operation in operations { await operation() }
         }
@@ -39,12 +41,14 @@ public final class CallbackAdapter<Connection: LiveConnection>: LiveConnectionAd
     /// Connects, then calls `completion`.
     public func connect(_ completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
         let connection = self.connection
+        // A callback API's bridge: ends when connect() returns (its attempt's timeout bounds it).
         Task { completion(await Result(catching: { try await connection.connect() })) }
     }
 
     /// Disconnects (the connection can open again), then calls `completion`.
     public func disconnect(_ completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
         let connection = self.connection
+        // Ends when the close handshake does (the close timeout bounds it).
         Task {
             await connection.disconnect()
             completion(.success(()))
@@ -54,6 +58,7 @@ public final class CallbackAdapter<Connection: LiveConnection>: LiveConnectionAd
     /// Terminates the connection: every handler stops.
     public func terminate() {
         let connection = self.connection
+        // Ends at once: terminate() only waits for what is under way to stop.
         Task { await connection.terminate() }
     }
 
@@ -66,6 +71,7 @@ public final class CallbackAdapter<Connection: LiveConnection>: LiveConnectionAd
     }
 
     func consume<Element: Sendable>(_ stream: AsyncStream<Element>, _ handler: @escaping @Sendable (Element) -> Void) {
+        // Ends when the stream does: when the connection is terminated or released.
         Task {
             for await element in stream { handler(element) }
         }

@@ -43,6 +43,7 @@ extension CallbackAdapter where Connection == WebSocket {
         _ completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) {
         let socket = connection
+        // Ends when the close handshake does (the close timeout bounds it).
         Task {
             await socket.disconnect(code: code, reason: reason)
             completion(.success(()))

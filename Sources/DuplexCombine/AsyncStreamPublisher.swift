@@ -52,6 +52,7 @@ private final class StreamSubscription<Output: Sendable>: Subscription, @uncheck
         }
         waiter?.resume()
         if start {
+            // Ends when the stream does, or when the subscription is cancelled (it cancels it).
             let task = Task { await self.feed() }
             state.withLockedValue { $0.task = task }
         }

@@ -48,6 +48,7 @@ public final class PublisherAdapter<Connection: LiveConnection>: LiveConnectionA
     /// Terminates the connection: every publisher finishes.
     public func terminate() {
         let connection = self.connection
+        // Ends at once: terminate() only waits for what is under way to stop.
         Task { await connection.terminate() }
     }
 
@@ -56,6 +57,7 @@ public final class PublisherAdapter<Connection: LiveConnection>: LiveConnectionA
     static func operation(_ body: @escaping @Sendable () async throws -> Void) -> AnyPublisher<Void, any Error> {
         AsyncStreamPublisher<Result<Void, OperationFailure>> {
             AsyncStream { continuation in
+                // Ends when `body` does, or when the subscriber cancels (which cancels it).
                 let task = Task {
                     do {
                         try await body()

@@ -200,6 +200,7 @@ public final class DuplexServer: Service, Sendable {
     /// Starts the shutdown deadline: once `timeout` has passed, every connection still open is
     /// closed hard, so that no peer (one that never reads, say) can hold the shutdown off.
     func startShutdownDeadline(_ timeout: Duration) {
+        // Ends at the deadline, or when the shutdown finished first and cancels it.
         let task = Task { [channels, logger] in
             guard (try? await Task.sleep(for: timeout)) != nil else { return }
             let cut = channels.closeAll()

@@ -43,6 +43,7 @@ public enum URLSessionWebSocketTransport {
             request: WebSocketRequest(url: url, protocols: protocols, additionalHeaders: headers),
             configuration: settings
         )
+        // Seed 000's API returns a socket that is already connecting: ends when the attempt does.
         Task { [weak socket] in try? await socket?.connect() }
         return socket
     }

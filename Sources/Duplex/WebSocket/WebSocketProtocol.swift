@@ -35,6 +35,7 @@ extension WebSocketProtocol {
     /// Starts closing with a close frame and returns at once (1000, no reason, by default):
     /// ``disconnect(code:reason:)`` without waiting for the close handshake.
     public func close(code: WebSocketCloseCode = .normalClosure, reason: String = "") {
+        // Ends when the close handshake does (the close timeout bounds it).
         Task { await disconnect(code: code, reason: reason) }
     }
 

@@ -104,6 +104,8 @@ extension ChatStore {
     func leave(_ subscription: ChatRoom.Subscription, member: RoomSubscriber.Member?, from room: ChatRoom) {
         room.unsubscribe(subscription.id)
         guard member != nil else { return }
+        // The connection is gone and waits for nothing: ends when the store has recorded the
+        // departure (its queries have the store's deadline).
         Task { await self.unsubscribe(subscription, member: member, from: room) }
     }
 }

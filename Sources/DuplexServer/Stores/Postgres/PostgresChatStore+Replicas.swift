@@ -26,6 +26,8 @@ extension PostgresChatStore {
                     }
                     state.replicas[oldest.0] = nil
                 }
+                // Shared by every caller that asks for the room meanwhile; ends when the load does
+                // (each query has the store's deadline).
                 let task = Task { try await self.load(name) }
                 state.replicas[name] = .loading(task)
                 return .loading(task)
@@ -144,6 +146,8 @@ extension PostgresChatStore {
             return true
         }
         guard start else { return }
+        // Ends once no catch-up was asked for during the last one (each query has the store's
+        // deadline).
         Task {
             while true {
                 do {
