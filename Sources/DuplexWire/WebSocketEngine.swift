@@ -45,6 +45,12 @@ package struct WebSocketEngine: Sendable {
         case open
         /// We sent a close frame and wait for the peer's.
         case closeSent
+        /// The peer broke the protocol (the engine answered ``Action/fail(_:reason:sendCloseFrame:)``):
+        /// nothing more is read, and the owner carries the failure out when it is ready
+        /// (``failed()``). Until then it may still send messages (when `sending`: no close frame
+        /// went yet), so that the answers to what was delivered before the bad frame go out
+        /// before the close frame, as a strict peer expects.
+        case failing(sending: Bool)
         /// The close handshake is done, or the connection failed: nothing more is sent.
         case closed
     }
@@ -93,7 +99,10 @@ package struct WebSocketEngine: Sendable {
     }
 
     /// Whether data frames may be sent.
-    package var canSend: Bool { state == .open }
+    package var canSend: Bool { state == .open || state == .failing(sending: true) }
+
+    /// Whether frames are still read: not once the connection is failing or closed.
+    private var reads: Bool { state == .open || state == .closeSent }
 
     // MARK: The owner's requests
 
@@ -102,6 +111,12 @@ package struct WebSocketEngine: Sendable {
         guard state == .open else { return .none }
         state = .closeSent
         return .sendClose(code, reason: reason)
+    }
+
+    /// The owner carried out the failure (sent its close frame, closed the connection): nothing
+    /// more is sent.
+    package mutating func failed() {
+        channelClosed()
     }
 
     /// The connection ended (TCP closed): nothing more is sent or received.
@@ -128,7 +143,7 @@ package struct WebSocketEngine: Sendable {
 
     /// A frame arrived.
     package mutating func received(_ frame: WebSocketFrame) -> Action {
-        guard state != .closed else { return .none }
+        guard reads else { return .none }
         switch role {
         case .server where frame.maskKey == nil:
             return fail(.protocolError, "the client sent an unmasked frame")
@@ -190,7 +205,7 @@ package struct WebSocketEngine: Sendable {
 
     /// A compressed message, inflated within the limit.
     package mutating func inflated(_ opcode: WebSocketOpcode, _ message: ByteBuffer) -> Action {
-        guard state != .closed else { return .none }
+        guard reads else { return .none }
         guard message.readableBytes <= maxMessageBytes else { return tooBig(inflated: true) }
         return deliver(opcode, message)
     }
@@ -270,10 +285,12 @@ package struct WebSocketEngine: Sendable {
     }
 
     private mutating func fail(_ code: WebSocketCloseCode, _ reason: String) -> Action {
-        let previous = state
-        channelClosed()
-        guard previous != .closed else { return .none }
-        return .fail(code, reason: reason, sendCloseFrame: previous == .open)
+        guard reads else { return .none }
+        let sendCloseFrame = state == .open
+        state = .failing(sending: sendCloseFrame)
+        fragments = nil
+        fragmentText = nil
+        return .fail(code, reason: reason, sendCloseFrame: sendCloseFrame)
     }
 }
 

@@ -32,6 +32,19 @@ package final class Broadcaster<Element: Sendable>: Sendable {
         /// Elements kept for the first consumer, until there is one (see `keepsForFirstConsumer`).
         var early = CircularBuffer<Element>()
         var hadConsumer = false
+        /// Called once every consumer waits for its next element (``whenIdle(_:)``).
+        var idleWatchers: [@Sendable () -> Void] = []
+
+        /// Every consumer has taken all it was given and waits for more (or none is left):
+        /// whatever it did with the last element is done.
+        var isIdle: Bool { finished || consumers.values.allSatisfy { $0.waiter != nil } }
+
+        /// The idle watchers to call (outside the lock), when idle now.
+        mutating func takeIdleWatchers() -> [@Sendable () -> Void] {
+            guard !idleWatchers.isEmpty, isIdle else { return [] }
+            defer { idleWatchers = [] }
+            return idleWatchers
+        }
     }
 
     private let state = NIOLockedValueBox(State())
@@ -182,8 +195,26 @@ package final class Broadcaster<Element: Sendable>: Sendable {
             // In place: a copy of the consumer would copy its whole buffer on every take.
             let taken = take(from: &state.consumers[id]!, finished: finished, waiter: waiter)
             if case .end = taken.0 { state.consumers[id] = nil }
+            // A consumer came back for more: the last to do so makes the broadcaster idle.
+            if case .empty = taken.0, waiter != nil, !state.idleWatchers.isEmpty {
+                let watchers = state.takeIdleWatchers()
+                if !watchers.isEmpty { return (taken.0, { for watcher in watchers { watcher() } }) }
+            }
             return taken
         }
+    }
+
+    /// Calls `body` (at once, or later outside every lock) once every consumer has taken all it
+    /// was given and waits for its next element, or the stream finished: what the consumers did
+    /// with the elements so far is done. A consumer that never reads again keeps it waiting: the
+    /// caller bounds the wait.
+    package func whenIdle(_ body: @escaping @Sendable () -> Void) {
+        let now = state.withLockedValue { state in
+            if state.isIdle { return true }
+            state.idleWatchers.append(body)
+            return false
+        }
+        if now { body() }
     }
 
     private func take(
@@ -225,12 +256,13 @@ package final class Broadcaster<Element: Sendable>: Sendable {
 
     /// Removes a consumer: its stream was cancelled or let go of.
     fileprivate func remove(_ id: UInt64) {
-        let (waiter, opened) = state.withLockedValue { state -> (CheckedContinuation<Element?, Never>?, (@Sendable () -> Void)?) in
-            guard let consumer = state.consumers.removeValue(forKey: id) else { return (nil, nil) }
-            return (consumer.waiter, consumer.behind ? gate?.consumerCaughtUp() : nil)
+        let (waiter, opened, idle) = state.withLockedValue { state -> (CheckedContinuation<Element?, Never>?, (@Sendable () -> Void)?, [@Sendable () -> Void]) in
+            guard let consumer = state.consumers.removeValue(forKey: id) else { return (nil, nil, []) }
+            return (consumer.waiter, consumer.behind ? gate?.consumerCaughtUp() : nil, state.takeIdleWatchers())
         }
         waiter?.resume(returning: nil)
         opened?()
+        for watcher in idle { watcher() }
     }
 
     /// Ends every stream once its reader has read what it holds; later consumers get only their
@@ -238,8 +270,8 @@ package final class Broadcaster<Element: Sendable>: Sendable {
     package func finish() {
         let (waiters, opened) = state.withLockedValue { state -> ([CheckedContinuation<Element?, Never>], [@Sendable () -> Void]) in
             state.finished = true
+            var opened = state.takeIdleWatchers()
             var waiters: [CheckedContinuation<Element?, Never>] = []
-            var opened: [@Sendable () -> Void] = []
             for (id, consumer) in state.consumers {
                 if let waiter = consumer.waiter {
                     waiters.append(waiter)

@@ -32,6 +32,9 @@ final class WebSocketClientHandler: ChannelDuplexHandler {
     private var flushWaiters: [(upTo: Int, completion: @Sendable (Result<Void, any Error>) -> Void)] = []
     /// A read the consumers held back.
     private var readHeld = false
+    /// The peer broke the protocol: the failure to carry out once what was delivered before it
+    /// has been handled (``carryOutFailure()``).
+    private var pendingFailure: (code: WebSocketCloseCode, reason: String, sendCloseFrame: Bool)?
     /// permessage-deflate, when negotiated.
     private var deflate: DeflateContext?
 
@@ -94,7 +97,7 @@ final class WebSocketClientHandler: ChannelDuplexHandler {
     }
 
     func read(context: ChannelHandlerContext) {
-        if delegate.transportShouldRead() {
+        if pendingFailure == nil, delegate.transportShouldRead() {
             context.read()
         } else {
             readHeld = true
@@ -181,7 +184,7 @@ final class WebSocketClientHandler: ChannelDuplexHandler {
     }
 
     func resumeReading() {
-        guard readHeld, let context, delegate.transportShouldRead() else { return }
+        guard readHeld, pendingFailure == nil, let context, delegate.transportShouldRead() else { return }
         readHeld = false
         context.read()
     }
@@ -213,11 +216,30 @@ final class WebSocketClientHandler: ChannelDuplexHandler {
             closeAfterTimeout(context: context)
         case .fail(let code, let reason, let sendCloseFrame):
             failure = WebSocketError(code == .messageTooBig ? .messageTooBig : .protocolViolation, reason, closeCode: code)
-            if sendCloseFrame {
-                writeClose(code: code, reason: reason, context: context)
+            // Strict, as RFC 6455 peers expect of a client (Node `ws`'s profile): the messages
+            // read before the bad frame were delivered, and the application's answers to them
+            // go out before the close frame. The engine reads no more; the failure is carried
+            // out once every reader came back for more, or after the close timeout.
+            pendingFailure = (code, reason, sendCloseFrame)
+            let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+            let eventLoop = context.eventLoop
+            delegate.transportWillFail {
+                eventLoop.execute { handler.value.carryOutFailure() }
             }
-            context.close(promise: nil)
+            eventLoop.scheduleTask(in: closeTimeout) { handler.value.carryOutFailure() }
         }
+    }
+
+    /// Fails the connection as the engine said, after what was sent before (the answers).
+    private func carryOutFailure() {
+        guard let pending = pendingFailure, let context else { return }
+        pendingFailure = nil
+        drain(force: true)
+        engine.failed()
+        if pending.sendCloseFrame {
+            writeClose(code: pending.code, reason: pending.reason, context: context)
+        }
+        context.close(promise: nil)
     }
 
     private func writeClose(code: WebSocketCloseCode?, reason: String, context: ChannelHandlerContext) {

@@ -70,6 +70,12 @@ public protocol WebSocketTransportDelegate: AnyObject, Sendable {
     func transportShouldRead() -> Bool
     /// The outbound buffer, once above its high watermark, has drained below its low one.
     func transportDidDrain()
+    /// The peer broke the protocol: the transport reads no more, and fails the connection once
+    /// `proceed` is called, which the delegate does when what it was given before has been
+    /// handled (every reader came back for more), so that the application's answers to those
+    /// messages go out before the close frame. The transport bounds the wait with its close
+    /// timeout. By default, at once.
+    func transportWillFail(_ proceed: @escaping @Sendable () -> Void)
     /// The connection ended: the peer's close code and reason (nil code when it sent no close
     /// frame), the error that ended it, if one did, and how many accepted messages were not
     /// confirmed written. Called once, last.
@@ -77,6 +83,11 @@ public protocol WebSocketTransportDelegate: AnyObject, Sendable {
 }
 
 extension WebSocketTransportDelegate {
+    /// At once.
+    public func transportWillFail(_ proceed: @escaping @Sendable () -> Void) {
+        proceed()
+    }
+
     /// Reports a close with no count of unwritten messages.
     public func transportDidClose(code: WebSocketCloseCode?, reason: String, error: WebSocketError?) {
         transportDidClose(code: code, reason: reason, error: error, unwrittenMessages: 0)

@@ -27,6 +27,11 @@ final class ConnectionDelegate: WebSocketTransportDelegate {
         core?.drained(generation: generation)
     }
 
+    func transportWillFail(_ proceed: @escaping @Sendable () -> Void) {
+        guard let core else { return proceed() }
+        core.whenDeliveredHandled(proceed)
+    }
+
     func transportDidClose(code: WebSocketCloseCode?, reason: String, error: WebSocketError?, unwrittenMessages: Int) {
         core?.closed(generation: generation, code: code, reason: reason, error: error, unwritten: unwrittenMessages)
     }

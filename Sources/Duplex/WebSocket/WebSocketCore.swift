@@ -386,6 +386,23 @@ final class WebSocketCore: Sendable {
         events.yield(.message(message))
     }
 
+    /// Calls `proceed` once every reader of ``events``, ``messages`` and ``reports`` has handled
+    /// what it was given (each came back for more), or the stream finished.
+    func whenDeliveredHandled(_ proceed: @escaping @Sendable () -> Void) {
+        let remaining = NIOLockedValueBox(3)
+        let one: @Sendable () -> Void = {
+            if remaining.withLockedValue({ count in
+                count -= 1
+                return count == 0
+            }) {
+                proceed()
+            }
+        }
+        events.whenIdle(one)
+        messages.whenIdle(one)
+        reports.whenIdle(one)
+    }
+
     /// The connection of `generation` proved itself (for a client whose policy says when:
     /// ``ChatClient``, once welcomed).
     func proved(generation: UInt64) {

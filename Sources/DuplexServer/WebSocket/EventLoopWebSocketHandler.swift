@@ -205,6 +205,8 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
             let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
             closeDeadline = context.eventLoop.scheduleTask(in: timeout) { bound.value.close(promise: nil) }
         case .fail(let code, let reason, let sendCloseFrame):
+            // The server fails at once: nothing more is sent after its close frame.
+            engine.failed()
             if sendCloseFrame {
                 closing(context: context)
                 closeAfter(writeClose(code, reason: reason, context: context), context: context)
