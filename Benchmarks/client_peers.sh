@@ -8,11 +8,15 @@
 #
 # Needs: node and node-ws, python3 with websockets, taskset (util-linux), a release build:
 #   swift build -c release --scratch-path .build-release --product client-peers-benchmark
+# DUPLEX_BENCH names another build of it; BEFORE names the same product built from an earlier
+# commit, run beside it in every round as "duplex-before" (a before/after comparison in one run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 messages=${1:-200000}
 rounds=${2:-3}
-swift_bench=.build-release/release/client-peers-benchmark
+swift_bench=${DUPLEX_BENCH:-.build-release/release/client-peers-benchmark}
+before=${BEFORE:-}
+[ -z "$before" ] || [ -x "$before" ] || { echo "BEFORE=$before is not an executable" >&2; exit 1; }
 [ -x "$swift_bench" ] || { echo "build it first: swift build -c release --scratch-path .build-release --product client-peers-benchmark" >&2; exit 1; }
 [ -f /usr/share/nodejs/ws/index.js ] || { echo "node-ws is missing (apt-get install node-ws)" >&2; exit 1; }
 python3 -c 'import websockets' || { echo "the Python package websockets is missing" >&2; exit 1; }
@@ -29,6 +33,9 @@ results=$(mktemp)
 for round in $(seq 1 "$rounds"); do
     for connections in 1 100; do
         taskset -c 1 "$swift_bench" duplex "$url" "$messages" "$connections" >>"$results"
+        if [ -n "$before" ]; then
+            taskset -c 1 "$before" duplex "$url" "$messages" "$connections" | sed 's/^duplex /duplex-before /' >>"$results"
+        fi
         taskset -c 1 "$swift_bench" wsclient "$url" "$messages" "$connections" >>"$results"
         taskset -c 1 node Benchmarks/node_echo_client.js "$url" "$messages" "$connections" >>"$results"
         taskset -c 1 python3 Benchmarks/python_echo_client.py --throughput "$url" "$messages" "$connections" >>"$results"
@@ -38,7 +45,7 @@ done
 echo
 echo "| client | 1 connection (msgs/s) | 100 connections (msgs/s) | runs |"
 echo "|---|---|---|---|"
-for client in duplex wsclient node-ws python-websockets; do
+for client in duplex ${before:+duplex-before} wsclient node-ws python-websockets; do
     median() { grep "^$client $1 " "$results" | awk '{print $3}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
     runs=$(grep -c "^$client 1 " "$results")
     echo "| $client | $(median 1) | $(median 100) | $runs each |"

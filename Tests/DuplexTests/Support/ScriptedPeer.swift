@@ -26,7 +26,8 @@ final class ScriptedPeer: Sendable {
         var flood: (count: Int, bytes: Int)?
         /// Read nothing after the handshake until ``ScriptedPeer/releaseReads()``.
         var holdReads = false
-        /// Frames written as they are right after the handshake (a compressed one, say).
+        /// Frames written as they are right after the handshake, in one write (a compressed one,
+        /// say, or a message and a bad frame the client reads together).
         var framesOnConnect: [WebSocketFrame] = []
     }
 
@@ -257,9 +258,11 @@ private final class PeerHandler: ChannelInboundHandler {
         if script.holdReads {
             context.channel.setOption(ChannelOptions.autoRead, value: false).whenComplete { _ in }
         }
+        // In one write, so that the client reads them together.
         for frame in script.framesOnConnect {
-            context.writeAndFlush(wrapOutboundOut(frame), promise: nil)
+            context.write(wrapOutboundOut(frame), promise: nil)
         }
+        if !script.framesOnConnect.isEmpty { context.flush() }
         if script.flood != nil {
             flood(context: context)
         } else if script.dropOnConnect {

@@ -2,6 +2,8 @@ import Duplex
 import DuplexSchema
 import DuplexTesting
 import Foundation
+import NIOCore
+import NIOWebSocket
 import Testing
 
 /// A hostile or broken server gets a specific error and exit status from the client, never a
@@ -51,6 +53,46 @@ struct HostilePeerTests {
             let cli = try await CLIProcess("duplex", ["echo", "ws://127.0.0.1:\(peer.port)/"]).waitForExit()
             #expect(cli.status == 8, "\(cli)")
             #expect(cli.stderr == "duplex: the server enabled the extension \"permessage-deflate\", which was not offered\n", "\(cli)")
+            await peer.stop()
+        }
+    }
+
+    @Test("strict on a protocol error: the answer to a message read before a bad frame goes out before the close frame (Autobahn 3.2)")
+    func strictFailure() async throws {
+        try await withTimeout(Self.limit) {
+            let peer = try await ScriptedPeer.start { _ in
+                var script = ScriptedPeer.Behaviour()
+                script.echo = false
+                script.framesOnConnect = [
+                    WebSocketFrame(fin: true, opcode: .text, data: ByteBuffer(string: "hello")),
+                    WebSocketFrame(fin: true, rsv2: true, opcode: .text, data: ByteBuffer(string: "reserved bit")),
+                    WebSocketFrame(fin: true, opcode: .text, data: ByteBuffer(string: "after")),
+                ]
+                return script
+            }
+            let socket = WebSocket(url: URL(string: "ws://127.0.0.1:\(peer.port)/")!)
+            let events = socket.events
+            try await socket.connect()
+            var received: [String] = []
+            var failure: WebSocketError?
+            loop: for await event in events {
+                switch event {
+                case .message(let message):
+                    received.append(message.text ?? "")
+                    try? await socket.send(message)
+                case .error(let error):
+                    failure = error
+                case .disconnected:
+                    break loop
+                case .connected:
+                    continue
+                }
+            }
+            #expect(received == ["hello"], "nothing after the bad frame is delivered")
+            #expect(failure?.code == .protocolViolation && failure?.closeCode == .protocolError)
+            await peer.waitForTexts(1)
+            #expect(peer.receivedTexts == ["hello"], "the echo went out before the close frame")
+            await socket.terminate()
             await peer.stop()
         }
     }
