@@ -99,10 +99,20 @@ package struct WebSocketEngine: Sendable {
     }
 
     /// Whether data frames may be sent.
-    package var canSend: Bool { state == .open || state == .failing(sending: true) }
+    package var canSend: Bool {
+        switch state {
+        case .open, .failing(sending: true): true
+        case .closeSent, .failing(sending: false), .closed: false
+        }
+    }
 
     /// Whether frames are still read: not once the connection is failing or closed.
-    private var reads: Bool { state == .open || state == .closeSent }
+    private var reads: Bool {
+        switch state {
+        case .open, .closeSent: true
+        case .failing, .closed: false
+        }
+    }
 
     // MARK: The owner's requests
 

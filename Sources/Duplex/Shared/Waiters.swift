@@ -78,12 +78,16 @@ extension DeferringWork {
 extension NIOLockedValueBox where Value: DeferringWork & Sendable {
     /// Runs `body` under the lock, then the work it deferred, outside it.
     func locked<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
-        let (result, after) = try withLockedValue { value in
+        let (result, after) = try withLockedValue { value -> (Result, [@Sendable () -> Void]?) in
             let result = try body(&value)
+            // The usual case, nothing deferred: no array is copied or written.
+            guard !value.afterUnlock.isEmpty else { return (result, nil) }
             defer { value.afterUnlock = [] }
             return (result, value.afterUnlock)
         }
-        for work in after { work() }
+        if let after {
+            for work in after { work() }
+        }
         return result
     }
 
