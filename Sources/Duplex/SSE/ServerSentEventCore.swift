@@ -12,18 +12,18 @@ import NIOSSL
 /// ``SSEPolicy`` and performs its actions, as ``WebSocketCore`` does for a socket. Each attempt
 /// is a task that sends the request, reports the opening, and reads the body into ``events``
 /// until the stream ends; the lifecycle decides what follows.
-final class ServerSentEventCore: Sendable {
+final class ServerSentEventCore: LifecycleRunner {
     let request: SSERequest
     let retryPolicy: RetryPolicy
     let configuration: SSEConfiguration
-    private let clock: any Clock<Duration>
+    let clock: any Clock<Duration>
     let events: Broadcaster<ServerSentEvent>
     let states: Broadcaster<SSEState>
     /// Closed while a lossless consumer of ``events`` is behind: the body is read no further.
     let gate = DemandGate()
     private let client: Result<HTTPClient, SSEError>
 
-    private struct State: DeferringWork {
+    struct State: LifecycleState {
         var lifecycle: ConnectionLifecycle<SSEPolicy>
         /// The last state published.
         var state: SSEState = .notConnected
@@ -39,6 +39,8 @@ final class ServerSentEventCore: Sendable {
     }
 
     private let box: NIOLockedValueBox<State>
+    var lifecycleBox: NIOLockedValueBox<State> { box }
+    var logger: Logger { configuration.logger }
 
     init(request: SSERequest, retryPolicy: RetryPolicy, configuration: SSEConfiguration, lastEventID: String, clock: any Clock<Duration>) {
         self.request = request
@@ -100,38 +102,19 @@ final class ServerSentEventCore: Sendable {
 
     func connect() async throws {
         try request.validate()
-        try await box.wait(in: \.connectWaiters) { state in
-            switch state.lifecycle.connect() {
-            case .alreadyConnected:
-                return .success(())
-            case .fail(let failure):
-                return .failure(failure.error(retryPolicy: retryPolicy))
-            case .wait(let actions):
-                perform(actions, in: &state)
-                return nil
-            }
-        }
+        try await requestConnect()
     }
 
     func disconnect() async {
-        try? await box.wait(in: \.disconnectWaiters) { state in
-            switch state.lifecycle.disconnect(code: .normalClosure, reason: "") {
-            case .done:
-                return .success(())
-            case .immediate(let actions):
-                perform(actions, in: &state)
-                return .success(())
-            case .wait(let actions):
-                perform(actions, in: &state)
-                return nil
-            }
-        }
+        await requestDisconnect(code: .normalClosure, reason: "")
     }
 
     func terminate() {
-        box.locked { state in
-            perform(state.lifecycle.terminate(), in: &state)
-        }
+        requestTerminate()
+    }
+
+    func connectError(_ failure: Lifecycle.Failure, atOnce: Bool) -> any Error {
+        failure.error(retryPolicy: retryPolicy)
     }
 
     /// Returns once the attempt or stream under way (cancelled by ``terminate()``) has ended.
@@ -141,50 +124,33 @@ final class ServerSentEventCore: Sendable {
 
     // MARK: The lifecycle's actions
 
-    /// Carries out what the lifecycle answered, under the lock.
-    private func perform(_ actions: [ConnectionLifecycle<SSEPolicy>.Action], in state: inout State) {
-        for action in actions {
-            switch action {
-            case .startConnecting(let generation):
-                // Ends when the stream does, or when the lifecycle cancels it (below).
-                state.attempt = (generation, Task { await self.attempt(generation: generation) })
-            case .cancelAttempt, .closeConnection, .abortConnection:
-                state.attempt?.task.cancel()
-            case .discardConnection, .flush, .deliverHeld, .startPinging, .stopPinging, .opened, .lost, .closedAsAsked, .dropQueued:
-                // The attempt stops itself when its opening is discarded; an event stream has no
-                // pings, no held events (nothing is read before the opening) and sends nothing.
-                break
-            case .attemptFailed(let loss, let willRetry):
-                if !willRetry, loss.retry == .never {
-                    configuration.logger.warning("SSE stream failed for good", metadata: ["reason": "\(loss.reason)"])
-                }
-            case .scheduleRetry(let attempt, let delay):
-                configuration.logger.info("SSE reconnecting", metadata: ["attempt": "\(attempt + 1)", "delay": "\(delay)"])
-                state.retryTimer = startRetryTimer(after: delay, on: clock) { [weak self] in self?.retryTimerFired(attempt: attempt) }
-            case .cancelRetryTimer:
-                state.retryTimer?.cancel()
-                state.retryTimer = nil
-            case .publish(let status):
-                let new = status.state
-                if state.state != new {
-                    state.state = new
-                    states.yield(new)
-                }
-            case .resumeConnectWaiters(let failure):
-                state.resume(state.connectWaiters.takeAll(), with: failure.map { .failure($0.error(retryPolicy: retryPolicy)) } ?? .success(()))
-            case .resumeDisconnectWaiters:
-                state.resume(state.disconnectWaiters.takeAll(), with: .success(()))
-            case .finish:
-                events.finish()
-                states.finish()
+    /// Carries out the lifecycle's actions that are the stream's own, under the lock.
+    func performOwn(_ action: Lifecycle.Action, in state: inout State) {
+        switch action {
+        case .startConnecting(let generation):
+            // Ends when the stream does, or when the lifecycle cancels it (below).
+            state.attempt = (generation, Task { await self.attempt(generation: generation) })
+        case .cancelAttempt, .closeConnection, .abortConnection:
+            state.attempt?.task.cancel()
+        case .discardConnection, .flush, .deliverHeld, .startPinging, .stopPinging, .opened, .lost, .closedAsAsked, .dropQueued:
+            // The attempt stops itself when its opening is discarded; an event stream has no
+            // pings, no held events (nothing is read before the opening) and sends nothing.
+            break
+        case .attemptFailed(let loss, let willRetry):
+            if !willRetry, loss.retry == .never {
+                configuration.logger.warning("SSE stream failed for good", metadata: ["reason": "\(loss.reason)"])
             }
-        }
-    }
-
-    private func retryTimerFired(attempt: Int) {
-        box.locked { state in
-            state.retryTimer = nil
-            perform(state.lifecycle.retryTimerFired(attempt: attempt), in: &state)
+        case .publish(let status):
+            let new = status.state
+            if state.state != new {
+                state.state = new
+                states.yield(new)
+            }
+        case .finish:
+            events.finish()
+            states.finish()
+        case .scheduleRetry, .cancelRetryTimer, .resumeConnectWaiters, .resumeDisconnectWaiters:
+            break  // the runner's (LifecycleRunner.perform)
         }
     }
 

@@ -5,93 +5,83 @@ import NIOConcurrencyHelpers
 /// What ``WebSocketCore`` does for ``WebSocketLifecycle``'s actions: connecting, reconnect and
 /// ping timers, and the streams.
 extension WebSocketCore {
-    /// Carries out what the lifecycle answered, under the lock.
-    func perform(_ actions: [ConnectionLifecycle<WebSocketPolicy>.Action], in state: inout State) {
-        for action in actions {
-            switch action {
-            case .startConnecting(let generation):
-                state.early = (generation, [])
-                state.attemptTask = startConnecting(generation: generation, prepare: state.prepareRequest)
-            case .cancelAttempt:
-                // A connection that opens all the same is discarded (connectionOpened).
-                state.attemptTask?.cancel()
-                state.attemptTask = nil
-            case .discardConnection:
-                break
-            case .closeConnection(let code, let reason):
-                state.connection?.connection.close(code: code, reason: reason)
-            case .abortConnection:
-                state.connection?.connection.abort()
-                state.connection = nil
-                releaseDrainWaiters(in: &state)
-            case .scheduleRetry(let attempt, let delay):
-                configuration.logger.info("reconnecting", metadata: ["attempt": "\(attempt + 1)", "delay": "\(delay)"])
-                state.reconnectTask = startRetryTimer(after: delay, on: clock) { [weak self] in self?.reconnectTimerFired(attempt: attempt) }
-            case .cancelRetryTimer:
-                state.reconnectTask?.cancel()
-                state.reconnectTask = nil
-            case .flush(let queued):
-                for message in queued where state.connection?.connection.write(message) == true {
-                    state.aboveHighWatermark = true
-                }
-            case .deliverHeld(let generation):
-                guard state.early.generation == generation else { break }
-                let held = state.early.messages
-                state.early = (0, [])
-                for message in held { deliver(message, generation: generation, in: &state) }
-            case .startPinging:
-                startPinging(in: &state)
-            case .stopPinging:
-                state.pingTask?.cancel()
-                state.pingTask = nil
-                state.pingTracker = nil
-            case .opened(let generation):
-                events.yield(.connected(protocol: state.negotiatedProtocol))
-                reports.yield(.opened(connection: generation))
-            case .attemptFailed(let loss, _):
-                if let error = loss.error { events.yield(.error(error)) }
-            case .lost(let loss, _):
-                connectionEnded(in: &state)
-                if case .pingFailed(let missed) = loss {
-                    configuration.logger.warning("ping failed: closing the connection", metadata: ["missed": "\(missed)"])
-                    if let hook = state.onPingFailed, let error = loss.error {
-                        state.afterUnlock.append { hook(error) }
-                    }
-                }
-                if let error = loss.error { events.yield(.error(error)) }
-                events.yield(Self.closeEvent(loss))
-            case .closedAsAsked(let loss):
-                connectionEnded(in: &state)
-                events.yield(Self.closeEvent(loss))
-            case .publish(let status):
-                let published: WebSocketState
-                switch status {
-                case .reconnecting(let loss):
-                    published = .disconnected(loss.reason)
-                    reports.yield(.disconnected(loss.reason, reconnecting: true))
-                case .ended(let end):
-                    published = .disconnected(end.reason)
-                    reports.yield(.disconnected(end.reason, reconnecting: false))
-                case .terminated:
-                    published = .disconnected(.terminated)
-                    reports.yield(.disconnected(.terminated, reconnecting: false))
-                case .notConnected, .connecting, .connected:
-                    published = state.publicState
-                }
-                states.yield(published)
-            case .resumeConnectWaiters(let failure):
-                state.resume(state.connectWaiters.takeAll(), with: failure.map { .failure($0.error) } ?? .success(()))
-            case .resumeDisconnectWaiters:
-                state.resume(state.disconnectWaiters.takeAll(), with: .success(()))
-            case .dropQueued(let count, let why):
-                events.yield(.error(WebSocketError(.notConnected, "\(count) queued message\(count == 1 ? " was" : "s were") not sent: \(why)")))
-            case .finish:
-                events.finish()
-                messages.finish()
-                reports.finish()
-                states.finish()
-                roundTrips.finish()
+    /// Carries out the lifecycle's actions that are the socket's own, under the lock.
+    func performOwn(_ action: Lifecycle.Action, in state: inout State) {
+        switch action {
+        case .startConnecting(let generation):
+            state.early = (generation, [])
+            state.attemptTask = startConnecting(generation: generation, prepare: state.prepareRequest)
+        case .cancelAttempt:
+            // A connection that opens all the same is discarded (connectionOpened).
+            state.attemptTask?.cancel()
+            state.attemptTask = nil
+        case .discardConnection:
+            break
+        case .closeConnection(let code, let reason):
+            state.connection?.connection.close(code: code, reason: reason)
+        case .abortConnection:
+            state.connection?.connection.abort()
+            state.connection = nil
+            releaseDrainWaiters(in: &state)
+        case .flush(let queued):
+            for message in queued where state.connection?.connection.write(message) == true {
+                state.aboveHighWatermark = true
             }
+        case .deliverHeld(let generation):
+            guard state.early.generation == generation else { break }
+            let held = state.early.messages
+            state.early = (0, [])
+            for message in held { deliver(message, generation: generation, in: &state) }
+        case .startPinging:
+            startPinging(in: &state)
+        case .stopPinging:
+            state.pingTask?.cancel()
+            state.pingTask = nil
+            state.pingTracker = nil
+        case .opened(let generation):
+            events.yield(.connected(protocol: state.negotiatedProtocol))
+            reports.yield(.opened(connection: generation))
+        case .attemptFailed(let loss, _):
+            if let error = loss.error { events.yield(.error(error)) }
+        case .lost(let loss, _):
+            connectionEnded(in: &state)
+            if case .pingFailed(let missed) = loss {
+                configuration.logger.warning("ping failed: closing the connection", metadata: ["missed": "\(missed)"])
+                if let hook = state.onPingFailed, let error = loss.error {
+                    state.afterUnlock.append { hook(error) }
+                }
+            }
+            if let error = loss.error { events.yield(.error(error)) }
+            events.yield(Self.closeEvent(loss))
+        case .closedAsAsked(let loss):
+            connectionEnded(in: &state)
+            events.yield(Self.closeEvent(loss))
+        case .publish(let status):
+            let published: WebSocketState
+            switch status {
+            case .reconnecting(let loss):
+                published = .disconnected(loss.reason)
+                reports.yield(.disconnected(loss.reason, reconnecting: true))
+            case .ended(let end):
+                published = .disconnected(end.reason)
+                reports.yield(.disconnected(end.reason, reconnecting: false))
+            case .terminated:
+                published = .disconnected(.terminated)
+                reports.yield(.disconnected(.terminated, reconnecting: false))
+            case .notConnected, .connecting, .connected:
+                published = state.publicState
+            }
+            states.yield(published)
+        case .scheduleRetry, .cancelRetryTimer, .resumeConnectWaiters, .resumeDisconnectWaiters:
+            break  // the runner's (LifecycleRunner.perform)
+        case .dropQueued(let count, let why):
+            events.yield(.error(WebSocketError(.notConnected, "\(count) queued message\(count == 1 ? " was" : "s were") not sent: \(why)")))
+        case .finish:
+            events.finish()
+            messages.finish()
+            reports.finish()
+            states.finish()
+            roundTrips.finish()
         }
     }
 
@@ -106,13 +96,6 @@ extension WebSocketCore {
     private static func closeEvent(_ loss: WebSocketLoss) -> WebSocketEvent {
         guard case .closed(let code, let reason, _) = loss, let code else { return .disconnected(code: nil, reason: nil) }
         return .disconnected(code: code, reason: reason)
-    }
-
-    private func reconnectTimerFired(attempt: Int) {
-        state.locked { state in
-            state.reconnectTask = nil
-            perform(state.lifecycle.retryTimerFired(attempt: attempt), in: &state)
-        }
     }
 
     /// Starts an attempt. Runs under the lock: `prepare` comes from the locked state. The task

@@ -13,7 +13,7 @@ import NIOConcurrencyHelpers
 /// returns, unless the buffer is above its high watermark; then it waits for the buffer to drain.
 /// Receives are lossless: while a consumer of ``messages``, ``events`` or ``reports``
 /// is behind, ``gate`` is closed and the transport stops reading.
-final class WebSocketCore: Sendable {
+final class WebSocketCore: LifecycleRunner {
     let request: WebSocketRequest
     let configuration: WebSocketConfiguration
     let transport: any WebSocketTransport
@@ -29,7 +29,7 @@ final class WebSocketCore: Sendable {
     let gate = DemandGate()
 
     /// Everything that changes, under one lock (``state``).
-    struct State: DeferringWork {
+    struct State: LifecycleState {
         var lifecycle: ConnectionLifecycle<WebSocketPolicy>
         var connection: (generation: UInt64, connection: any WebSocketTransportConnection)?
         /// The subprotocol the open connection negotiated.
@@ -41,7 +41,7 @@ final class WebSocketCore: Sendable {
         /// The attempt under way, the retry timer, and the keep-alive pings: each cancelled by the
         /// lifecycle's actions.
         var attemptTask: Task<Void, Never>?
-        var reconnectTask: Task<Void, Never>?
+        var retryTimer: Task<Void, Never>?
         var pingTask: Task<Void, Never>?
         var pingTracker: PingTracker?
         var roundTripTime: Duration?
@@ -152,67 +152,26 @@ final class WebSocketCore: Sendable {
 
     // MARK: Requests
 
+    var lifecycleBox: NIOLockedValueBox<State> { state }
+    var logger: Logger { configuration.logger }
+
     func connect() async throws {
-        try await state.wait(in: \.connectWaiters) { state in
-            switch state.lifecycle.connect() {
-            case .alreadyConnected:
-                return .success(())
-            case .fail(.disconnected):
-                return .failure(WebSocketError(.notConnected, "a disconnect is under way; await it, then connect"))
-            case .fail:
-                return .failure(WebSocketError(.terminated, "the socket was terminated and cannot connect again"))
-            case .wait(let actions):
-                perform(actions, in: &state)
-                return nil
-            }
-        }
-    }
-
-    /// Starts an attempt, as ``connect()`` does, without waiting for it.
-    func startConnecting() {
-        state.locked { state in
-            if case .wait(let actions) = state.lifecycle.connect() { perform(actions, in: &state) }
-        }
-    }
-
-    /// The lifecycle stopped for good or for now: disconnected, given up, or terminated.
-    var hasEnded: Bool {
-        state.locked { state in
-            switch state.lifecycle.phase {
-            case .ended, .terminated: true
-            default: false
-            }
-        }
+        try await requestConnect()
     }
 
     func disconnect(code: WebSocketCloseCode, reason: String) async {
-        try? await state.wait(in: \.disconnectWaiters) { state in
-            switch state.lifecycle.disconnect(code: code, reason: reason) {
-            case .done:
-                return .success(())
-            case .immediate(let actions):
-                perform(actions, in: &state)
-                return .success(())
-            case .wait(let actions):
-                perform(actions, in: &state)
-                return nil
-            }
-        }
-    }
-
-    /// Starts a disconnect without waiting for it.
-    func startDisconnect(code: WebSocketCloseCode, reason: String) {
-        state.locked { state in
-            switch state.lifecycle.disconnect(code: code, reason: reason) {
-            case .done: break
-            case .immediate(let actions), .wait(let actions): perform(actions, in: &state)
-            }
-        }
+        await requestDisconnect(code: code, reason: reason)
     }
 
     func terminate() {
-        state.locked { state in
-            perform(state.lifecycle.terminate(), in: &state)
+        requestTerminate()
+    }
+
+    func connectError(_ failure: Lifecycle.Failure, atOnce: Bool) -> any Error {
+        switch (failure, atOnce) {
+        case (.disconnected, true): WebSocketError(.notConnected, "a disconnect is under way; await it, then connect")
+        case (.terminated, true): WebSocketError(.terminated, "the socket was terminated and cannot connect again")
+        default: failure.error
         }
     }
 
