@@ -1,6 +1,5 @@
-/// The retry core both clients run: counts the attempts in a row since the last connection that
-/// proved itself, and asks the ``ReconnectionStrategy`` for each wait. The ``WebSocket``
-/// lifecycle and the ``ServerSentEventManager`` loop hold one each.
+/// The retry count of a ``ConnectionLifecycle``: the attempts in a row since the last connection
+/// that proved itself, and the ``ReconnectionStrategy``'s wait for each.
 struct ReconnectionSchedule: Sendable {
     let strategy: ReconnectionStrategy
     /// Attempts started since the last connection proved itself.

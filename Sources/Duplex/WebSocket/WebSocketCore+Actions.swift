@@ -2,8 +2,8 @@ import DuplexSchema
 import Logging
 import NIOConcurrencyHelpers
 
-/// What ``WebSocketCore`` does for ``WebSocketLifecycle``'s actions: connecting, reconnect and
-/// ping timers, and the streams.
+/// What ``WebSocketCore`` does for the lifecycle's actions that are its own: connecting, the
+/// ping timer, the connection, and the streams.
 extension WebSocketCore {
     /// Carries out the lifecycle's actions that are the socket's own, under the lock.
     func performOwn(_ action: Lifecycle.Action, in state: inout State) {

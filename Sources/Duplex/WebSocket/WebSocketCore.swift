@@ -3,8 +3,9 @@ import DuplexWire
 import Logging
 import NIOConcurrencyHelpers
 
-/// The engine behind a ``WebSocket``: runs ``WebSocketLifecycle`` and performs its actions,
-/// owns the current transport connection, the ping and reconnect timers, and the streams.
+/// The engine behind a ``WebSocket`` (and ``ReconnectingWebSocket``, and ``ChatClient``'s
+/// socket): runs ``ConnectionLifecycle`` with a ``WebSocketPolicy`` as a ``LifecycleRunner``,
+/// owns the current transport connection, the ping timer, and the streams.
 ///
 /// Actions are performed under the lock, so events and states reach every stream in one order;
 /// nothing done under the lock calls back into it (transport calls return at once).
