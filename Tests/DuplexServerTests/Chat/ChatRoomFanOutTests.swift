@@ -16,18 +16,22 @@ import Testing
 @Suite("ChatRoom fan-out")
 struct ChatRoomFanOutTests {
     /// Runs `body` on another thread; false when it has not returned within `timeout` (a
-    /// deadlock), so that the test fails rather than hangs.
-    static func returns(within timeout: DispatchTimeInterval, _ body: @escaping @Sendable () -> Void) -> Bool {
+    /// deadlock), so that the test fails rather than hangs. The waiting, too, is done on a thread
+    /// of its own: blocked on the cooperative pool (two threads in CI), it would stall every other
+    /// test meanwhile.
+    static func returns(within timeout: DispatchTimeInterval, _ body: @escaping @Sendable () -> Void) async -> Bool {
         let done = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
             body()
             done.signal()
         }
-        return done.wait(timeout: .now() + timeout) == .success
+        return await withCheckedContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(returning: done.wait(timeout: .now() + timeout) == .success) }
+        }
     }
 
     @Test("a subscriber may call back into the room while an event is delivered to it: the fan-out holds no lock")
-    func deliveryOutsideTheLock() throws {
+    func deliveryOutsideTheLock() async throws {
         let room = ChatRoom(name: "r", historyLimit: 10)
         let seen = NIOLockedValueBox([Int]())
         let subscriptionID = NIOLockedValueBox<UInt64?>(nil)
@@ -42,7 +46,7 @@ struct ChatRoomFanOutTests {
             onOverflow: {}
         )
         let said = NIOLockedValueBox<ChatRoom.SayResult?>(nil)
-        let returned = Self.returns(within: .seconds(10)) {
+        let returned = await Self.returns(within: .seconds(10)) {
             subscriptionID.withLockedValue { $0 = try? room.subscribe(reentrant, since: nil).get().id }
             said.withLockedValue { $0 = try? ChatRoomTests.say(room, "1", from: "alice", token: "t-alice") }
         }
@@ -57,7 +61,7 @@ struct ChatRoomFanOutTests {
     }
 
     @Test("says from 8 threads at once: every subscriber gets every event once, in seq order, and each ack follows its message")
-    func concurrentSaysStayInOrder() throws {
+    func concurrentSaysStayInOrder() async throws {
         let room = ChatRoom(name: "r", historyLimit: 10_000)
         let senders = 8
         let perSender = 200
@@ -78,21 +82,24 @@ struct ChatRoomFanOutTests {
         let observer = ChatRoomTests.Recorder()
         _ = try room.subscribe(observer.subscriber(member: nil), since: nil).get()
         let failures = NIOLockedValueBox(0)
-        let group = DispatchGroup()
-        for index in 0..<senders {
-            group.enter()
-            Thread.detachNewThread {
-                defer { group.leave() }
-                for message in 0..<perSender {
-                    guard case .accepted(let seq) = try? ChatRoomTests.say(room, "c\(message)", from: "m\(index)", token: "t\(index)") else {
-                        failures.withLockedValue { $0 += 1 }
-                        continue
+        let finished = await Self.returns(within: .seconds(30)) {
+            let group = DispatchGroup()
+            for index in 0..<senders {
+                group.enter()
+                Thread.detachNewThread {
+                    defer { group.leave() }
+                    for message in 0..<perSender {
+                        guard case .accepted(let seq) = try? ChatRoomTests.say(room, "c\(message)", from: "m\(index)", token: "t\(index)") else {
+                            failures.withLockedValue { $0 += 1 }
+                            continue
+                        }
+                        room.afterFanOut { logs[index].withLockedValue { $0.append("ack \(seq)") } }
                     }
-                    room.afterFanOut { logs[index].withLockedValue { $0.append("ack \(seq)") } }
                 }
             }
+            group.wait()
         }
-        #expect(group.wait(timeout: .now() + 30) == .success)
+        try #require(finished, "the 8 senders did not finish within 30 s")
         #expect(failures.withLockedValue { $0 } == 0)
         let first = senders + 1
         let last = senders + senders * perSender

@@ -62,8 +62,6 @@ struct ShutdownTests {
 
 @Suite("restart on a port taken meanwhile")
 struct RestartRebindTests {
-    /// Whether the server answers /health within 2 s (a connection the stopping listener queued
-    /// but never serves counts as no answer).
     /// A logger that reports each message it logs on `lines`, so a test can wait for one.
     static func watchedLogger() -> (Logger, AsyncStream<String>) {
         let (lines, line) = AsyncStream.makeStream(of: String.self)
@@ -81,9 +79,11 @@ struct RestartRebindTests {
         func log(event: LogEvent) { line.yield("\(event.message)") }
     }
 
+    /// Whether the server answers /health within 10 s (a connection the stopping listener queued
+    /// but never serves counts as no answer).
     static func answers(_ port: Int) async -> Bool {
         do {
-            return try await withTimeout(.seconds(2)) { try await TestHTTPResponse.get(port: port, "/health") { $0.status == 200 } }
+            return try await withTimeout(.seconds(10)) { try await TestHTTPResponse.get(port: port, "/health") { $0.status == 200 } }
         } catch {
             Issue.record("GET /health on port \(port): \(error)")
             return false

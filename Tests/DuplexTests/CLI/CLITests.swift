@@ -174,7 +174,7 @@ struct CLITests {
 
     @Test("TLS: an untrusted certificate exits 5; --ca and --insecure connect")
     func tls() async throws {
-        let certificate = try TestCertificate.make()
+        let certificate = try await TestCertificate.make()
         let caFile = FileManager.default.temporaryDirectory.appendingPathComponent("duplex-cli-ca-\(UUID().uuidString).pem")
         try certificate.certificatePEM.write(to: caFile, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(at: caFile) }

@@ -117,7 +117,7 @@ final class PostgresCluster: Sendable {
             // The non-root user owns the folder; the tests (root) can still read its log.
             _ = try await run(URL(fileURLWithPath: "/bin/chown"), ["-R", runAs, directory.path], as: nil)
         }
-        let cluster = PostgresCluster(directory: directory, port: try freePort(), runAs: runAs, bin: bin)
+        let cluster = PostgresCluster(directory: directory, port: try await freePort(), runAs: runAs, bin: bin)
         do {
             try await cluster.command("initdb", ["-D", cluster.dataDirectory.path, "-A", "trust", "-U", cluster.role, "--no-sync", "-E", "UTF8"])
             try await cluster.startServer()
@@ -206,11 +206,12 @@ final class PostgresCluster: Sendable {
     }
 
     /// A port free now: bound to 0 and released.
-    private static func freePort() throws -> Int {
-        let channel = try ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+    private static func freePort() async throws -> Int {
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .bind(host: "127.0.0.1", port: 0)
-            .wait()
-        defer { try? channel.close().wait() }
-        return channel.localAddress?.port ?? 0
+            .get()
+        let port = channel.localAddress?.port ?? 0
+        try await channel.close()
+        return port
     }
 }

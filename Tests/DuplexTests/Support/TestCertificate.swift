@@ -12,7 +12,12 @@ struct TestCertificate {
         var description: String { "openssl exited with \(status); is the openssl command installed?" }
     }
 
-    static func make() throws -> TestCertificate {
+    /// Makes one. `openssl` runs as a child process, awaited off the cooperative pool.
+    static func make() async throws -> TestCertificate {
+        try await onThread { try makeBlocking() }
+    }
+
+    private static func makeBlocking() throws -> TestCertificate {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("duplex-tls-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }

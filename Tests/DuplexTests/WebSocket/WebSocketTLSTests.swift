@@ -8,7 +8,7 @@ import Testing
 struct WebSocketTLSTests {
     @Test("wss with the self-signed certificate trusted as a CA works, by host name and by IP")
     func trustedCertificate() async throws {
-        let certificate = try TestCertificate.make()
+        let certificate = try await TestCertificate.make()
         try await withTimeout {
             let peer = try await ScriptedPeer.start(tls: certificate.serverContext)
             defer { Task { await peer.stop() } }
@@ -28,7 +28,7 @@ struct WebSocketTLSTests {
 
     @Test("an untrusted certificate fails with tlsFailed; the insecure opt-in accepts it")
     func untrustedCertificate() async throws {
-        let certificate = try TestCertificate.make()
+        let certificate = try await TestCertificate.make()
         try await withTimeout {
             let peer = try await ScriptedPeer.start(tls: certificate.serverContext)
             defer { Task { await peer.stop() } }
