@@ -47,6 +47,9 @@ let package = Package(
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
         // Tests only: to parse docker-compose.yml.
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
+        // `swift package generate-documentation`: the DocC catalogs of Duplex, DuplexServer and
+        // DuplexTesting (CI builds them with warnings as errors).
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin.git", from: "1.5.0"),
     ],
     targets: [
         // zlib, as DuplexWire's permessage-deflate calls it (dictionaries included, which
@@ -267,6 +270,8 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
+                // The DuplexServer article's example runs the server in a ServiceGroup.
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
         ),

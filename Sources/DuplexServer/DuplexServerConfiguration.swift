@@ -71,7 +71,7 @@ public struct DuplexServerConfiguration: Sendable {
     public var maxHeaderFields: Int
     /// Where chat rooms live: in this process's memory (the default: nothing else is needed, and
     /// a restart loses the rooms), or in PostgreSQL, shared by every server that names the same
-    /// database (README's "Running several nodes").
+    /// database (the article "Running several nodes" in this module's documentation).
     public var store: ChatStoreConfiguration = .memory
     /// Whether the `/_chaos/` HTTP endpoints exist (for loopback peers only). Default false.
     public var chaos: Bool

@@ -67,7 +67,7 @@ public final class MockWebSocket: WebSocketProtocol {
     public var sentMessages: [WebSocketMessage] { sent.withLockedValue { $0 } }
 
     /// Joins both ends again after a disconnect; does nothing when connected.
-    /// - Throws: ``WebSocketError`` with code ``WebSocketError/Code/terminated`` after `terminate()`.
+    /// - Throws: `WebSocketError` with code `terminated` after `terminate()`.
     public func connect() async throws {
         let rejoined = try link.withLockedValue { link -> Bool in
             guard !link.terminated else { throw WebSocketError(.terminated, "the mock was terminated") }
@@ -115,7 +115,7 @@ public final class MockWebSocket: WebSocketProtocol {
     }
 
     /// Delivers `message` to the other end.
-    /// - Throws: ``WebSocketError`` with code ``WebSocketError/Code/notConnected`` when disconnected.
+    /// - Throws: `WebSocketError` with code `notConnected` when disconnected.
     public func send(_ message: WebSocketMessage) async throws {
         let connected = link.withLockedValue { $0.connected }
         guard connected, let peer else {

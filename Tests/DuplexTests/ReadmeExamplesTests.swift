@@ -4,10 +4,12 @@ import DuplexSchema
 import DuplexServer
 import DuplexTesting
 import Foundation
+import Logging
+import ServiceLifecycle
 import Testing
 
-/// The README's client examples, compiled and run against an in-process server. When README
-/// changes, change these with it.
+/// The examples of README and of the DocC articles (`Sources/*/*.docc`), compiled and run against
+/// an in-process server. Each says where it is shown; when the docs change, change these with them.
 @Suite("README examples")
 struct ReadmeExamplesTests {
     struct ChatLine: Codable, Equatable {
@@ -20,7 +22,7 @@ struct ReadmeExamplesTests {
         try await withTimeout {
             try await withDuplexServer { server in
                 let url = server.webSocketURL("/echo")
-                // README: Connect, send and receive
+                // Duplex.docc/GettingStarted.md: Connect, send and receive
                 let socket = WebSocket(url: url)
                 let messages = socket.messages
                 try await socket.connect()
@@ -32,7 +34,7 @@ struct ReadmeExamplesTests {
                     received.append(message)
                     if received.count == 3 { break }
                 }
-                // README: messages have .text and .data, and decode JSON
+                // GettingStarted.md: messages have .text and .data, and decode JSON
                 // A timeout ends the loop early: fail, never index past the end.
                 try #require(received.count == 3)
                 #expect(received[0].text == "hello")
@@ -81,7 +83,7 @@ struct ReadmeExamplesTests {
 
     @Test("pings, reconnection and queued sends configure as README shows")
     func configuration() async throws {
-        // README: Keep-alive and reconnection
+        // Duplex.docc/ReconnectionAndResume.md: Dead connections, Reconnection
         let socket = WebSocket(
             url: URL(string: "wss://example.invalid/live")!,
             configuration: .init(
@@ -97,15 +99,73 @@ struct ReadmeExamplesTests {
             attempt == 0 ? .milliseconds(100) : .seconds(2)
         }
         #expect(custom.delay(forAttempt: 1) == .seconds(2))
-        // README: TLS trust for local servers
+        // GettingStarted.md: TLS
         let local = WebSocketConfiguration(tlsTrust: .certificateAuthority(pem: "-----BEGIN CERTIFICATE-----\n…"))
         #expect(local.tlsTrust == .certificateAuthority(pem: "-----BEGIN CERTIFICATE-----\n…"))
         await socket.terminate()
     }
 
+    @Test("README, The libraries: a socket with pings and reconnection echoes")
+    func readmeInShort() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                // README: The libraries, in short
+                let socket = WebSocket(
+                    url: server.webSocketURL("/echo"),
+                    configuration: .init(
+                        ping: PingConfig(pingInterval: .seconds(15), maxPingFailures: 2),
+                        reconnection: .exponentialBackoff(baseDelay: .seconds(1), maxDelay: .seconds(30))
+                    )
+                )
+                let messages = socket.messages
+                try await socket.connect()
+                try await socket.send("hello")
+                var texts: [String] = []
+                for await message in messages {
+                    texts.append(message.text ?? "\(message.data.count) bytes")
+                    break
+                }
+                #expect(texts == ["hello"])
+                await socket.terminate()
+            }
+        }
+    }
+
+    @Test("DuplexServer.docc: the server as a Service in a ServiceGroup reports its port and serves")
+    func serverInServiceGroup() async throws {
+        try await withTimeout {
+            // DuplexServer.docc/DuplexServer.md
+            let server = DuplexServer(configuration: .init(port: 0))
+            let group = ServiceGroup(configuration: .init(services: [server], logger: Logger(label: "test")))
+            try await withThrowingTaskGroup(of: Void.self) { tasks in
+                tasks.addTask { try await group.run() }
+                let port = try await server.port()
+                let socket = WebSocket(url: URL(string: "ws://127.0.0.1:\(port)/echo")!)
+                let messages = socket.messages
+                try await socket.connect()
+                try await socket.send("served")
+                #expect(try await messages.first(within: .seconds(10)).text == "served")
+                await socket.terminate()
+                await group.triggerGracefulShutdown()
+                try await tasks.waitForAll()
+            }
+        }
+    }
+
+    @Test("UsingTheServerInTests.md: withTimeout around a join returns the welcome")
+    func timeoutAroundJoin() async throws {
+        try await withDuplexServer { server in
+            let chat = ChatClient(url: server.webSocketURL("/chat/docs"), name: "alice")
+            // DuplexTesting.docc/UsingTheServerInTests.md: Waiting with a time limit
+            let welcome = try await withTimeout(.seconds(5)) { try await chat.join() }
+            #expect(welcome.members == ["alice"])
+            await chat.leave()
+        }
+    }
+
     @Test("testing app code with MockWebSocket")
     func mock() async throws {
-        // README: Test without sockets
+        // GettingStarted.md and DuplexTesting.docc/UsingTheServerInTests.md: Without sockets
         let (client, server) = MockWebSocket.pair()
         let atServer = server.messages
         try await client.send(.string("hello"))
@@ -159,7 +219,7 @@ struct ReadmeChatExampleTests {
     func chat() async throws {
         try await withTimeout {
             try await withDuplexServer { server in
-                // README: Chat rooms
+                // Duplex.docc/ChatRooms.md
                 let chat = ChatClient(url: server.webSocketURL("/chat/lobby"), name: "alice")
                 let events = chat.events
                 let welcome = try await chat.join()

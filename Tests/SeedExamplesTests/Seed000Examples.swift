@@ -3,7 +3,7 @@
 // `UIImage.pngData()` (UIKit) is a `Data` of PNG bytes; `websocket = nil` needs a
 // `var websocket: WebSocket?`.
 //
-// One behaviour differs, by choice (README, "Coming from the seeds"): `connect()` after
+// One behaviour differs, by choice (Duplex.docc, "Coming from the seeds"): `connect()` after
 // `disconnect()` connects again, as seed 004 documents, where seed 000 said it "will do nothing".
 import Duplex
 import DuplexTesting

@@ -109,7 +109,7 @@ public final class ChatClient: Sendable {
     /// Connects and joins the room; returns the server's welcome. On a joined client, returns the
     /// current connection's welcome at once.
     /// - Throws: ``WebSocketError`` when the connection fails or no welcome came within
-    ///   `timeout` (``WebSocketError/Code/connectTimeout``), ``ChatProtocolError`` when the server
+    ///   `timeout` (``WebSocketError/Code/connectTimeout``), `ChatProtocolError` when the server
     ///   refused the join (a bad room or name, or its room limit).
     @discardableResult
     public func join(timeout: Duration = .seconds(10)) async throws -> ChatWelcome {
@@ -119,7 +119,7 @@ public final class ChatClient: Sendable {
     /// Says `text` in the room and returns the frame sent, with its client message id. The
     /// message is resent after each reconnection until the server acknowledges it
     /// (``ChatEvent/delivered(_:)``).
-    /// - Throws: ``ChatProtocolError`` when the text breaks the protocol's rules (empty, or
+    /// - Throws: `ChatProtocolError` when the text breaks the protocol's rules (empty, or
     ///   over 4096 bytes), ``WebSocketError`` (``WebSocketError/Code/notConnected``) before
     ///   ``join(timeout:)`` or after ``leave()``.
     @discardableResult

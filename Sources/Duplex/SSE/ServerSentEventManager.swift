@@ -45,7 +45,11 @@ public final class ServerSentEventManager: Sendable {
     }
 
     /// Creates a manager for a request with extra headers.
-    /// - Parameter lastEventID: an id to resume after, sent as `Last-Event-ID` on the first connection.
+    /// - Parameters:
+    ///   - request: the URL and the headers to send.
+    ///   - retryPolicy: the delays between reconnection attempts.
+    ///   - configuration: limits and timeouts.
+    ///   - lastEventID: an id to resume after, sent as `Last-Event-ID` on the first connection.
     public convenience init(
         request: SSERequest,
         retryPolicy: RetryPolicy = .init(),

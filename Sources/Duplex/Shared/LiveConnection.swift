@@ -7,7 +7,7 @@ public import Foundation
 /// The callback adapters (`DuplexCallbacks`) and Combine adapters (`DuplexCombine`) are each
 /// written once, over this protocol; a client of your own that conforms gets them too.
 public protocol LiveConnection: AnyObject, Sendable {
-    /// What the connection receives: ``WebSocketMessage`` or ``ServerSentEvent``.
+    /// What the connection receives: ``WebSocketMessage`` or `ServerSentEvent`.
     associatedtype Incoming: Sendable
     /// Its state: ``WebSocketState`` or ``SSEState``.
     associatedtype State: Sendable

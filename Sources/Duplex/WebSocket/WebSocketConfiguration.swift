@@ -46,7 +46,7 @@ public struct WebSocketConfiguration: Sendable {
     /// The transport. Default: ``WebSocketTransportKind/nio``.
     public var transport: WebSocketTransportKind
     /// permessage-deflate (RFC 7692) to offer, or nil (the default) to offer none. When the
-    /// server accepts, messages of at least ``PerMessageDeflate/minimumBytes`` go out compressed,
+    /// server accepts, messages of at least `PerMessageDeflate.minimumBytes` go out compressed,
     /// and compressed messages are inflated within ``maxMessageBytes`` (one that inflates past it
     /// gets close 1009). Off by default: it costs CPU and up to about 300 KiB of zlib state per
     /// connection, and pays off for large, repetitive messages over slow links. The NIO

@@ -24,7 +24,7 @@ public enum WebSocketMessage: Sendable, Hashable {
     /// `.data("text".data(using: .utf8))`. Nil gives an empty binary message.
     public static func data(_ data: Data?) -> WebSocketMessage { .data(data ?? Data()) }
 
-    /// A binary message (the same as ``data(_:)``).
+    /// A binary message (the same as ``data(_:)-enum.case``).
     public static func binary(_ data: Data) -> WebSocketMessage { .data(data) }
 
     /// A text message holding `value` encoded as JSON.
