@@ -32,8 +32,9 @@ package final class Broadcaster<Element: Sendable>: Sendable {
         /// Elements kept for the first consumer, until there is one (see `keepsForFirstConsumer`).
         var early = CircularBuffer<Element>()
         var hadConsumer = false
-        /// Called once every consumer waits for its next element (``whenIdle(_:)``).
-        var idleWatchers: [@Sendable () -> Void] = []
+        /// Called once every consumer waits for its next element (``whenIdle(_:)``). One at a
+        /// time: a newer one supersedes it, so that a stream nobody reads cannot collect them.
+        var idleWatcher: (@Sendable () -> Void)?
 
         /// Every consumer has taken all it was given and waits for more (or none is left):
         /// whatever it did with the last element is done.
@@ -41,9 +42,9 @@ package final class Broadcaster<Element: Sendable>: Sendable {
 
         /// The idle watchers to call (outside the lock), when idle now.
         mutating func takeIdleWatchers() -> [@Sendable () -> Void] {
-            guard !idleWatchers.isEmpty, isIdle else { return [] }
-            defer { idleWatchers = [] }
-            return idleWatchers
+            guard let watcher = idleWatcher, isIdle else { return [] }
+            idleWatcher = nil
+            return [watcher]
         }
     }
 
@@ -196,7 +197,7 @@ package final class Broadcaster<Element: Sendable>: Sendable {
             let taken = take(from: &state.consumers[id]!, finished: finished, waiter: waiter)
             if case .end = taken.0 { state.consumers[id] = nil }
             // A consumer came back for more: the last to do so makes the broadcaster idle.
-            if case .empty = taken.0, waiter != nil, !state.idleWatchers.isEmpty {
+            if case .empty = taken.0, waiter != nil, state.idleWatcher != nil {
                 let watchers = state.takeIdleWatchers()
                 if !watchers.isEmpty { return (taken.0, { for watcher in watchers { watcher() } }) }
             }
@@ -208,14 +209,22 @@ package final class Broadcaster<Element: Sendable>: Sendable {
     /// was given and waits for its next element, or the stream finished: what the consumers did
     /// with the elements so far is done. A consumer that never reads again keeps it waiting: the
     /// caller bounds the wait.
+    ///
+    /// One watcher waits at a time. A newer one supersedes it, and the superseded one is called at
+    /// once (its caller has bounded its wait and goes on): so a stream that is kept but never read
+    /// holds one closure, however many waits were asked of it.
     package func whenIdle(_ body: @escaping @Sendable () -> Void) {
-        let now = state.withLockedValue { state in
-            if state.isIdle { return true }
-            state.idleWatchers.append(body)
-            return false
+        let (now, superseded) = state.withLockedValue { state -> (Bool, (@Sendable () -> Void)?) in
+            if state.isIdle { return (true, nil) }
+            defer { state.idleWatcher = body }
+            return (false, state.idleWatcher)
         }
+        superseded?()
         if now { body() }
     }
+
+    /// Whether a ``whenIdle(_:)`` watcher waits (for tests).
+    package var hasIdleWatcher: Bool { state.withLockedValue { $0.idleWatcher != nil } }
 
     private func take(
         from consumer: inout Consumer,

@@ -4,6 +4,7 @@ import NIOConcurrencyHelpers
 import Testing
 
 @testable import Duplex
+import DuplexTesting
 
 @Suite("Broadcaster: per-consumer streams, lossless with a demand gate, or bounded by dropping")
 struct BroadcasterTests {
@@ -57,6 +58,37 @@ struct BroadcasterTests {
             Thread.detachNewThread { continuation.resume(returning: done.wait(timeout: .now() + 60) == .success) }
         }
         #expect(finished, "deadlocked after \(rounds.withLockedValue { $0 }) rounds")
+    }
+
+    @Test("a stream kept but never read holds one idle watcher, however many waits were asked; each superseded one goes on at once, the last when the reader comes back")
+    func idleWatchersDoNotCollect() async throws {
+        let broadcaster = Broadcaster<Int>(limit: 100, label: "numbers", logger: Logger(label: "test"))
+        let reader = broadcaster.makeStream()
+        broadcaster.yield(1)  // given, not read: the broadcaster is not idle
+        let called = NIOLockedValueBox(0)
+        let (calls, call) = AsyncStream.makeStream(of: Int.self)
+        for _ in 0..<1000 {
+            broadcaster.whenIdle {
+                call.yield(
+                    called.withLockedValue {
+                        $0 += 1; return $0
+                    })
+            }
+        }
+        #expect(called.withLockedValue { $0 } == 999, "each wait superseded by the next went on at once")
+        #expect(broadcaster.hasIdleWatcher, "the last one waits")
+        // The reader takes the element and comes back for more: the broadcaster is idle, and the
+        // last watcher is called.
+        let reading = Task {
+            var read: [Int] = []
+            for await number in reader { read.append(number) }
+            return read
+        }
+        _ = try await calls.first(within: .seconds(10)) { $0 == 1000 }
+        #expect(!broadcaster.hasIdleWatcher)
+        broadcaster.finish()
+        #expect(await reading.value == [1])
+        #expect(called.withLockedValue { $0 } == 1000)
     }
 
     @Test("lossless: a consumer that stops reading closes the gate at the limit, loses nothing, and opens it again at half")
