@@ -8,8 +8,9 @@ import NIOWebSocket
 
 /// A chat member served on its connection's event loop (``EventLoopWebSocketHandler``), with
 /// any room store: no task, stream or actor per member. The memory store answers at once; the
-/// PostgreSQL store answers later, on the connection's event loop (``StoreAnswer``), and the
-/// handler holds the member's next messages until it has (``EventLoopWebSocketHandler/hold()``).
+/// PostgreSQL store answers later, on the connection's event loop (``StoreAnswer``): up to
+/// ``maxSaysInFlight`` of a member's messages wait for it at once, and the handler holds the next
+/// ones until the oldest is answered (``EventLoopWebSocketHandler/hold()``).
 ///
 /// It keeps these promises:
 /// - the welcome and backlog first, then live events, through the member's
@@ -18,7 +19,7 @@ import NIOWebSocket
 ///   dropped, since the member resumes with `since`, and the close frame follows);
 /// - each `say` answered with an `ack` after the message itself, or an `error` frame (the
 ///   connection stays open); binary messages get `binary_not_supported`; a member's messages
-///   are recorded one at a time, in the order sent;
+///   are recorded in the order sent, and acknowledged in that order;
 /// - a refused join (a bad room, name, since, token or epoch; `name_taken`; `room_limit`) gets
 ///   its error frame, then 1008 or 1013; a store that cannot be reached, 1013 with
 ///   `store_unavailable` as the reason and no error frame (a member that was in the room rejoins
@@ -148,15 +149,61 @@ final class ChatMemberService: EventLoopWebSocketService {
         let matchByName = (try? join.get().token) == nil
         let name = (try? join.get().name) ?? ""
         switch store.record(say, in: room, from: name, token: token, matchByName: matchByName, on: context.eventLoop) {
-        case .now(let result):
+        case .now(let result) where inFlight.isEmpty:
             recorded(result, say: say, in: room)
+        case .now(let result):
+            inFlight.append(InFlightSay(number: nextSayNumber, say: say, result: result))
+            nextSayNumber &+= 1
+            answerInOrder(in: room, handler: handler, context: context)
         case .later(let answer):
-            // One message at a time: the next is read once this one is recorded.
-            handler.hold()
+            // Up to `maxSaysInFlight` wait for the store at once (so that they can share a
+            // commit); past that, the next message is read once the oldest is answered.
+            let number = nextSayNumber
+            nextSayNumber &+= 1
+            inFlight.append(InFlightSay(number: number, say: say, result: nil))
+            if inFlight.count >= Self.maxSaysInFlight, !holding {
+                holding = true
+                handler.hold()
+            }
             answer.assumeIsolated().whenComplete { outcome in
                 let result = (try? outcome.get()) ?? .failure(ChatStoreUnavailable(description: "the message was not answered"))
-                if self.recorded(result, say: say, in: room) { handler.release(context: context) }
+                guard let index = self.inFlight.firstIndex(where: { $0.number == number }) else { return }
+                self.inFlight[index].result = result
+                self.answerInOrder(in: room, handler: handler, context: context)
             }
+        }
+    }
+
+    /// How many of a member's messages may wait for the store at once.
+    static let maxSaysInFlight = 32
+
+    /// A message handed to the store, and its answer once there is one.
+    private struct InFlightSay {
+        var number: UInt64
+        var say: ChatSay
+        var result: Result<ChatRoom.SayResult, any Error>?
+    }
+
+    /// The member's messages the store has not answered, or whose earlier ones it has not: acks
+    /// go out in the order the messages were sent.
+    private var inFlight = CircularBuffer<InFlightSay>()
+    private var nextSayNumber: UInt64 = 0
+    /// Reading is held because `maxSaysInFlight` messages wait.
+    private var holding = false
+
+    /// Answers the oldest messages whose answers are in, in order. After one the store could not
+    /// record, the connection ends and nothing more is answered.
+    private func answerInOrder(in room: ChatRoom, handler: EventLoopWebSocketHandler, context: ChannelHandlerContext) {
+        while let oldest = inFlight.first, let result = oldest.result {
+            inFlight.removeFirst()
+            guard recorded(result, say: oldest.say, in: room) else {
+                inFlight.removeAll()
+                return
+            }
+        }
+        if holding, inFlight.count < Self.maxSaysInFlight {
+            holding = false
+            handler.release(context: context)
         }
     }
 

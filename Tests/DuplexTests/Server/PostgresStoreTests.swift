@@ -113,6 +113,62 @@ struct PostgresStoreTests {
         }
     }
 
+    @Test(
+        "group commit: 64 says pipelined by each of two members share commits; each member's are numbered and acknowledged in the order sent, each message once, and a resent batch is all duplicates")
+    func pipelinedSaysShareCommits() async throws {
+        try await withTimeout(.seconds(90)) {
+            try await Self.withDatabase { _, store in
+                let (node, port) = try await Self.node(store)
+                let alice = try await RawChatMember.join(URL(string: "ws://127.0.0.1:\(port)/chat/batch?name=alice")!)
+                let bob = try await RawChatMember.join(URL(string: "ws://127.0.0.1:\(port)/chat/batch?name=bob")!)
+                let count = 64
+                // Each member sends its 64 says at once, without waiting for acks.
+                func sendAll(_ member: RawChatMember) async throws {
+                    for i in 1...count {
+                        try await member.socket.send(.string(try ChatClientFrame.say(ChatSay(clientMessageID: "\(member.welcome.name)-\(i)", text: "\(member.welcome.name) \(i)")).jsonString()))
+                    }
+                }
+                try await sendAll(alice)
+                try await sendAll(bob)
+                for member in [alice, bob] {
+                    let name = member.welcome.name
+                    let (messages, acks) = try await member.messagesAndAcks(until: count)
+                    // Every message of both, once each, in seq order.
+                    #expect(messages.map(\.seq) == messages.map(\.seq).sorted())
+                    #expect(Set(messages.map(\.text)).count == 2 * count)
+                    // Its own: numbered in the order sent, acknowledged in that order.
+                    let own = messages.filter { $0.from == name }
+                    #expect(own.map(\.text) == (1...count).map { "\(name) \($0)" })
+                    #expect(acks.map(\.clientMessageID) == (1...count).map { "\(name)-\($0)" })
+                    #expect(acks.map(\.seq) == own.map(\.seq), "each ack carries its message's seq")
+                }
+                let health = try await HTTPProbe.get(port: port, "/health")
+                let commits = try #require(Self.commits(in: health), "\(health)")
+                #expect(commits.messages == 2 * count, "\(health)")
+                #expect(commits.batches < commits.messages && commits.largest > 1, "messages shared commits: \(health)")
+                // The same 64 again (a client that resends after a reconnection): all duplicates.
+                try await sendAll(alice)
+                let (_, again) = try await alice.messagesAndAcks(until: count)
+                #expect(again.allSatisfy { $0.duplicate }, "resent messages are answered with their original seqs")
+                await alice.socket.terminate()
+                await bob.socket.terminate()
+                node.signal(SIGTERM)
+            }
+        }
+    }
+
+    /// The `commits` counters of a node's `/health`.
+    static func commits(in health: String) -> (batches: Int, messages: Int, largest: Int)? {
+        let body = health.split(separator: "\r\n\r\n", maxSplits: 1).last.map(String.init) ?? health
+        guard let start = body.firstIndex(of: "{"),
+            let object = try? JSONSerialization.jsonObject(with: Data(body[start...].utf8)) as? [String: Any],
+            let store = object["store"] as? [String: Any],
+            let commits = store["commits"] as? [String: Int],
+            let batches = commits["batches"], let messages = commits["messages"], let largest = commits["largest"]
+        else { return nil }
+        return (batches, messages, largest)
+    }
+
     @Test("a say retried on another node with the member's token is answered with the original seq, marked duplicate")
     func retryOnAnotherNodeIsDeduplicated() async throws {
         try await withTimeout(.seconds(90)) {
@@ -487,6 +543,24 @@ struct RawChatMember {
         }
         guard case .string(let text) = reply, case .ack(let ack) = try ChatServerFrame.decode(Data(text.utf8)) else { throw StreamEndedError() }
         return ack
+    }
+
+    /// The messages that arrive until `count` acks have, and those acks, in order.
+    func messagesAndAcks(until count: Int) async throws -> ([ChatMessage], [ChatAck]) {
+        try await withTimeout(.seconds(30)) {
+            var messages: [ChatMessage] = []
+            var acks: [ChatAck] = []
+            for await frame in frames {
+                guard case .string(let text) = frame, let decoded = try? ChatServerFrame.decode(Data(text.utf8)) else { continue }
+                switch decoded {
+                case .message(let message): messages.append(message)
+                case .ack(let ack): acks.append(ack)
+                default: break
+                }
+                if acks.count == count { return (messages, acks) }
+            }
+            throw StreamEndedError()
+        }
     }
 
     /// The messages that arrive until one with the text `last`.

@@ -13,13 +13,15 @@ import PostgresNIO
 ///
 /// `duplex_append` numbers and records an event in one round trip, and notifies every server on
 /// the channel `duplex_events` with `ROOM\tSEQ\tCAUSE\tTYPE[\tJSON]` (the JSON when it fits in a
-/// notification). `duplex_leave` removes a member and records its `left` event.
+/// notification). `duplex_append_batch` does the same for a batch of messages, of any rooms, in
+/// one transaction (group commit, version 2). `duplex_leave` removes a member and records its
+/// `left` event.
 enum PostgresChatSchema {
     /// The notification channel.
     static let channel = "duplex_events"
 
     /// The schema version this code writes; recorded in `duplex_schema`.
-    static let version = 1
+    static let version = 2
 
     /// The key of the advisory lock held while migrating.
     static let migrationLock = 0x6475_706C_6578  // "duplex"
@@ -113,6 +115,62 @@ enum PostgresChatSchema {
                 v_payload := v_payload || E'\\t' || v_json;
             END IF;
             PERFORM pg_notify('duplex_events', v_payload);
+        END
+        $$
+        """,
+        """
+        CREATE OR REPLACE FUNCTION duplex_append_batch(
+            p_rooms text[], p_prefixes text[], p_suffixes text[],
+            p_token_keys text[], p_name_keys text[], p_by_name boolean[], p_keep bigint
+        ) RETURNS TABLE (o_index integer, o_seq bigint, o_duplicate boolean) LANGUAGE plpgsql AS $$
+        DECLARE
+            v_room text;
+            v_seq bigint;
+            v_json text;
+            v_payload text;
+        BEGIN
+            -- Every room of the batch, locked in one order: batches of several servers cannot
+            -- deadlock, and each room's seqs commit in order.
+            PERFORM 1 FROM duplex_rooms r WHERE r.room = ANY (p_rooms) ORDER BY r.room FOR UPDATE;
+            FOR i IN 1 .. coalesce(array_length(p_rooms, 1), 0) LOOP
+                o_index := i;
+                v_room := p_rooms[i];
+                -- A key recorded earlier, or earlier in this batch: the original seq.
+                SELECT d.seq INTO v_seq FROM duplex_dedupe d
+                    WHERE d.room = v_room AND (d.key = p_token_keys[i] OR (p_by_name[i] AND d.key = p_name_keys[i]))
+                    ORDER BY d.seq LIMIT 1;
+                IF FOUND THEN
+                    o_seq := v_seq;
+                    o_duplicate := true;
+                    RETURN NEXT;
+                    CONTINUE;
+                END IF;
+                UPDATE duplex_rooms r SET latest_seq = r.latest_seq + 1 WHERE r.room = v_room
+                    RETURNING r.latest_seq INTO v_seq;
+                o_duplicate := false;
+                IF NOT FOUND THEN
+                    -- The room is gone (a wiped or restored database): no seq.
+                    o_seq := NULL;
+                    RETURN NEXT;
+                    CONTINUE;
+                END IF;
+                o_seq := v_seq;
+                v_json := p_prefixes[i] || v_seq || p_suffixes[i];
+                INSERT INTO duplex_events (room, seq, type, json, cause) VALUES (v_room, v_seq, 'message', v_json, NULL);
+                INSERT INTO duplex_dedupe (room, key, seq) VALUES (v_room, p_token_keys[i], v_seq), (v_room, p_name_keys[i], v_seq)
+                    ON CONFLICT (room, key) DO UPDATE SET seq = EXCLUDED.seq;
+                v_payload := v_room || E'\\t' || v_seq || E'\\t' || E'\\t' || 'message';
+                IF octet_length(v_payload) + octet_length(v_json) < 7900 THEN
+                    v_payload := v_payload || E'\\t' || v_json;
+                END IF;
+                PERFORM pg_notify('duplex_events', v_payload);
+                RETURN NEXT;
+            END LOOP;
+            -- The history kept: each room trimmed once, after the whole batch.
+            DELETE FROM duplex_events e USING duplex_rooms r
+                WHERE r.room = ANY (p_rooms) AND e.room = r.room AND e.seq <= r.latest_seq - p_keep;
+            DELETE FROM duplex_dedupe d USING duplex_rooms r
+                WHERE r.room = ANY (p_rooms) AND d.room = r.room AND d.seq <= r.latest_seq - p_keep;
         END
         $$
         """,

@@ -3,6 +3,7 @@ import DuplexWire
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
+import NIOCore
 import PostgresNIO
 
 /// Chat rooms kept in PostgreSQL and served by every `duplex-server` on the same database.
@@ -11,7 +12,8 @@ import PostgresNIO
 ///   `duplex_append` under the room row's lock: seqs are gap-free, strictly increasing and
 ///   committed in order across all servers. A `say` is acknowledged only once committed, and
 ///   its idempotency keys are recorded with it, so a `say` retried on any server is answered
-///   with the original seq.
+///   with the original seq. Says are committed in batches (``PostgresSayBatcher``): those that
+///   arrive while one commit is in flight go together in the next, `duplex_append_batch`.
 /// - **Fan-out.** Each server listens on `duplex_events`. A notification carries the event
 ///   (or only its room and seq when it is too big); a server applies it to its local replica of
 ///   the room (a ``ChatRoom`` with ``ChatRoom/Sequencing-swift.enum/external`` numbering), which
@@ -65,6 +67,8 @@ final class PostgresChatStore: ChatStore {
     }
 
     let state = NIOLockedValueBox(State())
+    /// The says waiting for the next group commit.
+    let batcher = PostgresSayBatcher()
 
     init(configuration: PostgresStoreConfiguration, historyLimit: Int, historyBytesLimit: Int, totalHistoryBytesLimit: Int, maxRooms: Int, logger: Logger) {
         self.configuration = configuration
@@ -136,6 +140,7 @@ final class PostgresChatStore: ChatStore {
                 await withDiscardingTaskGroup { group in
                     group.addTask { await self.listen() }
                     group.addTask { await self.heartbeat() }
+                    group.addTask { await self.batcher.run(commit: self.commit) }
                 }
             }
         }
@@ -147,7 +152,9 @@ final class PostgresChatStore: ChatStore {
         }
         // Bounded: the database's message can be long.
         let error = lastError.map { #","lastError":\#(Self.jsonString(String($0.prefix(300))))"# } ?? ""
-        return #"{"kind":"postgres","node":"\#(node)","listening":\#(listening),"reconnections":\#(reconnections),"caughtUpEvents":\#(caughtUp),"rooms":\#(rooms)\#(error)}"#
+        let (batches, batched, largest) = batcher.counts
+        return
+            #"{"kind":"postgres","node":"\#(node)","listening":\#(listening),"reconnections":\#(reconnections),"caughtUpEvents":\#(caughtUp),"rooms":\#(rooms),"commits":{"batches":\#(batches),"messages":\#(batched),"largest":\#(largest)}\#(error)}"#
     }
 
     // MARK: ChatStore
@@ -210,42 +217,131 @@ final class PostgresChatStore: ChatStore {
     }
 
     func say(_ say: ChatSay, in room: ChatRoom, from name: String, token: String, matchByName: Bool) async throws -> ChatRoom.SayResult {
-        let byToken = "t\n\(token)\n\(say.clientMessageID)"
-        let byName = "n\n\(name)\n\(say.clientMessageID)"
+        let prepared = try prepare(say, in: room, from: name, token: token, matchByName: matchByName)
+        let committed = await withCheckedContinuation { continuation in
+            batcher.enqueue(prepared.item) { continuation.resume(returning: self.apply(prepared, $0, to: room)) }
+        }
+        return try await answer(committed, in: room)
+    }
+
+    /// A member's message, queued for the next batch at once, on the member's event loop: a
+    /// member's messages are numbered in the order it sent them. The answer completes on `loop`.
+    func record(
+        _ say: ChatSay,
+        in room: ChatRoom,
+        from name: String,
+        token: String,
+        matchByName: Bool,
+        on loop: any EventLoop
+    ) -> StoreAnswer<Result<ChatRoom.SayResult, any Error>> {
+        let prepared: PreparedSay
+        do {
+            prepared = try prepare(say, in: room, from: name, token: token, matchByName: matchByName)
+        } catch {
+            return .now(.failure(error))
+        }
+        let promise = loop.makePromise(of: Result<ChatRoom.SayResult, any Error>.self)
+        batcher.enqueue(prepared.item) { outcome in
+            // Applied here, in the batch's order: the replica gets the room's events in seq order.
+            let committed = self.apply(prepared, outcome, to: room)
+            promise.completeWithTask {
+                do {
+                    return .success(try await self.answer(committed, in: room))
+                } catch {
+                    return .failure(error)
+                }
+            }
+        }
+        return .later(promise.futureResult)
+    }
+
+    /// A message ready to be numbered: its JSON around the seq and its idempotency keys.
+    struct PreparedSay: Sendable {
+        var item: PostgresSayBatcher.Item
+    }
+
+    private func prepare(_ say: ChatSay, in room: ChatRoom, from name: String, token: String, matchByName: Bool) throws -> PreparedSay {
         let roomName = room.name
         let template = try Self.template { seq in
             .message(ChatMessage(room: roomName, seq: seq, clientMessageID: say.clientMessageID, from: name, text: say.text, sentAt: Date()))
         }
-        let lookup = matchByName ? [byToken, byName] : [byToken]
-        let keys = [byToken, byName]
-        let keep = self.keep
-        let seq: Int
-        let duplicate: Bool
+        return PreparedSay(
+            item: .init(
+                room: roomName,
+                prefix: template.prefix,
+                suffix: template.suffix,
+                tokenKey: "t\n\(token)\n\(say.clientMessageID)",
+                nameKey: "n\n\(name)\n\(say.clientMessageID)",
+                matchByName: matchByName
+            )
+        )
+    }
+
+    /// After the commit: a new message goes into the local replica at once (called in the
+    /// batch's order, so the replica gets the room's events in seq order).
+    private func apply(_ prepared: PreparedSay, _ outcome: Result<PostgresSayBatcher.Outcome, any Error>, to room: ChatRoom) -> Result<ChatRoom.SayResult, any Error> {
+        let item = prepared.item
+        let recorded: PostgresSayBatcher.Outcome
         do {
-            (seq, duplicate) = try await withDeadline("recording a message") {
-                let rows = try await self.client.query(
-                    "SELECT o_seq, o_duplicate FROM duplex_append(\(roomName), 'message', \(template.prefix), \(template.suffix), \(lookup), \(keys), NULL, \(keep))",
-                    logger: self.logger
-                )
-                for try await (seq, duplicate) in rows.decode((Int, Bool).self) { return (seq, duplicate) }
-                throw ChatStoreUnavailable(description: "duplex_append returned no row")
-            }
+            recorded = try outcome.get()
         } catch {
-            if Self.isMissingRoom(error) { forget(room) }
             // Whatever went wrong, the message is not known to be recorded: the member must not
             // get an error frame (its client would drop the message) but a reason to resend.
-            throw error as? ChatStoreUnavailable ?? ChatStoreUnavailable(description: Self.describe(error))
+            return .failure(error as? ChatStoreUnavailable ?? ChatStoreUnavailable(description: Self.describe(error)))
         }
-        if !duplicate {
-            let event = RoomEvent(seq: seq, type: "message", json: template.prefix + String(seq) + template.suffix, epoch: room.epoch, dedupeKeys: keys)
-            if !room.apply([event]) { requestCatchUp(roomName) }
+        guard case .recorded(let seq, let duplicate) = recorded else {
+            forget(room)
+            return .failure(ChatStoreUnavailable(description: "duplex: no room \(item.room) in the database"))
         }
-        // The ack goes after the message: wait until the replica has it.
+        if duplicate { return .success(.duplicate(seq: seq)) }
+        let json = item.prefix + String(seq) + item.suffix
+        let event = RoomEvent(seq: seq, type: "message", json: json, epoch: room.epoch, dedupeKeys: [item.tokenKey, item.nameKey])
+        if !room.apply([event]) { requestCatchUp(item.room) }
+        return .success(.accepted(seq: seq))
+    }
+
+    /// The answer to a committed message, once the replica has it: the ack goes after the
+    /// message.
+    private func answer(_ committed: Result<ChatRoom.SayResult, any Error>, in room: ChatRoom) async throws -> ChatRoom.SayResult {
+        let result = try committed.get()
+        let seq: Int
+        switch result {
+        case .accepted(let number), .duplicate(let number): seq = number
+        }
         guard await room.waitUntilApplied(seq, timeout: configuration.queryTimeout) else {
-            requestCatchUp(roomName)
+            requestCatchUp(room.name)
             throw ChatStoreUnavailable(description: "message \(seq) was recorded but did not come back from the store within \(configuration.queryTimeout)")
         }
-        return duplicate ? .duplicate(seq: seq) : .accepted(seq: seq)
+        return result
+    }
+
+    /// Records a batch of messages in one transaction (``PostgresSayBatcher``): one outcome per
+    /// message, in order.
+    func commit(_ batch: [PostgresSayBatcher.Item]) async throws -> [PostgresSayBatcher.Outcome] {
+        let rooms = batch.map(\.room)
+        let prefixes = batch.map(\.prefix)
+        let suffixes = batch.map(\.suffix)
+        let tokenKeys = batch.map(\.tokenKey)
+        let nameKeys = batch.map(\.nameKey)
+        let byName = batch.map(\.matchByName)
+        let keep = self.keep
+        return try await withDeadline("recording \(batch.count) message\(batch.count == 1 ? "" : "s")") {
+            let rows = try await self.client.query(
+                """
+                SELECT o_index, o_seq, o_duplicate FROM duplex_append_batch(\(rooms), \(prefixes), \(suffixes), \(tokenKeys), \(nameKeys), \(byName), \(keep))
+                """,
+                logger: self.logger
+            )
+            var outcomes = [PostgresSayBatcher.Outcome?](repeating: nil, count: batch.count)
+            for try await (index, seq, duplicate) in rows.decode((Int, Int?, Bool).self) where (1...batch.count).contains(index) {
+                outcomes[index - 1] = seq.map { .recorded(seq: $0, duplicate: duplicate) } ?? .roomMissing
+            }
+            let answered = outcomes.compactMap { $0 }
+            guard answered.count == batch.count else {
+                throw ChatStoreUnavailable(description: "duplex_append_batch answered \(answered.count) of \(batch.count) messages")
+            }
+            return answered
+        }
     }
 
     func canHost(_ name: String) -> Bool {
