@@ -4,6 +4,10 @@
 #
 #   Benchmarks/chat_nodes.sh .build-release/release/duplex-server [runs]
 #
+# Environment: BEFORE=BINARY also runs an earlier build on PostgreSQL in the same rounds ("postgres
+# (before)"); SECONDS_PER_CASE (10) sets each throughput case's length; QUICK=1 runs only the
+# throughput cases with 1 and 30 rooms.
+#
 # Starts a throwaway PostgreSQL cluster with its default durability settings (fsync and
 # synchronous_commit on), as the postgres user when run as root. The cluster and the servers run
 # on CPU 0, the load generator (Benchmarks/chat_load.js, Node `ws`) on CPU 1. Each case runs
@@ -31,9 +35,9 @@ as_pg taskset -c 0 "$pg_bin/pg_ctl" -D "$work/data" -l "$work/pg.log" -w \
     -o "-p $port -k $work -c listen_addresses=127.0.0.1 -c max_connections=100" start >/dev/null
 psql() { "$pg_bin/psql" -h 127.0.0.1 -p "$port" -U duplex -At "$@"; }
 
-start_node() { # store; sets node_port
+start_node() { # store, binary; sets node_port
     local out="$work/node-$RANDOM$RANDOM"
-    taskset -c 0 "$bin" --port 0 --store "$1" --log-level error --max-connections 20000 >"$out.out" 2>"$out.log" &
+    taskset -c 0 "$2" --port 0 --store "$1" --log-level error --max-connections 20000 >"$out.out" 2>"$out.log" &
     pids+=($!)
     for _ in $(seq 1 100); do
         node_port=$(sed -n 's/^duplex-server listening on http:\/\/127.0.0.1:\([0-9]*\)$/\1/p' "$out.out")
@@ -53,15 +57,22 @@ stop_nodes() {
 run_case() {
     local name=$1 store=$2 nodes=$3; shift 3
     local urls="" url
-    if [ "$store" = postgres ]; then
+    local node_bin=$bin
+    case "$store" in
+    postgres*)
         local db="b$RANDOM$RANDOM"
         psql -d postgres -c "CREATE DATABASE $db" >/dev/null
+        # "postgres, synchronous_commit off": a commit does not wait for its WAL flush.
+        [ "$store" = "postgres, synchronous_commit off" ] && psql -d postgres -c "ALTER DATABASE $db SET synchronous_commit = off" >/dev/null
+        [ "$store" = "postgres (before)" ] && node_bin=$BEFORE
         url="postgres://duplex@127.0.0.1:$port/$db"
-    else
+        ;;
+    *)
         url=memory
-    fi
+        ;;
+    esac
     for i in $(seq 1 "$nodes"); do
-        start_node "$url"
+        start_node "$url" "$node_bin"
         urls="${urls:+$urls,}ws://127.0.0.1:$node_port"
     done
     local result
@@ -72,17 +83,27 @@ run_case() {
 }
 
 : >chat_nodes.jsonl
+seconds=${SECONDS_PER_CASE:-10}
+stores=(postgres "postgres, synchronous_commit off")
+[ -n "${BEFORE:-}" ] && stores+=("postgres (before)")
 for run in $(seq 1 "$runs"); do
     echo "== run $run of $runs" >&2
     # latency: MEMBERS SENDERS RATE SECONDS; throughput: ROOMS MEMBERS_PER_ROOM SENDERS_PER_ROOM WINDOW SECONDS
-    run_case "latency, 100 members" postgres 3 latency 100 10 1 10
-    run_case "latency, 100 members" memory 1 latency 100 10 1 10
-    run_case "latency, 1000 members" postgres 3 latency 1000 10 1 10
-    run_case "latency, 1000 members" memory 1 latency 1000 10 1 10
-    run_case "throughput, 1 room" postgres 3 throughput 1 30 3 8 10
-    run_case "throughput, 1 room" memory 1 throughput 1 30 3 8 10
-    run_case "throughput, 3 rooms" postgres 3 throughput 3 30 3 8 10
-    run_case "throughput, 3 rooms" memory 1 throughput 3 30 3 8 10
+    if [ -z "${QUICK:-}" ]; then
+        for members in 100 1000; do
+            run_case "latency, $members members" postgres 3 latency "$members" 10 1 10
+            run_case "latency, $members members" memory 1 latency "$members" 10 1 10
+        done
+    fi
+    for rooms in 1 3 30; do
+        [ -n "${QUICK:-}" ] && [ "$rooms" = 3 ] && continue
+        for window in 8 64; do
+            for store in "${stores[@]}"; do
+                run_case "throughput, $rooms room$([ "$rooms" = 1 ] || echo s), $window in flight" "$store" 3 throughput "$rooms" 30 3 "$window" "$seconds"
+            done
+            run_case "throughput, $rooms room$([ "$rooms" = 1 ] || echo s), $window in flight" memory 1 throughput "$rooms" 30 3 "$window" "$seconds"
+        done
+    done
 done
 
 python3 - <<'EOF'

@@ -132,7 +132,7 @@ struct PostgresStoreTests {
                 try await sendAll(bob)
                 for member in [alice, bob] {
                     let name = member.welcome.name
-                    let (messages, acks) = try await member.messagesAndAcks(until: count)
+                    let (messages, acks) = try await member.messagesAndAcks(until: count, messages: 2 * count)
                     // Every message of both, once each, in seq order.
                     #expect(messages.map(\.seq) == messages.map(\.seq).sorted())
                     #expect(Set(messages.map(\.text)).count == 2 * count)
@@ -545,8 +545,8 @@ struct RawChatMember {
         return ack
     }
 
-    /// The messages that arrive until `count` acks have, and those acks, in order.
-    func messagesAndAcks(until count: Int) async throws -> ([ChatMessage], [ChatAck]) {
+    /// The messages and acks that arrive until `count` acks and `messages` messages have, in order.
+    func messagesAndAcks(until count: Int, messages expected: Int = 0) async throws -> ([ChatMessage], [ChatAck]) {
         try await withTimeout(.seconds(30)) {
             var messages: [ChatMessage] = []
             var acks: [ChatAck] = []
@@ -557,7 +557,7 @@ struct RawChatMember {
                 case .ack(let ack): acks.append(ack)
                 default: break
                 }
-                if acks.count == count { return (messages, acks) }
+                if acks.count == count, messages.count >= expected { return (messages, acks) }
             }
             throw StreamEndedError()
         }

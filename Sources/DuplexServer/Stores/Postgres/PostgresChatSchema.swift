@@ -127,7 +127,8 @@ enum PostgresChatSchema {
             v_room text;
             v_seq bigint;
             v_json text;
-            v_payload text;
+            v_line text;
+            v_chunk text := '';
         BEGIN
             -- Every room of the batch, locked in one order: batches of several servers cannot
             -- deadlock, and each room's seqs commit in order.
@@ -135,10 +136,12 @@ enum PostgresChatSchema {
             FOR i IN 1 .. coalesce(array_length(p_rooms, 1), 0) LOOP
                 o_index := i;
                 v_room := p_rooms[i];
-                -- A key recorded earlier, or earlier in this batch: the original seq.
-                SELECT d.seq INTO v_seq FROM duplex_dedupe d
-                    WHERE d.room = v_room AND (d.key = p_token_keys[i] OR (p_by_name[i] AND d.key = p_name_keys[i]))
-                    ORDER BY d.seq LIMIT 1;
+                -- Recorded before (by its token's key, or its name's): the original seq.
+                -- (Repeats within one batch are resolved by the server before it sends it.)
+                SELECT d.seq INTO v_seq FROM duplex_dedupe d WHERE d.room = v_room AND d.key = p_token_keys[i];
+                IF NOT FOUND AND p_by_name[i] THEN
+                    SELECT d.seq INTO v_seq FROM duplex_dedupe d WHERE d.room = v_room AND d.key = p_name_keys[i];
+                END IF;
                 IF FOUND THEN
                     o_seq := v_seq;
                     o_duplicate := true;
@@ -159,18 +162,27 @@ enum PostgresChatSchema {
                 INSERT INTO duplex_events (room, seq, type, json, cause) VALUES (v_room, v_seq, 'message', v_json, NULL);
                 INSERT INTO duplex_dedupe (room, key, seq) VALUES (v_room, p_token_keys[i], v_seq), (v_room, p_name_keys[i], v_seq)
                     ON CONFLICT (room, key) DO UPDATE SET seq = EXCLUDED.seq;
-                v_payload := v_room || E'\\t' || v_seq || E'\\t' || E'\\t' || 'message';
-                IF octet_length(v_payload) + octet_length(v_json) < 7900 THEN
-                    v_payload := v_payload || E'\\t' || v_json;
+                -- The fan-out: one line per event, as few notifications as fit in 7,900 bytes.
+                v_line := v_room || E'\\t' || v_seq || E'\\t' || E'\\t' || 'message';
+                IF octet_length(v_line) + octet_length(v_json) < 7850 THEN
+                    v_line := v_line || E'\\t' || v_json;
                 END IF;
-                PERFORM pg_notify('duplex_events', v_payload);
+                IF v_chunk <> '' AND octet_length(v_chunk) + octet_length(v_line) + 1 > 7900 THEN
+                    PERFORM pg_notify('duplex_events', v_chunk);
+                    v_chunk := '';
+                END IF;
+                v_chunk := CASE WHEN v_chunk = '' THEN v_line ELSE v_chunk || E'\\n' || v_line END;
                 RETURN NEXT;
             END LOOP;
-            -- The history kept: each room trimmed once, after the whole batch.
-            DELETE FROM duplex_events e USING duplex_rooms r
-                WHERE r.room = ANY (p_rooms) AND e.room = r.room AND e.seq <= r.latest_seq - p_keep;
-            DELETE FROM duplex_dedupe d USING duplex_rooms r
-                WHERE r.room = ANY (p_rooms) AND d.room = r.room AND d.seq <= r.latest_seq - p_keep;
+            IF v_chunk <> '' THEN
+                PERFORM pg_notify('duplex_events', v_chunk);
+            END IF;
+            -- The history kept: each room of the batch trimmed once.
+            FOR v_room IN SELECT DISTINCT unnest(p_rooms) LOOP
+                SELECT r.latest_seq - p_keep INTO v_seq FROM duplex_rooms r WHERE r.room = v_room;
+                DELETE FROM duplex_events e WHERE e.room = v_room AND e.seq <= v_seq;
+                DELETE FROM duplex_dedupe d WHERE d.room = v_room AND d.seq <= v_seq;
+            END LOOP;
         END
         $$
         """,

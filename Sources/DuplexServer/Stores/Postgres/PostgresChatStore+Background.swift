@@ -83,7 +83,13 @@ extension PostgresChatStore {
 
     /// Applies a notification `ROOM\tSEQ\tCAUSE\tTYPE[\tJSON]` to the room's replica, if this
     /// server holds one.
+    /// A notification: one event, or a batch's events, one per line (`duplex_append_batch`).
     func received(_ payload: String) {
+        guard payload.contains("\n") else { return receivedEvent(Substring(payload)) }
+        for line in payload.split(separator: "\n") { receivedEvent(line) }
+    }
+
+    private func receivedEvent(_ payload: Substring) {
         let fields = payload.split(separator: "\t", maxSplits: 4, omittingEmptySubsequences: false)
         guard fields.count >= 4, let seq = Int(fields[1]) else {
             logger.warning("a notification that is not an event; ignored", metadata: ["payload": "\(payload.prefix(100))"])

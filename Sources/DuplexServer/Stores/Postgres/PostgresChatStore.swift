@@ -296,7 +296,9 @@ final class PostgresChatStore: ChatStore {
         if duplicate { return .success(.duplicate(seq: seq)) }
         let json = item.prefix + String(seq) + item.suffix
         let event = RoomEvent(seq: seq, type: "message", json: json, epoch: room.epoch, dedupeKeys: [item.tokenKey, item.nameKey])
-        if !room.apply([event]) { requestCatchUp(item.room) }
+        // Past the next seq: other servers' events before it are on their way (notifications
+        // arrive in commit order), and this one with them; the heartbeat catches up any lost.
+        room.apply([event])
         return .success(.accepted(seq: seq))
     }
 
@@ -317,7 +319,50 @@ final class PostgresChatStore: ChatStore {
 
     /// Records a batch of messages in one transaction (``PostgresSayBatcher``): one outcome per
     /// message, in order.
-    func commit(_ batch: [PostgresSayBatcher.Item]) async throws -> [PostgresSayBatcher.Outcome] {
+    func commit(_ whole: [PostgresSayBatcher.Item]) async throws -> [PostgresSayBatcher.Outcome] {
+        // A message said twice in one batch (a resend that caught up with its original) is sent
+        // once; the other is answered as its duplicate.
+        let (batch, sameAs) = Self.resolvingDuplicates(whole)
+        let outcomes = try await commitDistinct(batch)
+        var answered: [PostgresSayBatcher.Outcome] = []
+        var distinct = outcomes.makeIterator()
+        for index in whole.indices {
+            if let original = sameAs[index] {
+                guard case .recorded(let seq, _) = answered[original] else {
+                    answered.append(answered[original])
+                    continue
+                }
+                answered.append(.recorded(seq: seq, duplicate: true))
+            } else {
+                answered.append(distinct.next() ?? .roomMissing)
+            }
+        }
+        return answered
+    }
+
+    /// The batch without its repeats, and for each repeat the index of the earlier message it
+    /// repeats (the same room, and the same token key, or the same name key when it matches by
+    /// name: what `duplex_append_batch` would find in `duplex_dedupe`).
+    static func resolvingDuplicates(_ batch: [PostgresSayBatcher.Item]) -> ([PostgresSayBatcher.Item], [Int: Int]) {
+        var byToken: [String: Int] = [:]
+        var byName: [String: Int] = [:]
+        var distinct: [PostgresSayBatcher.Item] = []
+        var sameAs: [Int: Int] = [:]
+        for (index, item) in batch.enumerated() {
+            let tokenKey = item.room + "\n" + item.tokenKey
+            let nameKey = item.room + "\n" + item.nameKey
+            if let original = byToken[tokenKey] ?? (item.matchByName ? byName[nameKey] : nil) {
+                sameAs[index] = original
+                continue
+            }
+            byToken[tokenKey] = byToken[tokenKey] ?? index
+            byName[nameKey] = byName[nameKey] ?? index
+            distinct.append(item)
+        }
+        return (distinct, sameAs)
+    }
+
+    private func commitDistinct(_ batch: [PostgresSayBatcher.Item]) async throws -> [PostgresSayBatcher.Outcome] {
         let rooms = batch.map(\.room)
         let prefixes = batch.map(\.prefix)
         let suffixes = batch.map(\.suffix)
