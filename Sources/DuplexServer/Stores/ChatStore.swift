@@ -82,25 +82,6 @@ extension ChatStore {
         .later(loop.makeFutureWithTask { await self.subscribe(room: name, subscriber, since: since, epoch: epoch, deliverBacklog: false, prelude: nil) })
     }
 
-    func record(
-        _ say: ChatSay,
-        in room: ChatRoom,
-        from name: String,
-        token: String,
-        matchByName: Bool,
-        on loop: any EventLoop
-    ) -> StoreAnswer<Result<ChatRoom.SayResult, any Error>> {
-        .later(
-            loop.makeFutureWithTask {
-                do {
-                    return .success(try await self.say(say, in: room, from: name, token: token, matchByName: matchByName))
-                } catch {
-                    return .failure(error)
-                }
-            }
-        )
-    }
-
     func leave(_ subscription: ChatRoom.Subscription, member: RoomSubscriber.Member?, from room: ChatRoom) {
         room.unsubscribe(subscription.id)
         guard member != nil else { return }
