@@ -48,6 +48,7 @@ struct ChatCommand: AsyncParsableCommand {
             var configuration = ChatClient.defaultConfiguration
             configuration.connectTimeout = connection.connectDuration
             configuration.tlsTrust = try connection.tlsTrust()
+            configuration.tlsIdentity = try connection.tlsIdentity()
             let chat = ChatClient(url: target, name: name, configuration: configuration)
             let headers = try connection.headerFields()
             if !headers.isEmpty {

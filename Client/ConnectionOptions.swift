@@ -14,12 +14,19 @@ struct ConnectionOptions: ParsableArguments {
     @Option(help: ArgumentHelp("Trust the CA certificate(s) in this PEM file for wss:// and https://.", valueName: "file"))
     var ca: String?
 
+    @Option(help: ArgumentHelp("Present the client certificate (and any intermediates) in this PEM file when the server asks for one (mutual TLS); needs --key.", valueName: "file"))
+    var cert: String?
+
+    @Option(help: ArgumentHelp("The private key of --cert, PEM.", valueName: "file"))
+    var key: String?
+
     @Option(help: ArgumentHelp("Seconds to wait for the connection and its handshake.", valueName: "seconds"))
     var connectTimeout: Double = 10
 
     func validate() throws {
         guard connectTimeout > 0, connectTimeout <= 86_400 else { throw ValidationError("--connect-timeout must be from 0 to 86400 seconds") }
         guard !(insecure && ca != nil) else { throw ValidationError("--insecure and --ca exclude each other") }
+        guard (cert == nil) == (key == nil) else { throw ValidationError("--cert and --key go together") }
         _ = try headerFields()
     }
 
@@ -54,6 +61,32 @@ struct ConnectionOptions: ParsableArguments {
             }
         }
         return .systemRoots
+    }
+
+    /// `configuration` with the options' TLS trust and client certificate.
+    func secured(_ configuration: WebSocketConfiguration) throws -> WebSocketConfiguration {
+        var configuration = configuration
+        configuration.tlsTrust = try tlsTrust()
+        configuration.tlsIdentity = try tlsIdentity()
+        return configuration
+    }
+
+    /// `configuration` with the options' TLS trust and client certificate.
+    func secured(_ configuration: SSEConfiguration) throws -> SSEConfiguration {
+        var configuration = configuration
+        configuration.tlsTrust = try tlsTrust()
+        configuration.tlsIdentity = try tlsIdentity()
+        return configuration
+    }
+
+    /// The client certificate the options name, if any.
+    func tlsIdentity() throws -> TLSIdentity? {
+        guard let cert, let key else { return nil }
+        do {
+            return try .pemFiles(certificateChain: cert, privateKey: key)
+        } catch {
+            throw Failure(.tls, "cannot read the client certificate \(cert) or its key \(key): \(error.localizedDescription)")
+        }
     }
 
     var connectDuration: Duration { .milliseconds(Int64(connectTimeout * 1000)) }

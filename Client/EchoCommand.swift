@@ -40,7 +40,7 @@ struct EchoCommand: AsyncParsableCommand {
             let request = WebSocketRequest(url: target, additionalHeaders: try connection.headerFields())
             let socket = WebSocket(
                 request: request,
-                configuration: .init(connectTimeout: connection.connectDuration, tlsTrust: try connection.tlsTrust())
+                configuration: try connection.secured(.init(connectTimeout: connection.connectDuration))
             )
             let replies = socket.events
             try await socket.connect()

@@ -54,7 +54,7 @@ struct ListenCommand: AsyncParsableCommand {
             let manager = ServerSentEventManager(
                 request: SSERequest(url: target, additionalHeaders: try connection.headerFields()),
                 retryPolicy: noRetry ? .disabled : RetryPolicy(),
-                configuration: SSEConfiguration(connectTimeout: connection.connectDuration, tlsTrust: try connection.tlsTrust()),
+                configuration: try connection.secured(SSEConfiguration(connectTimeout: connection.connectDuration)),
                 lastEventID: lastEventID
             )
             let events = manager.events

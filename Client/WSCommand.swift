@@ -73,13 +73,13 @@ struct WSCommand: AsyncParsableCommand {
             let ping = pingInterval.map { PingConfig(pingInterval: .milliseconds(Int64($0 * 1000)), maxPingFailures: 2) }
             let socket = WebSocket(
                 request: request,
-                configuration: .init(
-                    ping: ping,
-                    maxMessageBytes: maxMessageBytes,
-                    connectTimeout: connection.connectDuration,
-                    tlsTrust: try connection.tlsTrust(),
-                    compression: compress ? PerMessageDeflate() : nil
-                )
+                configuration: try connection.secured(
+                    .init(
+                        ping: ping,
+                        maxMessageBytes: maxMessageBytes,
+                        connectTimeout: connection.connectDuration,
+                        compression: compress ? PerMessageDeflate() : nil
+                    ))
             )
             let console = Console(prompt: "> ")
             let events = socket.events

@@ -16,7 +16,8 @@ struct DuplexServerCommand: AsyncParsableCommand {
         discussion: """
             Routes: GET /health, WS /echo, WS /chat/{room}?name=NAME[&since=SEQ&epoch=E][&token=T], \
             GET /events[?interval=MS], GET /chat/{room}/events.
-            Prints one line when it listens: "duplex-server listening on http://HOST:PORT".
+            Prints one line when it listens: "duplex-server listening on http://HOST:PORT" \
+            (https://, with "(CA: FILE)" for --tls-self-signed).
             SIGINT and SIGTERM shut it down gracefully: WebSocket peers get close 1001 and SSE \
             streams end; connections still open after --shutdown-timeout are closed hard; the \
             exit status is then 0. README's "Limits and timeouts" lists every limit.
@@ -99,6 +100,27 @@ struct DuplexServerCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Seconds a server's lease in the PostgreSQL store lasts: the members of a server that stops renewing it are removed after this.", valueName: "seconds"))
     var storeLease: Double = 10
 
+    @Option(help: ArgumentHelp("Serve every route over TLS (https://, wss://) with the certificate chain in this PEM file; needs --tls-key.", valueName: "file"))
+    var tlsCert: String?
+
+    @Option(help: ArgumentHelp("The private key of --tls-cert, PEM.", valueName: "file"))
+    var tlsKey: String?
+
+    @Flag(
+        help:
+            "Serve over TLS with a CA and a certificate for localhost, 127.0.0.1 and ::1 made at start; the CA's PEM file is named on the listening line, with a client certificate it issued next to it (client.pem, client-key.pem)."
+    )
+    var tlsSelfSigned = false
+
+    @Option(help: ArgumentHelp("Where --tls-self-signed writes ca.pem, client.pem and client-key.pem; by default a new folder in the temporary directory.", valueName: "folder"))
+    var tlsDirectory: String?
+
+    @Option(help: ArgumentHelp("Require a client certificate issued by a CA in this PEM file (mutual TLS).", valueName: "file"))
+    var tlsClientCa: String?
+
+    @Flag(help: "With --tls-self-signed: one more listener per TLS fault (expired, wrong-host, self-signed, ...); GET /tls-faults lists their URLs.")
+    var tlsFaults = false
+
     @Option(help: ArgumentHelp("Event-loop threads; by default one per core. Use 1 for a server pinned to one core (taskset).", valueName: "count"))
     var eventLoops: Int?
 
@@ -121,6 +143,11 @@ struct DuplexServerCommand: AsyncParsableCommand {
         } catch {
             throw ValidationError("--store: \(error)")
         }
+        if tlsSelfSigned, tlsCert != nil || tlsKey != nil { throw ValidationError("--tls-self-signed and --tls-cert/--tls-key exclude each other") }
+        if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
+        if tlsFaults, !tlsSelfSigned { throw ValidationError("--tls-faults needs --tls-self-signed: the faults' certificates are issued by the CA the server makes") }
+        if tlsClientCa != nil, !tlsSelfSigned, tlsCert == nil { throw ValidationError("--tls-client-ca needs TLS: --tls-self-signed, or --tls-cert and --tls-key") }
+        if tlsDirectory != nil, !tlsSelfSigned { throw ValidationError("--tls-directory goes with --tls-self-signed") }
         if let echoSubprotocols, Self.list(echoSubprotocols).isEmpty {
             throw ValidationError("--echo-subprotocols needs at least one name")
         }
@@ -180,6 +207,40 @@ struct DuplexServerCommand: AsyncParsableCommand {
         .milliseconds(Int64((seconds * 1000).rounded()))
     }
 
+    /// The TLS settings the options ask for, and where the made CA was written; nil without TLS.
+    /// Files are read and written here, so a bad path fails at start with its name.
+    func tlsSettings() throws -> (tls: DuplexServerTLS, caFile: String?)? {
+        var made: (DuplexServerTLS, String?)
+        if tlsSelfSigned {
+            var hosts = DuplexServerTLS.defaultHosts
+            if !hosts.contains(host), !["0.0.0.0", "::"].contains(host) { hosts.append(host) }
+            let tls = try DuplexServerTLS.selfSigned(hosts: hosts)
+            let directory = tlsDirectory ?? FileManager.default.temporaryDirectory.appendingPathComponent("duplex-server-\(ProcessInfo.processInfo.processIdentifier)").path
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            let caFile = (directory as NSString).appendingPathComponent("ca.pem")
+            try Data((tls.certificateAuthorityPEM ?? "").utf8).write(to: URL(fileURLWithPath: caFile))
+            if let authority = tls.certificateAuthority {
+                let client = try authority.issue(commonName: "duplex client", hosts: [], usage: .client)
+                try Data(client.chainPEM.utf8).write(to: URL(fileURLWithPath: (directory as NSString).appendingPathComponent("client.pem")))
+                try Data(client.privateKeyPEM.utf8).write(to: URL(fileURLWithPath: (directory as NSString).appendingPathComponent("client-key.pem")))
+            }
+            made = (tls, caFile)
+        } else if let tlsCert, let tlsKey {
+            made = (try DuplexServerTLS(certificateChainFile: tlsCert, privateKeyFile: tlsKey), nil)
+        } else {
+            return nil
+        }
+        if let tlsClientCa {
+            do {
+                made.0.clientCertificateAuthorityPEM = try String(contentsOfFile: tlsClientCa, encoding: .utf8)
+            } catch {
+                throw DuplexServerError.invalidTLSConfiguration("cannot read the client CA file \(tlsClientCa): \(error.localizedDescription)")
+            }
+        }
+        made.0.faults = tlsFaults
+        return made
+    }
+
     func run() async throws {
         let level = Logger.Level(rawValue: logLevel) ?? .info
         LoggingSystem.bootstrap { label in
@@ -190,10 +251,15 @@ struct DuplexServerCommand: AsyncParsableCommand {
         let logger = Logger(label: "duplex-server")
         // Read when the shared event-loop group is first made, which the server does on start.
         if let eventLoops { NIOSingletons.groupLoopCountSuggestion = eventLoops }
+        var configuration = serverConfiguration
+        let tls = try tlsSettings()
+        configuration.tls = tls?.tls
         let server = DuplexServer(
-            configuration: serverConfiguration,
+            configuration: configuration,
             logger: logger
         )
+        let scheme = tls == nil ? "http" : "https"
+        let caNote = tls?.caFile.map { " (CA: \($0))" } ?? ""
         let group = ServiceGroup(
             configuration: .init(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         )
@@ -203,7 +269,7 @@ struct DuplexServerCommand: AsyncParsableCommand {
             tasks.addTask {
                 let port = try await server.port()
                 let shown = host.contains(":") ? "[\(host)]" : host
-                FileHandle.standardOutput.write(Data("duplex-server listening on http://\(shown):\(port)\n".utf8))
+                FileHandle.standardOutput.write(Data("duplex-server listening on \(scheme)://\(shown):\(port)\(caNote)\n".utf8))
             }
             try await tasks.waitForAll()
         }

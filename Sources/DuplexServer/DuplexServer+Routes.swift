@@ -20,6 +20,9 @@ extension DuplexServer {
         router.get("health") { _, _ -> Response in
             Self.json(status: .ok, #"{"status":"ok","store":\#(self.rooms.healthJSON)}"#)
         }
+        router.get("tls-faults") { _, _ -> Response in
+            self.tlsFaultsResponse()
+        }
         router.get("echo") { _, _ -> Response in
             Self.upgradeRequired()
         }
@@ -48,6 +51,26 @@ extension DuplexServer {
         }
         addChaosRoutes(to: router)
         return router
+    }
+
+    /// `GET /tls-faults`: each TLS fault's base URL, by name, in ``TLSFault`` order; 404 when
+    /// the server runs without them.
+    func tlsFaultsResponse() -> Response {
+        let ports = tlsFaultPorts
+        guard configuration.tls?.faults == true, !ports.isEmpty else {
+            return Self.json(status: .notFound, #"{"error":"this server has no TLS fault listeners (duplex-server --tls-self-signed --tls-faults)"}"#)
+        }
+        let host: String =
+            switch configuration.host {
+            case "0.0.0.0": "127.0.0.1"
+            case "::": "[::1]"
+            case let host where host.contains(":"): "[\(host)]"
+            case let host: host
+            }
+        let entries = TLSFault.allCases.compactMap { fault in
+            ports[fault].map { #""\#(fault.rawValue)":"https://\#(host):\#($0)""# }
+        }
+        return Self.json(status: .ok, "{" + entries.joined(separator: ",") + "}")
     }
 
     /// Where ``ConnectionGuard`` sends a refused request that follows others on a keep-alive

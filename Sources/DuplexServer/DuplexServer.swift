@@ -11,6 +11,7 @@ import Glibc
 import Darwin
 #endif
 import NIOCore
+import NIOSSL
 
 /// The Duplex loopback server: WebSocket echo, chat rooms and Server-Sent Events, for testing
 /// real-time clients against.
@@ -106,11 +107,12 @@ public final class DuplexServer: Service, Sendable {
     private func serve() async throws {
         var port = configuration.port
         do {
+            let listeners = try makeListeners()
             var rebindAttempts = 0
             while true {
                 let next: Restart?
                 do {
-                    next = try await serveUntilRestart(port: port)
+                    next = try await serveUntilRestart(port: port, listeners: listeners)
                 } catch  where rebindAttempts < Self.maxRebindAttempts && Self.isAddressInUse(error) && lifecycle.withLockedValue({ $0.port }) != nil {
                     // After a restart the port may be taken for a while: on a port from the
                     // ephemeral range, an outgoing connection can get it as its local port while
@@ -169,8 +171,8 @@ public final class DuplexServer: Service, Sendable {
     }
 
     /// Serves on `port` until a graceful shutdown (returns nil) or a restart (returns it).
-    private func serveUntilRestart(port: Int) async throws -> Restart? {
-        let group = makeServiceGroup(port: port)
+    private func serveUntilRestart(port: Int, listeners: [Listener]) async throws -> Restart? {
+        let group = makeServiceGroup(port: port, listeners: listeners)
         let (restarts, request) = AsyncStream<Restart>.makeStream()
         restartRequest.withLockedValue { $0 = request }
         defer { restartRequest.withLockedValue { $0 = nil } }
@@ -211,7 +213,41 @@ public final class DuplexServer: Service, Sendable {
         shutdownDeadline.withLockedValue { $0 = task }
     }
 
-    private func makeServiceGroup(port: Int) -> ServiceGroup {
+    /// A listening socket: the server's own, or a TLS fault's, each with its TLS context (nil
+    /// for plain TCP).
+    struct Listener: Sendable {
+        var fault: TLSFault?
+        var tls: NIOSSLContext?
+    }
+
+    /// The listeners the configuration asks for, their TLS contexts made once (certificates
+    /// keep through restarts).
+    /// - Throws: ``DuplexServerError/invalidTLSConfiguration(_:)``.
+    func makeListeners() throws -> [Listener] {
+        guard let tls = configuration.tls else { return [Listener(fault: nil, tls: nil)] }
+        var listeners = [Listener(fault: nil, tls: try Self.context(tls.serverConfiguration()))]
+        if tls.faults {
+            guard let authority = tls.certificateAuthority else {
+                throw DuplexServerError.invalidTLSConfiguration("the TLS faults are issued by the server's own CA: make the certificate with selfSigned (--tls-self-signed)")
+            }
+            var hosts = DuplexServerTLS.defaultHosts
+            if !hosts.contains(configuration.host), !["0.0.0.0", "::"].contains(configuration.host) { hosts.append(configuration.host) }
+            for fault in TLSFault.allCases {
+                listeners.append(Listener(fault: fault, tls: try Self.context(fault.serverConfiguration(authority: authority, hosts: hosts))))
+            }
+        }
+        return listeners
+    }
+
+    private static func context(_ configuration: TLSConfiguration) throws -> NIOSSLContext {
+        do {
+            return try NIOSSLContext(configuration: configuration)
+        } catch {
+            throw DuplexServerError.invalidTLSConfiguration("the certificate and key cannot be used together: \(error)")
+        }
+    }
+
+    private func makeServiceGroup(port: Int, listeners: [Listener]) -> ServiceGroup {
         let channelConfiguration = HTTP1WebSocketUpgradeChannel.Configuration(
             http1: .init(idleTimeout: TimeAmount(configuration.idleTimeout)),
             ws: .init(
@@ -229,32 +265,64 @@ public final class DuplexServer: Service, Sendable {
             maxRequestHeadBytes: configuration.maxRequestHeadBytes,
             maxHeaderFields: configuration.maxHeaderFields
         )
-        let application = Application(
-            router: makeRouter(),
-            server: HTTPServerBuilder { responder in
-                GuardedChildChannel(
-                    base: DuplexChildChannel(responder: responder, configuration: channelConfiguration, compression: self.configuration.compression, route: self.webSocketService(for:)),
-                    limits: guardLimits,
-                    refusal: self.refusal,
-                    tracker: self.channels
-                )
-            },
-            configuration: .init(address: .hostname(configuration.host, port: port), serverName: "duplex-server"),
-            onServerRunning: { [self] channel in
-                self.didStart(port: channel.localAddress?.port ?? port)
-            },
-            logger: logger
-        )
+        let router = makeRouter()
+        // The server counts as listening once every listener does.
+        let startup = NIOLockedValueBox((waiting: listeners.count, port: port))
+        let applications: [any Service] = listeners.map { listener in
+            let fault = listener.fault
+            let listenerPort = fault.flatMap { fault in lifecycle.withLockedValue { $0.faultPorts[fault] } } ?? (fault == nil ? port : 0)
+            return Application(
+                router: router,
+                server: HTTPServerBuilder { responder in
+                    GuardedChildChannel(
+                        base: DuplexChildChannel(
+                            responder: responder,
+                            configuration: channelConfiguration,
+                            compression: self.configuration.compression,
+                            secure: listener.tls != nil,
+                            route: self.webSocketService(for:)
+                        ),
+                        limits: guardLimits,
+                        refusal: self.refusal,
+                        tracker: self.channels,
+                        tls: listener.tls
+                    )
+                },
+                configuration: .init(address: .hostname(configuration.host, port: listenerPort), serverName: "duplex-server"),
+                onServerRunning: { [self] channel in
+                    let bound = channel.localAddress?.port ?? listenerPort
+                    if let fault {
+                        lifecycle.withLockedValue { $0.faultPorts[fault] = bound }
+                    }
+                    let all: Int? = startup.withLockedValue { state in
+                        if fault == nil { state.port = bound }
+                        state.waiting -= 1
+                        return state.waiting == 0 ? state.port : nil
+                    }
+                    if let all { self.didStart(port: all) }
+                },
+                logger: logger
+            )
+        }
         // Services stop in reverse order: the coordinator closes every connection with 1001
-        // before the application is told to stop.
+        // before the applications are told to stop.
         return ServiceGroup(
             configuration: .init(
-                services: [application, ShutdownCoordinator(server: self)],
+                services: applications + [ShutdownCoordinator(server: self)],
                 gracefulShutdownSignals: [],
                 logger: logger
             )
         )
     }
+
+    /// The port of each TLS fault's listener (``DuplexServerTLS/faults``), once the server
+    /// listens; empty without them.
+    public var tlsFaultPorts: [TLSFault: Int] {
+        lifecycle.withLockedValue { $0.faultPorts }
+    }
+
+    /// The scheme the server serves: `https` with ``DuplexServerConfiguration/tls``, else `http`.
+    var scheme: String { configuration.tls == nil ? "http" : "https" }
 
     /// The port the server listens on, once it does.
     ///
@@ -292,6 +360,8 @@ public final class DuplexServer: Service, Sendable {
         var waiters: [UInt64: CheckedContinuation<Int, any Error>] = [:]
         /// The port held through a restart, until the server listens again.
         var reservation: PortReservation?
+        /// Where each TLS fault listens; kept through restarts.
+        var faultPorts: [TLSFault: Int] = [:]
     }
 
     private func didStart(port: Int) {
@@ -305,7 +375,7 @@ public final class DuplexServer: Service, Sendable {
             defer { state.waiters = [:] }
             return Array(state.waiters.values)
         }
-        logger.info("listening", metadata: ["host": "\(configuration.host)", "port": "\(port)"])
+        logger.info("listening", metadata: ["host": "\(configuration.host)", "port": "\(port)", "scheme": "\(scheme)"])
         for waiter in waiters { waiter.resume(returning: port) }
     }
 

@@ -85,6 +85,10 @@ public struct DuplexServerConfiguration: Sendable {
     /// message arrives or its first message above the threshold leaves: an idle connection
     /// pays nothing for them.
     public var compression: PerMessageDeflate?
+    /// TLS: nil (the default) serves plain HTTP and `ws://`; set, every route is served over
+    /// TLS only (`https://`, `wss://`), with client certificates and the TLS fault listeners
+    /// if it asks for them. ``DuplexServerTLS/selfSigned(hosts:)`` makes a CA and a certificate.
+    public var tls: DuplexServerTLS?
 
     /// Creates a configuration; every argument has a default.
     public init(

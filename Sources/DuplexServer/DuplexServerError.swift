@@ -1,7 +1,8 @@
-/// An error of the server's lifecycle.
+/// An error of the server's lifecycle or configuration.
 public struct DuplexServerError: Error, Hashable, Sendable, CustomStringConvertible {
     private enum Code: Hashable, Sendable {
         case stoppedBeforeListening
+        case invalidTLSConfiguration(String)
     }
 
     private let code: Code
@@ -9,9 +10,16 @@ public struct DuplexServerError: Error, Hashable, Sendable, CustomStringConverti
     /// The server stopped before it started listening.
     public static let stoppedBeforeListening = DuplexServerError(code: .stoppedBeforeListening)
 
+    /// The TLS settings cannot be used: a file that cannot be read, a PEM with no certificate or
+    /// key, a key that does not match its certificate; the reason says which.
+    public static func invalidTLSConfiguration(_ reason: String) -> DuplexServerError {
+        DuplexServerError(code: .invalidTLSConfiguration(reason))
+    }
+
     public var description: String {
         switch code {
         case .stoppedBeforeListening: "the server stopped before it started listening"
+        case .invalidTLSConfiguration(let reason): "TLS: \(reason)"
         }
     }
 }

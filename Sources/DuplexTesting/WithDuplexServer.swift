@@ -12,17 +12,25 @@ public struct RunningDuplexServer: Sendable {
     /// The port it listens on.
     public let port: Int
 
-    /// `ws://host:port/path`.
+    /// `ws://host:port/path`, or `wss://` when the server serves TLS.
     public func webSocketURL(_ path: String) -> URL {
-        url(scheme: "ws", path)
+        url(scheme: server.configuration.tls == nil ? "ws" : "wss", path)
     }
 
-    /// `http://host:port/path`.
+    /// `http://host:port/path`, or `https://` when the server serves TLS.
     public func httpURL(_ path: String) -> URL {
-        url(scheme: "http", path)
+        url(scheme: server.configuration.tls == nil ? "http" : "https", path)
     }
 
-    private func url(scheme: String, _ path: String) -> URL {
+    /// The URL of `path` on a TLS fault's listener (``DuplexServerTLS/faults``), `wss://` or
+    /// `https://`; nil when the server has no such listener.
+    public func url(for fault: TLSFault, _ path: String, webSocket: Bool) -> URL? {
+        guard let port = server.tlsFaultPorts[fault] else { return nil }
+        return url(scheme: webSocket ? "wss" : "https", path, port: port)
+    }
+
+    private func url(scheme: String, _ path: String, port: Int? = nil) -> URL {
+        let port = port ?? self.port
         let host = self.host.contains(":") ? "[\(self.host)]" : self.host
         let path = path.hasPrefix("/") ? path : "/" + path
         // The host is an IP literal or a name and the path is the caller's: both are valid in a URL.

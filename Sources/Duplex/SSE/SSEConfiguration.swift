@@ -11,6 +11,9 @@ public struct SSEConfiguration: Sendable {
     public var maxEventBytes: Int
     /// Which certificates `https://` trusts. Default: the system's roots.
     public var tlsTrust: TLSTrust
+    /// The client certificate `https://` presents when the server asks for one (mutual TLS).
+    /// Default none.
+    public var tlsIdentity: TLSIdentity? = nil
     /// How many unread events a lossless consumer stream may hold before the manager stops
     /// reading the response body (see ``StreamBuffering/lossless``); reading resumes at half.
     /// Default 65,536.

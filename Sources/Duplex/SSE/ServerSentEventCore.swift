@@ -67,7 +67,7 @@ final class ServerSentEventCore: LifecycleRunner {
         self.box = NIOLockedValueBox(state)
         do {
             var httpConfiguration = HTTPClient.Configuration(
-                tlsConfiguration: try configuration.tlsTrust.clientConfiguration(),
+                tlsConfiguration: try configuration.tlsTrust.clientConfiguration(identity: configuration.tlsIdentity),
                 redirectConfiguration: .follow(max: 5, allowCycles: false),
                 timeout: .init(connect: TimeAmount(configuration.connectTimeout), read: TimeAmount(configuration.readTimeout))
             )
@@ -289,8 +289,8 @@ final class ServerSentEventCore: LifecycleRunner {
             return SSEError(.readTimeout, "no bytes arrived within the read timeout")
         case let error as HTTPClientError where error == .connectTimeout || error == .deadlineExceeded:
             return SSEError(.connectionFailed, "the connection timed out")
-        case is NIOSSLError, is BoringSSLError:
-            return SSEError(.tlsFailed, "TLS failed: \(error)")
+        case _ where TLSDiagnosis.cause(of: error, peer: nil) != nil:
+            return SSEError(.tlsFailed, "TLS with \(target) failed: \(TLSDiagnosis.cause(of: error, peer: nil) ?? "")")
         case is IOError, is NIOConnectionError:
             return SSEError(.connectionFailed, "could not connect to \(target): \(SystemErrorText.describe(error))")
         default:

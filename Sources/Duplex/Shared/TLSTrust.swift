@@ -39,10 +39,12 @@ public struct TLSTrust: Sendable, Hashable {
 }
 
 extension TLSTrust {
-    /// The NIOSSL client configuration for this trust.
+    /// The NIOSSL client configuration for this trust, presenting `identity` when the server
+    /// asks for a client certificate.
     /// - Throws: ``WebSocketError`` with code ``WebSocketError/Code/tlsFailed`` for an unreadable CA.
-    func clientConfiguration() throws -> TLSConfiguration {
+    func clientConfiguration(identity: TLSIdentity? = nil) throws -> TLSConfiguration {
         var tls = TLSConfiguration.makeClientConfiguration()
+        try identity?.apply(to: &tls)
         switch value {
         case .systemRoots:
             break
@@ -59,5 +61,48 @@ extension TLSTrust {
             tls.certificateVerification = .none
         }
         return tls
+    }
+}
+
+/// A client certificate and its private key, presented when a server asks for one (mutual
+/// TLS): set ``WebSocketConfiguration/tlsIdentity`` or ``SSEConfiguration/tlsIdentity``.
+///
+/// ```swift
+/// configuration.tlsIdentity = try .pemFiles(certificateChain: "client.pem", privateKey: "client-key.pem")
+/// ```
+public struct TLSIdentity: Sendable, Hashable {
+    let certificateChainPEM: String
+    let privateKeyPEM: String
+
+    /// The certificate (followed by any intermediates) and its key, PEM.
+    public static func pem(certificateChain: String, privateKey: String) -> TLSIdentity {
+        TLSIdentity(certificateChainPEM: certificateChain, privateKeyPEM: privateKey)
+    }
+
+    /// Like ``pem(certificateChain:privateKey:)``, reading both from files.
+    /// - Throws: when a file cannot be read.
+    public static func pemFiles(certificateChain: String, privateKey: String) throws -> TLSIdentity {
+        .pem(certificateChain: try String(contentsOfFile: certificateChain, encoding: .utf8), privateKey: try String(contentsOfFile: privateKey, encoding: .utf8))
+    }
+
+    /// Puts the identity into a NIOSSL client configuration.
+    /// - Throws: ``WebSocketError`` with code ``WebSocketError/Code/tlsFailed`` for a PEM that
+    ///   holds no certificate or no readable key.
+    func apply(to tls: inout TLSConfiguration) throws {
+        let chain: [NIOSSLCertificate]
+        let key: NIOSSLPrivateKey
+        do {
+            chain = try NIOSSLCertificate.fromPEMBytes(Array(certificateChainPEM.utf8))
+        } catch {
+            throw WebSocketError(.tlsFailed, "the client certificate PEM could not be read: \(error)")
+        }
+        guard !chain.isEmpty else { throw WebSocketError(.tlsFailed, "the client certificate PEM holds no certificate") }
+        do {
+            key = try NIOSSLPrivateKey(bytes: Array(privateKeyPEM.utf8), format: .pem)
+        } catch {
+            throw WebSocketError(.tlsFailed, "the client private key PEM could not be read: \(error)")
+        }
+        tls.certificateChain = chain.map { .certificate($0) }
+        tls.privateKey = .privateKey(key)
     }
 }

@@ -27,9 +27,10 @@ struct NIOWebSocketTransport: WebSocketTransport {
         delegate: any WebSocketTransportDelegate
     ) async throws -> any WebSocketTransportConnection {
         let endpoint = try request.endpoint()
-        let sslContext = try endpoint.secure ? Self.makeSSLContext(configuration.tlsTrust) : nil
+        let sslContext = try endpoint.secure ? Self.makeSSLContext(configuration.tlsTrust, identity: configuration.tlsIdentity) : nil
         let deadline = NIODeadline.now() + TimeAmount(configuration.connectTimeout)
         let timedOut = NIOLockedValueBox(false)
+        let peerRecorder = endpoint.secure ? TLSPeerRecorder() : nil
         let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connectTimeout(TimeAmount(configuration.connectTimeout))
             .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
@@ -44,6 +45,7 @@ struct NIOWebSocketTransport: WebSocketTransport {
                         request: request,
                         configuration: configuration,
                         sslContext: sslContext,
+                        peerRecorder: peerRecorder,
                         deadline: deadline,
                         timedOut: timedOut,
                         delegate: delegate
@@ -55,7 +57,7 @@ struct NIOWebSocketTransport: WebSocketTransport {
             if timedOut.withLockedValue({ $0 }) {
                 throw WebSocketError(.connectTimeout, "the handshake with \(endpoint.host):\(endpoint.port) did not finish within \(configuration.connectTimeout)")
             }
-            throw Self.describe(error, endpoint: endpoint, timeout: configuration.connectTimeout)
+            throw Self.describe(error, endpoint: endpoint, timeout: configuration.connectTimeout, peer: peerRecorder?.peer)
         }
         switch result {
         case .upgraded(let connection):
@@ -72,6 +74,7 @@ struct NIOWebSocketTransport: WebSocketTransport {
         request: WebSocketRequest,
         configuration: WebSocketConfiguration,
         sslContext: NIOSSLContext?,
+        peerRecorder: TLSPeerRecorder?,
         deadline: NIODeadline,
         timedOut: NIOLockedValueBox<Bool>,
         delegate: any WebSocketTransportDelegate
@@ -79,6 +82,7 @@ struct NIOWebSocketTransport: WebSocketTransport {
         if let sslContext {
             let serverName = endpoint.host.isIPAddress ? nil : endpoint.host
             try channel.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverName))
+            if let peerRecorder { try channel.pipeline.syncOperations.addHandler(peerRecorder) }
         }
         let statusRecorder = ResponseStatusRecorder()
         let offered = request.protocols
@@ -171,8 +175,8 @@ struct NIOWebSocketTransport: WebSocketTransport {
         return .init(low: min(max(configuration.sendBufferLowWatermark, 1), high), high: high)
     }
 
-    static func makeSSLContext(_ trust: TLSTrust) throws -> NIOSSLContext {
-        let configuration = try trust.clientConfiguration()
+    static func makeSSLContext(_ trust: TLSTrust, identity: TLSIdentity?) throws -> NIOSSLContext {
+        let configuration = try trust.clientConfiguration(identity: identity)
         do {
             return try NIOSSLContext(configuration: configuration)
         } catch {
@@ -180,15 +184,16 @@ struct NIOWebSocketTransport: WebSocketTransport {
         }
     }
 
-    private static func describe(_ error: any Error, endpoint: WebSocketRequest.Endpoint, timeout: Duration) -> WebSocketError {
+    private static func describe(_ error: any Error, endpoint: WebSocketRequest.Endpoint, timeout: Duration, peer: NIOSSLCertificate?) -> WebSocketError {
         let target = "\(endpoint.host):\(endpoint.port)"
+        if let cause = TLSDiagnosis.cause(of: error, peer: peer) {
+            return WebSocketError(.tlsFailed, "TLS with \(target) failed: \(cause)")
+        }
         switch error {
         case let error as WebSocketError:
             return error
         case ChannelError.connectTimeout:
             return WebSocketError(.connectTimeout, "no connection to \(target) within \(timeout)")
-        case is NIOSSLError, is BoringSSLError:
-            return WebSocketError(.tlsFailed, "TLS with \(target) failed: \(error)")
         case let error as NIOHTTPClientUpgradeError where error == .upgraderDeniedUpgrade:
             return WebSocketError(.handshakeFailed, "\(target) answered with a wrong Sec-WebSocket-Accept: it did not prove it read the handshake")
         case let error as NIOHTTPClientUpgradeError:

@@ -25,6 +25,9 @@ struct URLSessionTransport: WebSocketTransport {
         if case .certificateAuthority = configuration.tlsTrust.value {
             throw WebSocketError(.tlsFailed, "the URLSession transport trusts only the system's roots; use the NIO transport for a custom CA")
         }
+        if configuration.tlsIdentity != nil {
+            throw WebSocketError(.tlsFailed, "the URLSession transport presents no client certificate; use the NIO transport for mutual TLS")
+        }
         let seconds = Double(configuration.connectTimeout.components.seconds) + Double(configuration.connectTimeout.components.attoseconds) / 1e18
         var urlRequest = URLRequest(url: request.url, timeoutInterval: seconds)
         for (name, value) in request.additionalHeaders { urlRequest.setValue(value, forHTTPHeaderField: name) }

@@ -27,6 +27,9 @@ public struct WebSocketConfiguration: Sendable {
     public var closeTimeout: Duration
     /// Which certificates `wss://` trusts. Default: the system's roots.
     public var tlsTrust: TLSTrust
+    /// The client certificate `wss://` presents when the server asks for one (mutual TLS).
+    /// Default none.
+    public var tlsIdentity: TLSIdentity? = nil
     /// How many unread elements a lossless consumer stream may hold before the socket stops
     /// reading from the network (see ``StreamBuffering/lossless``); reading resumes at half.
     /// Default 65,536.

@@ -50,13 +50,17 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
     let configuration: HTTP1WebSocketUpgradeChannel.Configuration
     /// The server's permessage-deflate settings; nil declines every offer.
     let compression: PerMessageDeflate?
+    /// Whether the connection is over TLS (requests are `https`).
+    let secure: Bool
 
     init(
         responder: @escaping HTTPChannelHandler.Responder,
         configuration: HTTP1WebSocketUpgradeChannel.Configuration,
         compression: PerMessageDeflate?,
+        secure: Bool,
         route: @escaping Router
     ) {
+        self.secure = secure
         self.responder = Self.upgradeRedirecting(responder)
         self.configuration = configuration
         self.compression = compression
@@ -70,6 +74,7 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
             let configuration = self.configuration
             let compression = self.compression
             let route = self.route
+            let secure = self.secure
             let upgrader = NIOTypedWebSocketServerUpgrader<UpgradeResult>(
                 maxFrameSize: configuration.ws.maxFrameSize,
                 // Frames the decoder refuses are answered by the connection's handler, once
@@ -79,7 +84,7 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
                     upgradeAttempted.value = true
                     let request: Request
                     do {
-                        request = Request(head: try HTTPRequest(head, secure: false, splitCookie: false), body: .init(buffer: .init()))
+                        request = Request(head: try HTTPRequest(head, secure: secure, splitCookie: false), body: .init(buffer: .init()))
                     } catch {
                         return channel.eventLoop.makeFailedFuture(error)
                     }
@@ -108,7 +113,7 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
                 upgraders: [upgrader],
                 notUpgradingCompletionHandler: { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        try channel.pipeline.syncOperations.addHandler(HTTP1ToHTTPServerCodec(secure: false))
+                        try channel.pipeline.syncOperations.addHandler(HTTP1ToHTTPServerCodec(secure: secure))
                         try channel.pipeline.syncOperations.addHandlers(configuration.http1.additionalChannelHandlers())
                         try channel.pipeline.syncOperations.addHandler(
                             HTTPConnectionStateHandler(idleTimeout: configuration.http1.idleTimeout.map { .init($0) }, logger: logger)

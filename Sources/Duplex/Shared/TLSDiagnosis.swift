@@ -1,0 +1,118 @@
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOSSL
+
+/// Says why a TLS handshake failed in words a user acts on: the certificate expired or is not
+/// valid yet, is self-signed, was issued by a CA that is not trusted (or the server left out an
+/// intermediate), is for another host, the server requires a client certificate, or no TLS
+/// version is shared. BoringSSL decides; this only names what it refused, reading the peer's
+/// certificate when the handshake got that far.
+enum TLSDiagnosis {
+    /// The cause of `error`, or nil when it is not a TLS failure.
+    static func cause(of error: any Error, peer: NIOSSLCertificate?, now: Date = Date()) -> String? {
+        switch error {
+        case let error as NIOSSLExtraError where error == .failedToValidateHostname:
+            let names = peer.map { certificate in
+                certificate._subjectAlternativeNames().compactMap { name -> String? in
+                    name.nameType == .dnsName ? String(decoding: name.contents, as: UTF8.self) : nil
+                }
+            }
+            let shown = names.map { $0.isEmpty ? "" : " (its DNS names: \($0.joined(separator: ", ")))" } ?? ""
+            return "host-name mismatch: the server's certificate is not for this host\(shown)"
+        case is NIOSSLExtraError, is NIOSSLError, is BoringSSLError:
+            let text = String(describing: error)
+            if text.contains("CERTIFICATE_REQUIRED") {
+                return "certificate required: the server asks for a client certificate and none it accepts was given"
+            }
+            if text.contains("PROTOCOL_VERSION") || text.contains("UNSUPPORTED_PROTOCOL") {
+                return "no TLS version in common with the server"
+            }
+            if text.contains("CERTIFICATE_VERIFY_FAILED") {
+                return verificationCause(peer: peer, now: now)
+            }
+            if text.contains("BAD_CERTIFICATE") || text.contains("UNKNOWN_CA") || text.contains("CERTIFICATE_UNKNOWN") {
+                return "the server refused the client certificate (bad certificate, or issued by a CA it does not trust)"
+            }
+            return "handshake failed: \(text)"
+        default:
+            return nil
+        }
+    }
+
+    private static func verificationCause(peer: NIOSSLCertificate?, now: Date) -> String {
+        guard let peer else { return "the server's certificate could not be verified" }
+        let formatter = ISO8601DateFormatter()
+        let notAfter = Date(timeIntervalSince1970: TimeInterval(peer.notValidAfter))
+        let notBefore = Date(timeIntervalSince1970: TimeInterval(peer.notValidBefore))
+        if now > notAfter { return "certificate expired: the server's certificate was valid until \(formatter.string(from: notAfter))" }
+        if now < notBefore { return "certificate not yet valid: the server's certificate is valid from \(formatter.string(from: notBefore))" }
+        if let der = try? peer.toDERBytes(), DERCertificateNames.isSelfIssued(der) {
+            return "self-signed certificate: the server's certificate is signed by its own key, by no CA you trust"
+        }
+        return "unknown CA: the server's certificate was not issued by a CA you trust, or the server left out an intermediate certificate"
+    }
+}
+
+/// Just enough DER to compare a certificate's issuer and subject names.
+enum DERCertificateNames {
+    /// Whether the certificate's issuer and subject are the same name (a self-issued certificate).
+    static func isSelfIssued(_ der: [UInt8]) -> Bool {
+        // Certificate ::= SEQUENCE { tbsCertificate SEQUENCE { [0] version?, serial, signature,
+        // issuer, validity, subject, ... } ... }
+        guard let certificate = element(der, at: 0), der[certificate.start - certificate.headerLength] == 0x30,
+            let tbs = element(der, at: certificate.start), der[tbs.start - tbs.headerLength] == 0x30
+        else { return false }
+        var offset = tbs.start
+        var fields: [Range<Int>] = []
+        while offset < tbs.end, fields.count < 6, let field = element(der, at: offset) {
+            let tag = der[offset]
+            if fields.isEmpty, tag == 0xA0 {
+                offset = field.end  // the version
+                continue
+            }
+            fields.append(offset..<field.end)
+            offset = field.end
+        }
+        // serial, signature, issuer, validity, subject
+        guard fields.count >= 5 else { return false }
+        return der[fields[2]] == der[fields[4]]
+    }
+
+    /// The element whose tag is at `offset`: where its contents start and end.
+    private static func element(_ der: [UInt8], at offset: Int) -> (start: Int, end: Int, headerLength: Int)? {
+        guard offset + 1 < der.count else { return nil }
+        var index = offset + 1
+        let first = der[index]
+        index += 1
+        var length = 0
+        if first < 0x80 {
+            length = Int(first)
+        } else {
+            let count = Int(first & 0x7F)
+            guard count >= 1, count <= 4, index + count <= der.count else { return nil }
+            for byte in der[index..<(index + count)] { length = length << 8 | Int(byte) }
+            index += count
+        }
+        guard index + length <= der.count else { return nil }
+        return (index, index + length, index - offset)
+    }
+}
+
+/// Keeps the certificate the server presented, when a TLS handshake fails, so that the error
+/// can say what was wrong with it.
+final class TLSPeerRecorder: ChannelInboundHandler, Sendable {
+    typealias InboundIn = NIOAny
+
+    private let box = NIOLockedValueBox<NIOSSLCertificate?>(nil)
+
+    var peer: NIOSSLCertificate? { box.withLockedValue { $0 } }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if let handler = try? context.pipeline.syncOperations.handler(type: NIOSSLClientHandler.self) {
+            let certificate = handler.peerCertificate
+            box.withLockedValue { $0 = certificate }
+        }
+        context.fireErrorCaught(error)
+    }
+}
