@@ -22,7 +22,7 @@ public struct RunningDuplexServer: Sendable {
         url(scheme: server.configuration.tls == nil ? "http" : "https", path)
     }
 
-    /// The URL of `path` on a TLS fault's listener (``DuplexServerTLS/faults``), `wss://` or
+    /// The URL of `path` on a TLS fault's listener (`DuplexServerTLS.faults`), `wss://` or
     /// `https://`; nil when the server has no such listener.
     public func url(for fault: TLSFault, _ path: String, webSocket: Bool) -> URL? {
         guard let port = server.tlsFaultPorts[fault] else { return nil }

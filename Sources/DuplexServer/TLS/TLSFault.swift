@@ -4,7 +4,7 @@ import NIOSSL
 /// A TLS listener that is wrong in one way, like badssl.com's hosts but on loopback and for
 /// WebSocket and SSE too. With ``DuplexServerTLS/faults`` on, the server opens one listener per
 /// fault, each serving every route; `GET /tls-faults` answers a JSON object from each fault's
-/// ``rawValue`` to its base URL. Each certificate is issued by the server's own
+/// `rawValue` to its base URL. Each certificate is issued by the server's own
 /// ``DuplexServerTLS/certificateAuthority`` unless the fault says otherwise, so a client that
 /// trusts that CA sees exactly one thing wrong.
 public enum TLSFault: String, CaseIterable, Sendable, Codable {

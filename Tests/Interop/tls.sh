@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# The TLS testbed against third-party peers: curl and Python's ssl and websockets against the
+# --tls-self-signed listener and every --tls-faults listener (each fault must fail for them with
+# its verification error, and succeed where it should), and the duplex CLI against the same
+# (exit status 5 and the fault's cause; a client certificate through client-certificate-required).
+# Usage: Tests/Interop/tls.sh PATH/TO/BIN-DIR (holding duplex-server and duplex)
+set -euo pipefail
+bin=${1:?usage: tls.sh PATH/TO/BIN-DIR}
+work=$(mktemp -d)
+pid=""
+cleanup() { [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$bin/duplex-server" --port 0 --log-level warning --tls-self-signed --tls-faults --tls-directory "$work/tls" >"$work/out" 2>"$work/err" &
+pid=$!
+for _ in $(seq 1 100); do
+    grep -q "listening on" "$work/out" && break
+    kill -0 "$pid" 2>/dev/null || fail "duplex-server exited: $(cat "$work/err")"
+    sleep 0.1
+done
+line=$(head -n 1 "$work/out")
+[[ "$line" =~ ^duplex-server\ listening\ on\ https://127\.0\.0\.1:([0-9]+)\ \(CA:\ (.+)\)$ ]] || fail "listening line: '$line'"
+port=${BASH_REMATCH[1]}
+ca=${BASH_REMATCH[2]}
+[ -s "$ca" ] && [ -s "$work/tls/client.pem" ] && [ -s "$work/tls/client-key.pem" ] || fail "the CA or the client certificate was not written"
+echo "TLS listener on $port, CA $ca"
+
+# The main listener: curl, Python websockets and the CLI, trusting the CA.
+[ "$(curl -sS --cacert "$ca" "https://127.0.0.1:$port/health" | head -c 15)" = '{"status":"ok",' ] || fail "curl https /health"
+[ "$(curl -sS --cacert "$ca" -N --max-time 5 "https://localhost:$port/events?interval=50" 2>/dev/null | grep -m1 '^event: ')" = "event: tick" ] || fail "curl https SSE"
+[ "$("$bin/duplex" echo "wss://127.0.0.1:$port/echo" --ca "$ca" hi)" = "hi" ] || fail "duplex echo over wss"
+curl -sS --cacert "$ca" "https://127.0.0.1:$port/tls-faults" >"$work/faults.json"
+
+python3 - "$ca" "$port" "$work/faults.json" "$work/tls" <<'PY' || fail "Python ssl/websockets against the TLS listeners (above)"
+import asyncio, json, socket, ssl, sys
+from urllib.parse import urlparse
+import websockets
+ca, port, faults_file, tls_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+faults = json.load(open(faults_file))
+def context(client_cert=False):
+    ctx = ssl.create_default_context(cafile=ca)
+    if client_cert:
+        ctx.load_cert_chain(f"{tls_dir}/client.pem", f"{tls_dir}/client-key.pem")
+    return ctx
+async def echo(url, ctx):
+    async with websockets.connect(url, ssl=ctx, open_timeout=10) as ws:
+        await ws.send("over tls")
+        return await asyncio.wait_for(ws.recv(), 10)
+async def main():
+    assert await echo(f"wss://127.0.0.1:{port}/echo", context()) == "over tls"
+    # OpenSSL's verification message for each fault, as Python reports it.
+    expected = {
+        "expired": "certificate has expired",
+        "not-yet-valid": "certificate is not yet valid",
+        "wrong-host": "IP address mismatch",
+        "self-signed": "self-signed certificate",
+        "untrusted-root": "self-signed certificate in certificate chain",
+        "incomplete-chain": "unable to get local issuer certificate",
+    }
+    for fault, words in expected.items():
+        url = faults[fault].replace("https://", "wss://") + "/echo"
+        try:
+            await echo(url, context())
+        except Exception as error:  # ssl.SSLCertVerificationError, ssl.SSLError, or websockets' wrapper
+            text = f"{error!r} {getattr(error, 'verify_message', '')}"
+            assert words.lower() in text.lower(), f"{fault}: {text}"
+            print(f"python {fault}: refused ({words})")
+        else:
+            raise AssertionError(f"{fault}: Python connected")
+    assert await echo(faults["tls12-only"].replace("https://", "wss://") + "/echo", context()) == "over tls"
+    strict = context()
+    strict.minimum_version = ssl.TLSVersion.TLSv1_3
+    try:
+        await echo(faults["tls12-only"].replace("https://", "wss://") + "/echo", strict)
+        raise AssertionError("tls12-only: a TLS 1.3-only client connected")
+    except ssl.SSLError as error:
+        print(f"python tls12-only with TLS 1.3 required: refused ({error.reason})")
+    # TLS 1.3 sends certificate_required after the handshake, which asyncio reports as an EOF:
+    # read it with a plain ssl socket, where the alert is raised.
+    target = urlparse(faults["client-certificate-required"])
+    with socket.create_connection((target.hostname, target.port), timeout=10) as raw:
+        with context().wrap_socket(raw, server_hostname=target.hostname) as tls:
+            try:
+                tls.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                tls.recv(100)
+                raise AssertionError("client-certificate-required: served without a client certificate")
+            except ssl.SSLError as error:
+                assert "CERTIFICATE_REQUIRED" in str(error), f"client-certificate-required: {error!r}"
+                print(f"python client-certificate-required: refused ({error.reason})")
+    assert await echo(faults["client-certificate-required"].replace("https://", "wss://") + "/echo", context(client_cert=True)) == "over tls"
+    print("python: every listener as expected")
+asyncio.run(main())
+PY
+
+# curl and the duplex CLI against every fault.
+check() {  # fault, curl's exit status, words in curl's error, words in duplex's error
+    local url
+    url=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$work/faults.json" "$1")
+    set +e
+    curl -sS --max-time 10 --cacert "$ca" "$url/health" >"$work/curl.out" 2>"$work/curl.err"
+    local curl_status=$?
+    "$bin/duplex" echo "${url/https:/wss:}/echo" --ca "$ca" hi >"$work/duplex.out" 2>"$work/duplex.err"
+    local duplex_status=$?
+    set -e
+    [ "$curl_status" = "$2" ] || fail "$1: curl exited $curl_status, not $2: $(cat "$work/curl.err")"
+    grep -qi "$3" "$work/curl.err" || fail "$1: curl said '$(cat "$work/curl.err")', not '$3'"
+    [ "$duplex_status" = 5 ] || fail "$1: duplex exited $duplex_status, not 5: $(cat "$work/duplex.err")"
+    grep -q "$4" "$work/duplex.err" || fail "$1: duplex said '$(cat "$work/duplex.err")', not '$4'"
+    echo "$1: curl ($2, $3) and duplex (5, $4)"
+}
+check expired 60 "certificate has expired" "certificate expired"
+check not-yet-valid 60 "not yet valid" "certificate not yet valid"
+check wrong-host 60 "no alternative certificate subject name matches" "host-name mismatch"
+check self-signed 60 "self-signed certificate" "self-signed certificate"
+check untrusted-root 60 "self-signed certificate in certificate chain" "unknown CA"
+check incomplete-chain 60 "unable to get local issuer certificate" "unknown CA"
+check client-certificate-required 56 "certificate required" "certificate required"
+tls12=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['tls12-only'])" "$work/faults.json")
+[ "$("$bin/duplex" echo "${tls12/https:/wss:}/echo" --ca "$ca" hi)" = "hi" ] || fail "duplex through tls12-only"
+mutual=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['client-certificate-required'])" "$work/faults.json")
+[ "$("$bin/duplex" echo "${mutual/https:/wss:}/echo" --ca "$ca" --cert "$work/tls/client.pem" --key "$work/tls/client-key.pem" hi)" = "hi" ] \
+    || fail "duplex with a client certificate through client-certificate-required"
+[ "$(curl -sS --cacert "$ca" --cert "$work/tls/client.pem" --key "$work/tls/client-key.pem" "$mutual/health" | head -c 15)" = '{"status":"ok",' ] \
+    || fail "curl with a client certificate through client-certificate-required"
+"$bin/duplex" listen "$mutual/events?interval=50" --ca "$ca" --cert "$work/tls/client.pem" --key "$work/tls/client-key.pem" --max-events 1 | grep -q '^tick ' \
+    || fail "duplex listen with a client certificate"
+
+kill -TERM "$pid"
+for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+wait "$pid" && status=0 || status=$?
+pid=""
+[ "$status" -eq 0 ] || fail "duplex-server exited $status after SIGTERM"
+echo "tls interop: all checks passed"
