@@ -14,6 +14,11 @@ struct ConnectionOptions: ParsableArguments {
     @Option(help: ArgumentHelp("Trust the CA certificate(s) in this PEM file for wss:// and https://.", valueName: "file"))
     var ca: String?
 
+    @Option(
+        name: .customLong("pinnedpubkey"),
+        help: ArgumentHelp("Also require the server's public key to be one of these (curl's spelling: sha256//BASE64[;sha256//BASE64...]); wss:// only.", valueName: "pins"))
+    var pinnedPublicKey: String?
+
     @Option(help: ArgumentHelp("Present the client certificate (and any intermediates) in this PEM file when the server asks for one (mutual TLS); needs --key.", valueName: "file"))
     var cert: String?
 
@@ -27,6 +32,7 @@ struct ConnectionOptions: ParsableArguments {
         guard connectTimeout > 0, connectTimeout <= 86_400 else { throw ValidationError("--connect-timeout must be from 0 to 86400 seconds") }
         guard !(insecure && ca != nil) else { throw ValidationError("--insecure and --ca exclude each other") }
         guard (cert == nil) == (key == nil) else { throw ValidationError("--cert and --key go together") }
+        guard !(insecure && pinnedPublicKey != nil) else { throw ValidationError("--pinnedpubkey adds to verification, which --insecure turns off: use --ca with it") }
         _ = try headerFields()
     }
 
@@ -52,15 +58,16 @@ struct ConnectionOptions: ParsableArguments {
 
     /// The TLS trust the options ask for.
     func tlsTrust() throws -> TLSTrust {
+        let pins = pinnedPublicKey.map { [$0] } ?? []
         if insecure { return .insecureAcceptAnyCertificate }
         if let ca {
             do {
-                return try .certificateAuthority(pemFile: ca)
+                return try TLSTrust.certificateAuthority(pemFile: ca).pinning(publicKeySHA256: pins)
             } catch {
                 throw Failure(.tls, "cannot read the CA file \(ca): \(error)")
             }
         }
-        return .systemRoots
+        return TLSTrust.systemRoots.pinning(publicKeySHA256: pins)
     }
 
     /// `configuration` with the options' TLS trust and client certificate.

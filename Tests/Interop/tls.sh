@@ -32,6 +32,19 @@ echo "TLS listener on $port, CA $ca"
 [ "$("$bin/duplex" echo "wss://127.0.0.1:$port/echo" --ca "$ca" hi)" = "hi" ] || fail "duplex echo over wss"
 curl -sS --cacert "$ca" "https://127.0.0.1:$port/tls-faults" >"$work/faults.json"
 
+# Public-key pinning: a wrong pin exits 5 naming the server's key; that key, as curl checks it
+# too, connects.
+wrong="sha256//$(printf 'x%.0s' $(seq 1 32) | openssl dgst -sha256 -binary | base64)"
+set +e
+"$bin/duplex" echo "wss://127.0.0.1:$port/echo" --ca "$ca" --pinnedpubkey "$wrong" hi >/dev/null 2>"$work/pin.err"
+pin_status=$?
+set -e
+[ "$pin_status" = 5 ] && grep -q "pin mismatch" "$work/pin.err" || fail "a wrong pin: exit $pin_status, $(cat "$work/pin.err")"
+actual=$(grep -o 'sha256//[A-Za-z0-9+/=]*' "$work/pin.err" | head -1)
+curl -sS --cacert "$ca" --pinnedpubkey "$actual" "https://127.0.0.1:$port/health" >/dev/null || fail "curl refused the pin duplex reported ($actual)"
+[ "$("$bin/duplex" echo "wss://127.0.0.1:$port/echo" --ca "$ca" --pinnedpubkey "$wrong;$actual" hi)" = "hi" ] || fail "duplex with the right pin"
+echo "pinning: $actual (curl agrees)"
+
 python3 - "$ca" "$port" "$work/faults.json" "$work/tls" <<'PY' || fail "Python ssl/websockets against the TLS listeners (above)"
 import asyncio, json, socket, ssl, sys
 from urllib.parse import urlparse

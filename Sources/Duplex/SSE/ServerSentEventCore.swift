@@ -67,7 +67,7 @@ final class ServerSentEventCore: LifecycleRunner {
         self.box = NIOLockedValueBox(state)
         do {
             var httpConfiguration = HTTPClient.Configuration(
-                tlsConfiguration: try configuration.tlsTrust.clientConfiguration(identity: configuration.tlsIdentity),
+                tlsConfiguration: try configuration.tlsTrust.sseClientConfiguration(identity: configuration.tlsIdentity),
                 redirectConfiguration: .follow(max: 5, allowCycles: false),
                 timeout: .init(connect: TimeAmount(configuration.connectTimeout), read: TimeAmount(configuration.readTimeout))
             )

@@ -1,7 +1,9 @@
+import Crypto
 import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOSSL
+import NIOTLS
 
 /// Says why a TLS handshake failed in words a user acts on: the certificate expired or is not
 /// valid yet, is self-signed, was issued by a CA that is not trusted (or the server left out an
@@ -99,20 +101,77 @@ enum DERCertificateNames {
     }
 }
 
-/// Keeps the certificate the server presented, when a TLS handshake fails, so that the error
-/// can say what was wrong with it.
-final class TLSPeerRecorder: ChannelInboundHandler, Sendable {
+/// Holds a `wss://` connection until TLS is established: then checks the server's public key
+/// against the pins, if any (after NIOSSL verified the chain and host name: pins add to that,
+/// never replace it), and lets the HTTP request go. When the handshake fails, it keeps the
+/// certificate the server presented, so that the error can say what was wrong with it.
+final class TLSGate: ChannelInboundHandler, RemovableChannelHandler, Sendable {
     typealias InboundIn = NIOAny
 
-    private let box = NIOLockedValueBox<NIOSSLCertificate?>(nil)
+    private let pins: Set<String>
+    private let state = NIOLockedValueBox<(peer: NIOSSLCertificate?, promise: EventLoopPromise<Void>?)>((nil, nil))
 
-    var peer: NIOSSLCertificate? { box.withLockedValue { $0 } }
+    init(pins: Set<String>) {
+        self.pins = pins
+    }
+
+    /// The certificate of a server whose handshake failed, when it got that far.
+    var peer: NIOSSLCertificate? { state.withLockedValue { $0.peer } }
+
+    /// Succeeds once TLS is established and the pins hold; fails with the handshake's error.
+    func established(on eventLoop: any EventLoop) -> EventLoopFuture<Void> {
+        let promise = eventLoop.makePromise(of: Void.self)
+        state.withLockedValue { $0.promise = promise }
+        return promise.futureResult
+    }
+
+    private func finish(_ result: Result<Void, any Error>) {
+        let promise = state.withLockedValue { state in
+            defer { state.promise = nil }
+            return state.promise
+        }
+        promise?.completeWith(result)
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        guard let tlsEvent = event as? TLSUserEvent, case .handshakeCompleted = tlsEvent else {
+            return context.fireUserInboundEventTriggered(event)
+        }
+        if !pins.isEmpty {
+            let certificate = try? context.pipeline.syncOperations.handler(type: NIOSSLClientHandler.self).peerCertificate
+            let actual = certificate.flatMap { try? PublicKeyPin.sha256($0) }
+            guard let actual, pins.contains(actual) else {
+                let shown = actual.map { "sha256//\($0)" } ?? "unreadable"
+                finish(.failure(WebSocketError(.tlsFailed, "pin mismatch: the server's public key (\(shown)) is none of the pinned keys")))
+                context.close(promise: nil)
+                return
+            }
+        }
+        context.fireUserInboundEventTriggered(event)
+        context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
+        finish(.success(()))
+    }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         if let handler = try? context.pipeline.syncOperations.handler(type: NIOSSLClientHandler.self) {
             let certificate = handler.peerCertificate
-            box.withLockedValue { $0 = certificate }
+            state.withLockedValue { $0.peer = certificate }
         }
+        finish(.failure(error))
         context.fireErrorCaught(error)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        finish(.failure(ChannelError.eof))
+        context.fireChannelInactive()
+    }
+}
+
+/// The SHA-256 of a certificate's SubjectPublicKeyInfo, base64: what a pin names (curl's
+/// `--pinnedpubkey sha256//…`, HPKP's pin-sha256).
+enum PublicKeyPin {
+    static func sha256(_ certificate: NIOSSLCertificate) throws -> String {
+        let spki = try certificate.extractPublicKey().toSPKIBytes()
+        return Data(SHA256.hash(data: spki)).base64EncodedString()
     }
 }

@@ -8,6 +8,7 @@ import NIOSSL
 /// .certificateAuthority(pem: caPEM)                       // your own CA, or a self-signed certificate
 /// try .certificateAuthority(pemFile: "/path/to/ca.pem")
 /// .insecureAcceptAnyCertificate                           // no verification at all: local tests only
+/// .systemRoots.pinning(publicKeySHA256: ["sha256//Ma1S…="])  // and the server's key must be one of these
 /// ```
 public struct TLSTrust: Sendable, Hashable {
     enum Value: Sendable, Hashable {
@@ -17,9 +18,27 @@ public struct TLSTrust: Sendable, Hashable {
     }
 
     let value: Value
+    /// The SHA-256 digests (base64) of the SubjectPublicKeyInfo of the keys a server may present.
+    var pins: Set<String> = []
 
     /// The operating system's trusted roots.
     public static let systemRoots = TLSTrust(value: .systemRoots)
+
+    /// This trust, and the server's public key must also be one of `pins`: the base64 SHA-256 of
+    /// its SubjectPublicKeyInfo, as curl's `--pinnedpubkey` takes them (`sha256//` in front is
+    /// optional; separate several with `;` or pass several). Pins add to the chain and host-name
+    /// checks, never replace them; list the next key too, before you rotate to it. A mismatch
+    /// fails the connection with ``WebSocketError/Code/tlsFailed`` (`pin mismatch`) before any
+    /// request is sent. Over SSE (AsyncHTTPClient), pins are refused with a clear error: it
+    /// does not show the server's key to the caller.
+    public func pinning(publicKeySHA256 pins: [String]) -> TLSTrust {
+        var trust = self
+        for pin in pins.flatMap({ $0.split(separator: ";") }) {
+            let trimmed = pin.trimmingCharacters(in: .whitespaces)
+            trust.pins.insert(trimmed.hasPrefix("sha256//") ? String(trimmed.dropFirst("sha256//".count)) : trimmed)
+        }
+        return trust
+    }
 
     /// Only certificates issued by the CA certificates in `pem` (one or more PEM blocks). A
     /// self-signed server certificate can be trusted this way by passing that certificate.
@@ -39,12 +58,24 @@ public struct TLSTrust: Sendable, Hashable {
 }
 
 extension TLSTrust {
+    /// The configuration for AsyncHTTPClient (SSE), which has no hook to check a pin.
+    /// - Throws: ``WebSocketError`` with code ``WebSocketError/Code/tlsFailed`` when pins are set.
+    func sseClientConfiguration(identity: TLSIdentity?) throws -> TLSConfiguration {
+        guard pins.isEmpty else {
+            throw WebSocketError(.tlsFailed, "public-key pinning is not available for SSE: AsyncHTTPClient does not show the server's key; trust a CA of your own (certificateAuthority) instead")
+        }
+        return try clientConfiguration(identity: identity)
+    }
+
     /// The NIOSSL client configuration for this trust, presenting `identity` when the server
     /// asks for a client certificate.
     /// - Throws: ``WebSocketError`` with code ``WebSocketError/Code/tlsFailed`` for an unreadable CA.
     func clientConfiguration(identity: TLSIdentity? = nil) throws -> TLSConfiguration {
         var tls = TLSConfiguration.makeClientConfiguration()
         try identity?.apply(to: &tls)
+        for pin in pins where Data(base64Encoded: pin)?.count != 32 {
+            throw WebSocketError(.tlsFailed, "the pin \(pin.prefix(60).debugDescription) is not a base64 SHA-256 digest (44 characters, as curl's sha256//… takes it)")
+        }
         switch value {
         case .systemRoots:
             break
@@ -58,6 +89,9 @@ extension TLSTrust {
             guard !certificates.isEmpty else { throw WebSocketError(.tlsFailed, "the CA PEM holds no certificate") }
             tls.trustRoots = .certificates(certificates)
         case .insecureAcceptAnyCertificate:
+            guard pins.isEmpty else {
+                throw WebSocketError(.tlsFailed, "public-key pins add to certificate verification, and insecureAcceptAnyCertificate turns it off: pin with systemRoots or certificateAuthority")
+            }
             tls.certificateVerification = .none
         }
         return tls

@@ -30,7 +30,7 @@ struct NIOWebSocketTransport: WebSocketTransport {
         let sslContext = try endpoint.secure ? Self.makeSSLContext(configuration.tlsTrust, identity: configuration.tlsIdentity) : nil
         let deadline = NIODeadline.now() + TimeAmount(configuration.connectTimeout)
         let timedOut = NIOLockedValueBox(false)
-        let peerRecorder = endpoint.secure ? TLSPeerRecorder() : nil
+        let tlsGate = endpoint.secure ? TLSGate(pins: configuration.tlsTrust.pins) : nil
         let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connectTimeout(TimeAmount(configuration.connectTimeout))
             .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
@@ -45,7 +45,7 @@ struct NIOWebSocketTransport: WebSocketTransport {
                         request: request,
                         configuration: configuration,
                         sslContext: sslContext,
-                        peerRecorder: peerRecorder,
+                        tlsGate: tlsGate,
                         deadline: deadline,
                         timedOut: timedOut,
                         delegate: delegate
@@ -57,7 +57,7 @@ struct NIOWebSocketTransport: WebSocketTransport {
             if timedOut.withLockedValue({ $0 }) {
                 throw WebSocketError(.connectTimeout, "the handshake with \(endpoint.host):\(endpoint.port) did not finish within \(configuration.connectTimeout)")
             }
-            throw Self.describe(error, endpoint: endpoint, timeout: configuration.connectTimeout, peer: peerRecorder?.peer)
+            throw Self.describe(error, endpoint: endpoint, timeout: configuration.connectTimeout, peer: tlsGate?.peer)
         }
         switch result {
         case .upgraded(let connection):
@@ -74,16 +74,40 @@ struct NIOWebSocketTransport: WebSocketTransport {
         request: WebSocketRequest,
         configuration: WebSocketConfiguration,
         sslContext: NIOSSLContext?,
-        peerRecorder: TLSPeerRecorder?,
+        tlsGate: TLSGate?,
         deadline: NIODeadline,
         timedOut: NIOLockedValueBox<Bool>,
         delegate: any WebSocketTransportDelegate
     ) throws -> EventLoopFuture<UpgradeResult> {
-        if let sslContext {
+        // The handshake (and TLS) must finish by the deadline.
+        let timeout = channel.eventLoop.scheduleTask(deadline: deadline) {
+            timedOut.withLockedValue { $0 = true }
+            channel.close(promise: nil)
+        }
+        let upgraded: EventLoopFuture<UpgradeResult>
+        if let sslContext, let tlsGate {
+            // Nothing of the HTTP request is written until TLS is established and the pins hold.
             let serverName = endpoint.host.isIPAddress ? nil : endpoint.host
             try channel.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverName))
-            if let peerRecorder { try channel.pipeline.syncOperations.addHandler(peerRecorder) }
+            try channel.pipeline.syncOperations.addHandler(tlsGate)
+            upgraded = tlsGate.established(on: channel.eventLoop).flatMapThrowing {
+                try configureUpgrade(channel: channel, endpoint: endpoint, request: request, configuration: configuration, delegate: delegate)
+            }.flatMap { $0 }
+        } else {
+            upgraded = try configureUpgrade(channel: channel, endpoint: endpoint, request: request, configuration: configuration, delegate: delegate)
         }
+        upgraded.whenComplete { _ in timeout.cancel() }
+        return upgraded
+    }
+
+    /// The HTTP/1.1 upgrade request and the WebSocket pipeline that follows it.
+    private static func configureUpgrade(
+        channel: any Channel,
+        endpoint: WebSocketRequest.Endpoint,
+        request: WebSocketRequest,
+        configuration: WebSocketConfiguration,
+        delegate: any WebSocketTransportDelegate
+    ) throws -> EventLoopFuture<UpgradeResult> {
         let statusRecorder = ResponseStatusRecorder()
         let offered = request.protocols
         let upgrader = NIOTypedWebSocketClientUpgrader<UpgradeResult>(
@@ -158,13 +182,6 @@ struct NIOWebSocketTransport: WebSocketTransport {
         let upgraded = try channel.pipeline.syncOperations.configureUpgradableHTTPClientPipeline(configuration: pipelineConfiguration)
         let upgradeHandler = try channel.pipeline.syncOperations.handler(type: NIOTypedHTTPClientUpgradeHandler<UpgradeResult>.self)
         try channel.pipeline.syncOperations.addHandler(statusRecorder, position: .before(upgradeHandler))
-
-        // The handshake (and TLS) must finish by the deadline.
-        let timeout = channel.eventLoop.scheduleTask(deadline: deadline) {
-            timedOut.withLockedValue { $0 = true }
-            channel.close(promise: nil)
-        }
-        upgraded.whenComplete { _ in timeout.cancel() }
         return upgraded
     }
 

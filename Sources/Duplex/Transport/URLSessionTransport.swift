@@ -25,6 +25,9 @@ struct URLSessionTransport: WebSocketTransport {
         if case .certificateAuthority = configuration.tlsTrust.value {
             throw WebSocketError(.tlsFailed, "the URLSession transport trusts only the system's roots; use the NIO transport for a custom CA")
         }
+        if !configuration.tlsTrust.pins.isEmpty {
+            throw WebSocketError(.tlsFailed, "the URLSession transport does not check public-key pins; use the NIO transport")
+        }
         if configuration.tlsIdentity != nil {
             throw WebSocketError(.tlsFailed, "the URLSession transport presents no client certificate; use the NIO transport for mutual TLS")
         }

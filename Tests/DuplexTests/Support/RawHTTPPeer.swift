@@ -1,6 +1,7 @@
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
+import NIOSSL
 
 /// A TCP server for tests, on 127.0.0.1 and a free port, that reads each connection's request
 /// head (up to CRLF CRLF) and answers with the exact bytes a script gives, then keeps the
@@ -15,11 +16,13 @@ final class RawHTTPPeer: Sendable {
     }
 
     /// Starts a peer; `answer` gets the request head as text and returns the response bytes.
-    static func start(_ answer: @escaping @Sendable (String) -> String) async throws -> RawHTTPPeer {
+    /// With `tls`, the peer speaks TLS first.
+    static func start(tls: NIOSSLContext? = nil, _ answer: @escaping @Sendable (String) -> String) async throws -> RawHTTPPeer {
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { child in
                 child.eventLoop.makeCompletedFuture {
+                    if let tls { try child.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tls)) }
                     try child.pipeline.syncOperations.addHandler(HeadHandler(answer: answer))
                 }
             }
