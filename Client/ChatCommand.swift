@@ -49,6 +49,7 @@ struct ChatCommand: AsyncParsableCommand {
             configuration.connectTimeout = connection.connectDuration
             configuration.tlsTrust = try connection.tlsTrust()
             configuration.tlsIdentity = try connection.tlsIdentity()
+            configuration.proxy = try connection.proxySetting()
             let chat = ChatClient(url: target, name: name, configuration: configuration)
             let headers = try connection.headerFields()
             if !headers.isEmpty {

@@ -19,6 +19,12 @@ struct ConnectionOptions: ParsableArguments {
         help: ArgumentHelp("Also require the server's public key to be one of these (curl's spelling: sha256//BASE64[;sha256//BASE64...]); wss:// only.", valueName: "pins"))
     var pinnedPublicKey: String?
 
+    @Option(
+        help: ArgumentHelp(
+            "Connect through this proxy: http://[user:password@]host[:port] (a CONNECT tunnel) or socks5://host[:port]. Default: the environment's https_proxy, http_proxy, all_proxy and no_proxy, as curl reads them.",
+            valueName: "url"))
+    var proxy: String?
+
     @Option(help: ArgumentHelp("Present the client certificate (and any intermediates) in this PEM file when the server asks for one (mutual TLS); needs --key.", valueName: "file"))
     var cert: String?
 
@@ -32,6 +38,13 @@ struct ConnectionOptions: ParsableArguments {
         guard connectTimeout > 0, connectTimeout <= 86_400 else { throw ValidationError("--connect-timeout must be from 0 to 86400 seconds") }
         guard !(insecure && ca != nil) else { throw ValidationError("--insecure and --ca exclude each other") }
         guard (cert == nil) == (key == nil) else { throw ValidationError("--cert and --key go together") }
+        if let proxy {
+            do {
+                _ = try Proxy(url: proxy)
+            } catch let error as WebSocketError {
+                throw ValidationError("--proxy: \(error.message)")
+            }
+        }
         guard !(insecure && pinnedPublicKey != nil) else { throw ValidationError("--pinnedpubkey adds to verification, which --insecure turns off: use --ca with it") }
         _ = try headerFields()
     }
@@ -70,20 +83,32 @@ struct ConnectionOptions: ParsableArguments {
         return TLSTrust.systemRoots.pinning(publicKeySHA256: pins)
     }
 
-    /// `configuration` with the options' TLS trust and client certificate.
+    /// `configuration` with the options' TLS trust, client certificate and proxy.
     func secured(_ configuration: WebSocketConfiguration) throws -> WebSocketConfiguration {
         var configuration = configuration
         configuration.tlsTrust = try tlsTrust()
         configuration.tlsIdentity = try tlsIdentity()
+        configuration.proxy = try proxySetting()
         return configuration
     }
 
-    /// `configuration` with the options' TLS trust and client certificate.
+    /// `configuration` with the options' TLS trust, client certificate and proxy.
     func secured(_ configuration: SSEConfiguration) throws -> SSEConfiguration {
         var configuration = configuration
         configuration.tlsTrust = try tlsTrust()
         configuration.tlsIdentity = try tlsIdentity()
+        configuration.proxy = try proxySetting()
         return configuration
+    }
+
+    /// `--proxy`, else the environment's proxy variables.
+    func proxySetting() throws -> Proxy {
+        guard let proxy else { return .environment }
+        do {
+            return try Proxy(url: proxy)
+        } catch let error as WebSocketError {
+            throw Failure(.badURL, "--proxy: \(error.message)")
+        }
     }
 
     /// The client certificate the options name, if any.

@@ -16,6 +16,7 @@ struct Failure: Error {
         case refused = 6
         case connectionLost = 7
         case handshake = 8
+        case proxy = 9
 
         var meaning: String {
             switch self {
@@ -27,6 +28,7 @@ struct Failure: Error {
             case .refused: "refused: HTTP 4xx/5xx to the handshake, or a refused chat join"
             case .connectionLost: "connection lost: no close frame, ping timeout, protocol error"
             case .handshake: "bad handshake: a wrong Sec-WebSocket-Accept, an extension or subprotocol not offered, a malformed or oversized response"
+            case .proxy: "proxy failure: the proxy refused the tunnel (407, 403, 502, ...) or could not be reached"
             }
         }
     }
@@ -60,6 +62,7 @@ struct Failure: Error {
         case .invalidURL: .badURL
         case .connectionFailed, .connectTimeout: .unreachable
         case .tlsFailed: .tls
+        case .proxyFailed: .proxy
         case .upgradeRejected: .refused
         case .handshakeFailed, .unexpectedExtension, .unexpectedSubprotocol: .handshake
         case .protocolViolation, .connectionLost, .pingFailed, .messageTooBig: .connectionLost
@@ -72,6 +75,7 @@ struct Failure: Error {
         case .invalidURL: .badURL
         case .connectionFailed: .unreachable
         case .tlsFailed: .tls
+        case .proxyFailed: .proxy
         case .badStatus, .badContentType: .refused
         case .readTimeout, .eventTooLarge, .retriesExhausted: .connectionLost
         default: .failed

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The TLS testbed against third-party peers: curl and Python's ssl and websockets against the
+# The TLS testbed and the client's proxies against third-party peers: curl and Python's ssl and websockets against the
 # --tls-self-signed listener and every --tls-faults listener (each fault must fail for them with
 # its verification error, and succeed where it should), and the duplex CLI against the same
 # (exit status 5 and the fault's cause; a client certificate through client-certificate-required).
@@ -138,6 +138,40 @@ mutual=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['client
     || fail "curl with a client certificate through client-certificate-required"
 "$bin/duplex" listen "$mutual/events?interval=50" --ca "$ca" --cert "$work/tls/client.pem" --key "$work/tls/client-key.pem" --max-events 1 | grep -q '^tick ' \
     || fail "duplex listen with a client certificate"
+
+# Through real proxies: tinyproxy (CONNECT, with a password) and dante (SOCKS5), named by
+# --proxy or by the environment as curl reads it; a refusal exits 9.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+tp_port=$(free_port)
+printf 'Port %s\nListen 127.0.0.1\nTimeout 30\nAllow 127.0.0.1\nLogLevel Connect\nBasicAuth alice s3cret\n' "$tp_port" >"$work/tinyproxy.conf"
+tinyproxy -d -c "$work/tinyproxy.conf" >"$work/tinyproxy.log" 2>&1 &
+tinyproxy_pid=$!
+socks_port=$(free_port)
+{
+    printf 'logoutput: stderr\ninternal: 127.0.0.1 port = %s\nexternal: 127.0.0.1\nsocksmethod: none\nclientmethod: none\n' "$socks_port"
+    [ "$(id -u)" = 0 ] && printf 'user.privileged: root\nuser.unprivileged: nobody\n'
+    printf 'client pass { from: 127.0.0.1/32 to: 0.0.0.0/0 log: connect }\nsocks pass { from: 127.0.0.1/32 to: 0.0.0.0/0 log: connect }\n'
+} >"$work/dante.conf"
+danted -f "$work/dante.conf" -N 1 >"$work/dante.log" 2>&1 &
+dante_pid=$!
+trap 'kill -KILL $tinyproxy_pid $dante_pid 2>/dev/null || true; cleanup' EXIT
+for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$tp_port") 2>/dev/null && (exec 3<>"/dev/tcp/127.0.0.1/$socks_port") 2>/dev/null && break
+    sleep 0.1
+done
+[ "$("$bin/duplex" echo "wss://127.0.0.1:$port/echo" --ca "$ca" --proxy "http://alice:s3cret@127.0.0.1:$tp_port" via-http)" = "via-http" ] || fail "duplex through tinyproxy: $(cat "$work/tinyproxy.log")"
+grep -q "Established connection to host \"127.0.0.1\"" "$work/tinyproxy.log" || fail "tinyproxy did not log the tunnel"
+[ "$(HTTPS_PROXY="socks5://127.0.0.1:$socks_port" "$bin/duplex" echo "wss://localhost:$port/echo" --ca "$ca" via-socks)" = "via-socks" ] || fail "duplex through dante (HTTPS_PROXY): $(cat "$work/dante.log")"
+grep -q "$port" "$work/dante.log" || fail "dante did not log the tunnel: $(cat "$work/dante.log")"
+[ "$(HTTPS_PROXY="socks5://127.0.0.1:$socks_port" NO_PROXY=localhost "$bin/duplex" listen "https://localhost:$port/events?interval=50" --ca "$ca" --max-events 1 | cut -d' ' -f1)" = "tick" ] || fail "duplex listen with NO_PROXY"
+set +e
+"$bin/duplex" echo "ws://127.0.0.1:1/echo" --proxy "http://127.0.0.1:$tp_port" hi >/dev/null 2>"$work/proxy.err"
+proxy_status=$?
+set -e
+[ "$proxy_status" = 9 ] && grep -q "407" "$work/proxy.err" || fail "a proxy asking for a password: exit $proxy_status, $(cat "$work/proxy.err")"
+echo "proxies: tinyproxy (CONNECT, password), dante (SOCKS5 from HTTPS_PROXY), NO_PROXY, and 407 exits 9"
+kill -KILL $tinyproxy_pid $dante_pid 2>/dev/null || true
+wait $tinyproxy_pid $dante_pid 2>/dev/null || true
 
 kill -TERM "$pid"
 for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done

@@ -14,6 +14,9 @@ public struct SSEConfiguration: Sendable {
     /// The client certificate `https://` presents when the server asks for one (mutual TLS).
     /// Default none.
     public var tlsIdentity: TLSIdentity? = nil
+    /// The proxy connections go through: an HTTP proxy (`CONNECT` for `https://`), SOCKS5, or
+    /// ``Proxy/environment``. Default none (direct).
+    public var proxy: Proxy? = nil
     /// How many unread events a lossless consumer stream may hold before the manager stops
     /// reading the response body (see ``StreamBuffering/lossless``); reading resumes at half.
     /// Default 65,536.

@@ -62,6 +62,9 @@ public struct SSEError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let connectionFailed = Code("connectionFailed")
         /// TLS could not be set up or the server's certificate was not trusted.
         public static let tlsFailed = Code("tlsFailed")
+        /// The proxy (``SSEConfiguration/proxy``) refused the tunnel or could not be reached. As
+        /// with ``tlsFailed``, the stream is not retried: the settings need changing.
+        public static let proxyFailed = Code("proxyFailed")
         /// A line or event was larger than the parser allows.
         public static let eventTooLarge = Code("eventTooLarge")
         /// Retries stopped after this many attempts.

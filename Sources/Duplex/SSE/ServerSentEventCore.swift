@@ -6,6 +6,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import NIOSOCKS
 import NIOSSL
 
 /// The engine behind a ``ServerSentEventManager``: runs ``ConnectionLifecycle`` with
@@ -22,6 +23,8 @@ final class ServerSentEventCore: LifecycleRunner {
     /// Closed while a lossless consumer of ``events`` is behind: the body is read no further.
     let gate = DemandGate()
     private let client: Result<HTTPClient, SSEError>
+    /// `host:port` of the proxy the stream goes through, if any.
+    private let proxyAddress: String?
 
     struct State: LifecycleState {
         var lifecycle: ConnectionLifecycle<SSEPolicy>
@@ -72,8 +75,14 @@ final class ServerSentEventCore: LifecycleRunner {
                 timeout: .init(connect: TimeAmount(configuration.connectTimeout), read: TimeAmount(configuration.readTimeout))
             )
             httpConfiguration.httpVersion = .http1Only
+            httpConfiguration.proxy = try Self.proxy(configuration.proxy, for: request.url)
+            proxyAddress = httpConfiguration.proxy.map { "\($0.host):\($0.port)" }
             self.client = .success(HTTPClient(eventLoopGroupProvider: .singleton, configuration: httpConfiguration))
+        } catch let error as WebSocketError where error.code == .invalidURL {
+            proxyAddress = nil
+            self.client = .failure(SSEError(.invalidURL, error.message))
         } catch {
+            proxyAddress = nil
             self.client = .failure(SSEError(.tlsFailed, (error as? WebSocketError)?.message ?? "\(error)"))
         }
     }
@@ -237,8 +246,8 @@ final class ServerSentEventCore: LifecycleRunner {
             ended(generation: generation, opened: true, loss: SSELoss(reason: .streamEnded, retry: .policy()))
         } catch {
             parser.finish()
-            let described = Self.describe(error, url: current.url)
-            ended(generation: generation, opened: isOpen, loss: SSELoss(reason: .streamError(described), retry: described.code == .tlsFailed ? .never : .policy()))
+            let described = Self.describe(error, url: current.url, proxy: proxyAddress)
+            ended(generation: generation, opened: isOpen, loss: SSELoss(reason: .streamError(described), retry: [.tlsFailed, .proxyFailed].contains(described.code) ? .never : .policy()))
         }
     }
 
@@ -280,10 +289,37 @@ final class ServerSentEventCore: LifecycleRunner {
         return DelayArithmetic.duration(seconds: date.timeIntervalSinceNow)
     }
 
-    private static func describe(_ error: any Error, url: URL) -> SSEError {
+    /// AsyncHTTPClient's proxy for the route ``SSEConfiguration/proxy`` gives `url`.
+    /// - Throws: ``WebSocketError`` with code ``WebSocketError/Code/invalidURL`` for a malformed
+    ///   proxy variable in the environment.
+    private static func proxy(_ proxy: Proxy?, for url: URL) throws -> HTTPClient.Configuration.Proxy? {
+        let route = try proxy?.route(secure: url.scheme?.lowercased() == "https", host: url.host ?? "")
+        switch route {
+        case .http(let host, let port, let username, let password)?:
+            return .server(host: host, port: port, authorization: username.map { .basic(username: $0, password: password ?? "") })
+        case .socks5(let host, let port)?:
+            return .socksServer(host: host, port: port)
+        case nil:
+            return nil
+        }
+    }
+
+    private static func describe(_ error: any Error, url: URL, proxy: String?) -> SSEError {
         let target = "\(url.host ?? "the server")\(url.port.map { ":\($0)" } ?? "")"
         switch error {
         case let error as SSEError: return error
+        case is NIOConnectionError where proxy != nil:
+            return SSEError(.proxyFailed, "could not connect to the proxy \(proxy ?? ""): \(SystemErrorText.describe(error))")
+        case let error as SOCKSError.ConnectionFailed:
+            return SSEError(.proxyFailed, "the SOCKS5 proxy did not open a tunnel to \(target): \(ProxyTunnel.socksReply(error.reply))")
+        case is SOCKSError.NoValidAuthenticationMethod:
+            return SSEError(.proxyFailed, "the SOCKS5 proxy requires authentication, which is not supported")
+        case let error as HTTPClientError where error == .proxyAuthenticationRequired:
+            return SSEError(.proxyFailed, "the proxy requires authentication, or refused the user and password (HTTP 407)")
+        case let error as HTTPClientError where error == .invalidProxyResponse:
+            return SSEError(.proxyFailed, "the proxy refused the tunnel to \(target), or could not reach it")
+        case let error as HTTPClientError where error == .httpProxyHandshakeTimeout || error == .socksHandshakeTimeout:
+            return SSEError(.proxyFailed, "the proxy did not open a tunnel to \(target) in time")
         case let error as ServerSentEventError: return SSEError(.eventTooLarge, error.message)
         case let error as HTTPClientError where error == .readTimeout:
             return SSEError(.readTimeout, "no bytes arrived within the read timeout")

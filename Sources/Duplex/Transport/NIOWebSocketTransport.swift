@@ -31,13 +31,15 @@ struct NIOWebSocketTransport: WebSocketTransport {
         let deadline = NIODeadline.now() + TimeAmount(configuration.connectTimeout)
         let timedOut = NIOLockedValueBox(false)
         let tlsGate = endpoint.secure ? TLSGate(pins: configuration.tlsTrust.pins) : nil
+        let route = try configuration.proxy?.route(secure: endpoint.secure, host: endpoint.host)
+        let (connectHost, connectPort) = route.map(\.address) ?? (endpoint.host, endpoint.port)
         let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connectTimeout(TimeAmount(configuration.connectTimeout))
             .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
             .channelOption(ChannelOptions.writeBufferWaterMark, value: Self.waterMark(configuration))
         let result: UpgradeResult
         do {
-            let upgrade: EventLoopFuture<UpgradeResult> = try await bootstrap.connect(host: endpoint.host, port: endpoint.port) { channel in
+            let upgrade: EventLoopFuture<UpgradeResult> = try await bootstrap.connect(host: connectHost, port: connectPort) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try Self.setUpPipeline(
                         channel: channel,
@@ -46,6 +48,7 @@ struct NIOWebSocketTransport: WebSocketTransport {
                         configuration: configuration,
                         sslContext: sslContext,
                         tlsGate: tlsGate,
+                        proxy: route,
                         deadline: deadline,
                         timedOut: timedOut,
                         delegate: delegate
@@ -57,6 +60,10 @@ struct NIOWebSocketTransport: WebSocketTransport {
             if timedOut.withLockedValue({ $0 }) {
                 throw WebSocketError(.connectTimeout, "the handshake with \(endpoint.host):\(endpoint.port) did not finish within \(configuration.connectTimeout)")
             }
+            if let route, Self.isConnectFailure(error) {
+                let (host, port) = route.address
+                throw WebSocketError(.proxyFailed, "could not connect to the proxy \(host):\(port): \(SystemErrorText.describe(error))")
+            }
             throw Self.describe(error, endpoint: endpoint, timeout: configuration.connectTimeout, peer: tlsGate?.peer)
         }
         switch result {
@@ -66,6 +73,37 @@ struct NIOWebSocketTransport: WebSocketTransport {
             let shown = status.map { "HTTP \($0)" } ?? "a response that was not 101"
             throw WebSocketError(.upgradeRejected, "the server answered the WebSocket handshake with \(shown)", status: status)
         }
+    }
+
+    private static func setUpPipeline(
+        channel: any Channel,
+        endpoint: WebSocketRequest.Endpoint,
+        request: WebSocketRequest,
+        configuration: WebSocketConfiguration,
+        sslContext: NIOSSLContext?,
+        tlsGate: TLSGate?,
+        proxy: Proxy.Route?,
+        deadline: NIODeadline,
+        timedOut: NIOLockedValueBox<Bool>,
+        delegate: any WebSocketTransportDelegate
+    ) throws -> EventLoopFuture<UpgradeResult> {
+        guard let proxy else {
+            return try setUpPipeline(
+                channel: channel, endpoint: endpoint, request: request, configuration: configuration, sslContext: sslContext, tlsGate: tlsGate, deadline: deadline, timedOut: timedOut,
+                delegate: delegate)
+        }
+        // Through a proxy: the tunnel first, then TLS and the handshake as on a direct connection.
+        let timeout = channel.eventLoop.scheduleTask(deadline: deadline) {
+            timedOut.withLockedValue { $0 = true }
+            channel.close(promise: nil)
+        }
+        let upgraded = try ProxyTunnel.open(proxy, on: channel, to: endpoint.host, port: endpoint.port, deadline: deadline).flatMapThrowing {
+            try setUpPipeline(
+                channel: channel, endpoint: endpoint, request: request, configuration: configuration, sslContext: sslContext, tlsGate: tlsGate, deadline: deadline, timedOut: timedOut,
+                delegate: delegate)
+        }.flatMap { $0 }
+        upgraded.whenComplete { _ in timeout.cancel() }
+        return upgraded
     }
 
     private static func setUpPipeline(
@@ -183,6 +221,11 @@ struct NIOWebSocketTransport: WebSocketTransport {
         let upgradeHandler = try channel.pipeline.syncOperations.handler(type: NIOTypedHTTPClientUpgradeHandler<UpgradeResult>.self)
         try channel.pipeline.syncOperations.addHandler(statusRecorder, position: .before(upgradeHandler))
         return upgraded
+    }
+
+    /// Whether `error` is a failure to reach the first hop (refused, unreachable, unresolvable).
+    private static func isConnectFailure(_ error: any Error) -> Bool {
+        error is NIOConnectionError || (error is IOError && !(error is WebSocketError))
     }
 
     /// The channel's watermarks, whatever the configuration holds (NIO traps on low < 1 or

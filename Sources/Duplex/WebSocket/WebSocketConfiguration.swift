@@ -30,6 +30,9 @@ public struct WebSocketConfiguration: Sendable {
     /// The client certificate `wss://` presents when the server asks for one (mutual TLS).
     /// Default none.
     public var tlsIdentity: TLSIdentity? = nil
+    /// The proxy connections go through: an HTTP `CONNECT` proxy, SOCKS5, or
+    /// ``Proxy/environment``. Default none (direct).
+    public var proxy: Proxy? = nil
     /// How many unread elements a lossless consumer stream may hold before the socket stops
     /// reading from the network (see ``StreamBuffering/lossless``); reading resumes at half.
     /// Default 65,536.

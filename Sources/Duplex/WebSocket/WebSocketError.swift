@@ -21,6 +21,9 @@ public struct WebSocketError: Error, Sendable, Equatable, CustomStringConvertibl
         public static let connectionFailed = Code("connectionFailed")
         /// The TLS handshake failed, for example because the certificate is not trusted.
         public static let tlsFailed = Code("tlsFailed")
+        /// The proxy (``WebSocketConfiguration/proxy``) refused the tunnel or could not open it;
+        /// ``status`` holds its HTTP status (407, 403, 502, …) when it answered one.
+        public static let proxyFailed = Code("proxyFailed")
         /// The server answered the handshake with a status other than 101; see ``status``.
         public static let upgradeRejected = Code("upgradeRejected")
         /// The server chose a subprotocol the client did not offer.
@@ -51,7 +54,8 @@ public struct WebSocketError: Error, Sendable, Equatable, CustomStringConvertibl
     public var code: Code
     /// What happened, for people.
     public var message: String
-    /// For ``Code/upgradeRejected``: the HTTP status the server answered with.
+    /// For ``Code/upgradeRejected``: the HTTP status the server answered with; for
+    /// ``Code/proxyFailed``: the proxy's.
     public var status: Int?
     /// For ``Code/protocolViolation`` and ``Code/messageTooBig``: the close code sent to the peer.
     public var closeCode: WebSocketCloseCode?
