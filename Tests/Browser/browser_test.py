@@ -7,8 +7,10 @@ Starts the server (with --chaos) on a free port and Chromium with a throwaway pr
 two pages chat with each other over the duplex.chat.v1 subprotocol with permessage-deflate;
 EventSource resumes after /_chaos/drop with consecutive ids; a server close code (4000) reaches
 the page's CloseEvent and the page resumes; a page's own WebSocket to /echo offering
-subprotocols gets the first, and compression. Every wait has a timeout; exits non-zero with a
-message on the first failure."""
+subprotocols gets the first, and compression. Then the same page over TLS, from a second server
+started with --tls-self-signed, which Chromium trusts through --ignore-certificate-errors-spki-list
+(the SPKI hash of the server's certificate): https:// page, wss:// chat and echo, https://
+EventSource. Every wait has a timeout; exits non-zero with a message on the first failure."""
 import asyncio
 import base64
 import json
@@ -38,13 +40,15 @@ def find_chromium():
     fail("no chromium on PATH (Debian: apt-get install chromium)")
 
 
-def start_server(binary, work):
-    out = open(os.path.join(work, "server.out"), "w+")
-    process = subprocess.Popen([binary, "--port", "0", "--chaos", "--log-level", "warning"], stdout=out, stderr=subprocess.STDOUT)
+def start_server(binary, work, tls=False):
+    out = open(os.path.join(work, "server-tls.out" if tls else "server.out"), "w+")
+    flags = ["--tls-self-signed", "--tls-directory", os.path.join(work, "tls")] if tls else []
+    process = subprocess.Popen([binary, "--port", "0", "--chaos", "--log-level", "warning"] + flags, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.time() + TIMEOUT
+    scheme = "https" if tls else "http"
     while time.time() < deadline:
         out.seek(0)
-        match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", out.read())
+        match = re.search(scheme + r"://127\.0\.0\.1:(\d+)", out.read())
         if match:
             return process, int(match.group(1))
         if process.poll() is not None:
@@ -53,10 +57,26 @@ def start_server(binary, work):
     fail("duplex-server did not start")
 
 
-def start_chromium(work):
+def spki_hash(port):
+    """The base64 SHA-256 of the SubjectPublicKeyInfo of the certificate the server presents."""
+    import ssl
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    import socket
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as raw:
+        with context.wrap_socket(raw) as tls:
+            der = tls.getpeercert(binary_form=True)
+    pem = subprocess.run(["openssl", "x509", "-inform", "der", "-pubkey", "-noout"], input=der, capture_output=True, check=True).stdout
+    spki = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "der"], input=pem, capture_output=True, check=True).stdout
+    import hashlib
+    return base64.b64encode(hashlib.sha256(spki).digest()).decode()
+
+
+def start_chromium(work, trusted_spki):
     profile = os.path.join(work, "profile")
     process = subprocess.Popen(
-        [find_chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        [find_chromium(), "--headless=new", f"--ignore-certificate-errors-spki-list={trusted_spki}", "--no-sandbox", "--disable-gpu", "--no-first-run",
          "--no-default-browser-check", "--disable-dev-shm-usage", "--remote-debugging-port=0",
          "--remote-debugging-address=127.0.0.1", f"--user-data-dir={profile}", "--window-size=1100,760", "about:blank"],
         stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "chromium.err"), "w"))
@@ -161,7 +181,25 @@ def post(port, path):
         return json.loads(response.read())
 
 
-async def run(port, browser_url, screenshot):
+async def run_tls(port, devtools):
+    """The demo page over TLS: https://, wss:// (chat and /echo) and an https:// EventSource."""
+    page = await devtools.open_page(f"https://127.0.0.1:{port}/?room=secure&interval=200&name=carol")
+    await page.wait_for("location.protocol === 'https:' && duplexDemo.chat.opens >= 1 && duplexDemo.chat.members.length >= 1", "the chat over wss:// to open")
+    await page.say("over tls")
+    await page.wait_for("document.getElementById('chat-log').textContent.includes('carol: over tls') && duplexDemo.chat.pending.size === 0", "the message over wss:// to be acknowledged")
+    await page.wait_for("duplexDemo.ticks.ids.length >= 2", "two ticks over https://")
+    echo = await page.evaluate("""new Promise((resolve, reject) => {
+        const ws = new WebSocket(`wss://${location.host}/echo`);
+        ws.onopen = () => ws.send('secure echo');
+        ws.onmessage = (e) => { resolve({ url: ws.url, data: e.data, extensions: ws.extensions }); ws.close(); };
+        ws.onerror = () => reject(new Error('the wss echo socket failed'));
+    })""")
+    if echo.get("data") != "secure echo" or not echo.get("url", "").startswith("wss://") or "permessage-deflate" not in echo.get("extensions", ""):
+        fail(f"wss:// /echo from the page: {echo}")
+    print(f"browser: over TLS, the page at https://, chat and /echo over wss:// ({echo['extensions']}), EventSource over https://")
+
+
+async def run(port, tls_port, browser_url, screenshot):
     async with websockets.connect(browser_url, max_size=None) as socket:
         devtools = DevTools(socket)
         base = f"http://127.0.0.1:{port}/?room=browser&interval=200"
@@ -224,6 +262,8 @@ async def run(port, browser_url, screenshot):
         if screenshot:
             await alice.screenshot(screenshot)
             print(f"browser: screenshot in {screenshot}")
+
+        await run_tls(tls_port, devtools)
         devtools.reader.cancel()
 
 
@@ -231,14 +271,15 @@ def main():
     binary = sys.argv[1]
     screenshot = sys.argv[2] if len(sys.argv) > 2 else None
     work = tempfile.mkdtemp(prefix="duplex-browser-")
-    server = chromium = None
+    server = tls_server = chromium = None
     try:
         server, port = start_server(binary, work)
-        chromium, browser_url = start_chromium(work)
-        asyncio.run(asyncio.wait_for(run(port, browser_url, screenshot), 120))
+        tls_server, tls_port = start_server(binary, work, tls=True)
+        chromium, browser_url = start_chromium(work, spki_hash(tls_port))
+        asyncio.run(asyncio.wait_for(run(port, tls_port, browser_url, screenshot), 120))
         print("browser: ok")
     finally:
-        for process in (chromium, server):
+        for process in (chromium, server, tls_server):
             if process and process.poll() is None:
                 process.kill()
                 process.wait()
