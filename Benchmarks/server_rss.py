@@ -9,6 +9,9 @@ DUPLEX_RSS_DEFLATE=0 makes the WebSocket clients offer no permessage-deflate (as
 Duplex client by default and many native clients do); by default they offer it, as browsers,
 Python's websockets and Node's ws do.
 
+DUPLEX_RSS_TLS=1 starts the server with --tls-self-signed and connects over wss:// (https:// for
+SSE and TLS without a request for `tcp`), trusting the CA it made: the memory of a TLS connection.
+
 DUPLEX_RSS_MESSAGE_BYTES sets the size of the one message each WebSocket connection sends and
 gets back (default 1). With compression, 8192 fills the windows a connection keeps both ways
 (4 KiB each at the server's default 12 bits): the most an idle compressing connection holds.
@@ -23,8 +26,10 @@ import asyncio
 import os
 import re
 import resource
+import ssl
 import subprocess
 import sys
+import tempfile
 
 import websockets
 
@@ -43,12 +48,23 @@ def rss_kib(pid):
 async def main(binary, count, flags):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, count * 2 + 256)), hard))
+    tls = os.environ.get("DUPLEX_RSS_TLS") == "1"
+    if tls:
+        flags = [*flags, "--tls-self-signed", "--tls-directory", tempfile.mkdtemp(prefix="duplex-rss-tls-")]
     server = subprocess.Popen([binary, "--port", "0", "--log-level", "error", *flags], stdout=subprocess.PIPE, text=True)
     try:
         line = server.stdout.readline().strip()
-        port = int(line.rsplit(":", 1)[1])
+        match = re.search(r"listening on (https?)://127\.0\.0\.1:(\d+)(?: \(CA: (.+)\))?$", line)
+        port = int(match.group(2))
+        context = ssl.create_default_context(cafile=match.group(3)) if tls else None
+        scheme = "wss" if tls else "ws"
+        connect_extra = {"ssl": context} if tls else {}
+
+        async def open_stream():
+            return await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="127.0.0.1" if tls else None)
+
         # warm up: one echo round trip, so lazily built state exists before the idle figure
-        async with websockets.connect(f"ws://127.0.0.1:{port}/echo") as ws:
+        async with websockets.connect(f"{scheme}://127.0.0.1:{port}/echo", **connect_extra) as ws:
             await ws.send("warm")
             await asyncio.wait_for(ws.recv(), 10)
         await asyncio.sleep(1)
@@ -58,7 +74,7 @@ async def main(binary, count, flags):
         if kind in ("tcp", "sse"):
             streams = []
             for start in range(0, count, 100):
-                streams += await asyncio.wait_for(asyncio.gather(*(asyncio.open_connection("127.0.0.1", port) for _ in range(start, min(count, start + 100)))), 30)
+                streams += await asyncio.wait_for(asyncio.gather(*(open_stream() for _ in range(start, min(count, start + 100)))), 60)
             if kind == "sse":
                 for _, writer in streams:
                     writer.write(b"GET /chat/rss/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n")
@@ -75,11 +91,11 @@ async def main(binary, count, flags):
         for start in range(0, count, 100):
             deflate = {} if os.environ.get("DUPLEX_RSS_DEFLATE", "1") == "1" else {"compression": None}
             if kind == "chat":
-                urls = [f"ws://127.0.0.1:{port}/chat/rss{start // 100}?name=m{i}" for i in range(start, min(count, start + 100))]
+                urls = [f"{scheme}://127.0.0.1:{port}/chat/rss{start // 100}?name=m{i}" for i in range(start, min(count, start + 100))]
             else:
-                urls = [f"ws://127.0.0.1:{port}/echo" for _ in range(start, min(count, start + 100))]
-            batch = [websockets.connect(url, ping_interval=None, max_queue=None, **deflate) for url in urls]
-            sockets += await asyncio.wait_for(asyncio.gather(*batch), 30)
+                urls = [f"{scheme}://127.0.0.1:{port}/echo" for _ in range(start, min(count, start + 100))]
+            batch = [websockets.connect(url, ping_interval=None, max_queue=None, **deflate, **connect_extra) for url in urls]
+            sockets += await asyncio.wait_for(asyncio.gather(*batch), 60)
         if kind == "chat":
             # every member's welcome, then the room's presence frames, read as they come
             welcomes = await asyncio.wait_for(asyncio.gather(*(ws.recv() for ws in sockets)), 60)

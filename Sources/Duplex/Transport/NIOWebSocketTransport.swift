@@ -75,6 +75,9 @@ struct NIOWebSocketTransport: WebSocketTransport {
         }
     }
 
+    /// The connection's stages, each once the one before is done: a tunnel through the proxy,
+    /// if any; TLS, if `wss://` (nothing of the HTTP request is written until TLS is established
+    /// and the pins hold); then the WebSocket handshake. All of it must finish by the deadline.
     private static func setUpPipeline(
         channel: any Channel,
         endpoint: WebSocketRequest.Endpoint,
@@ -87,53 +90,21 @@ struct NIOWebSocketTransport: WebSocketTransport {
         timedOut: NIOLockedValueBox<Bool>,
         delegate: any WebSocketTransportDelegate
     ) throws -> EventLoopFuture<UpgradeResult> {
-        guard let proxy else {
-            return try setUpPipeline(
-                channel: channel, endpoint: endpoint, request: request, configuration: configuration, sslContext: sslContext, tlsGate: tlsGate, deadline: deadline, timedOut: timedOut,
-                delegate: delegate)
-        }
-        // Through a proxy: the tunnel first, then TLS and the handshake as on a direct connection.
         let timeout = channel.eventLoop.scheduleTask(deadline: deadline) {
             timedOut.withLockedValue { $0 = true }
             channel.close(promise: nil)
         }
-        let upgraded = try ProxyTunnel.open(proxy, on: channel, to: endpoint.host, port: endpoint.port, deadline: deadline).flatMapThrowing {
-            try setUpPipeline(
-                channel: channel, endpoint: endpoint, request: request, configuration: configuration, sslContext: sslContext, tlsGate: tlsGate, deadline: deadline, timedOut: timedOut,
-                delegate: delegate)
-        }.flatMap { $0 }
-        upgraded.whenComplete { _ in timeout.cancel() }
-        return upgraded
-    }
-
-    private static func setUpPipeline(
-        channel: any Channel,
-        endpoint: WebSocketRequest.Endpoint,
-        request: WebSocketRequest,
-        configuration: WebSocketConfiguration,
-        sslContext: NIOSSLContext?,
-        tlsGate: TLSGate?,
-        deadline: NIODeadline,
-        timedOut: NIOLockedValueBox<Bool>,
-        delegate: any WebSocketTransportDelegate
-    ) throws -> EventLoopFuture<UpgradeResult> {
-        // The handshake (and TLS) must finish by the deadline.
-        let timeout = channel.eventLoop.scheduleTask(deadline: deadline) {
-            timedOut.withLockedValue { $0 = true }
-            channel.close(promise: nil)
-        }
-        let upgraded: EventLoopFuture<UpgradeResult>
-        if let sslContext, let tlsGate {
-            // Nothing of the HTTP request is written until TLS is established and the pins hold.
+        let tunnel = try proxy.map { try ProxyTunnel.open($0, on: channel, to: endpoint.host, port: endpoint.port, deadline: deadline) } ?? channel.eventLoop.makeSucceededVoidFuture()
+        let secured = tunnel.flatMapThrowing { () -> EventLoopFuture<Void> in
+            guard let sslContext, let tlsGate else { return channel.eventLoop.makeSucceededVoidFuture() }
             let serverName = endpoint.host.isIPAddress ? nil : endpoint.host
             try channel.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverName))
             try channel.pipeline.syncOperations.addHandler(tlsGate)
-            upgraded = tlsGate.established(on: channel.eventLoop).flatMapThrowing {
-                try configureUpgrade(channel: channel, endpoint: endpoint, request: request, configuration: configuration, delegate: delegate)
-            }.flatMap { $0 }
-        } else {
-            upgraded = try configureUpgrade(channel: channel, endpoint: endpoint, request: request, configuration: configuration, delegate: delegate)
-        }
+            return tlsGate.established(on: channel.eventLoop)
+        }.flatMap { $0 }
+        let upgraded = secured.flatMapThrowing {
+            try configureUpgrade(channel: channel, endpoint: endpoint, request: request, configuration: configuration, delegate: delegate)
+        }.flatMap { $0 }
         upgraded.whenComplete { _ in timeout.cancel() }
         return upgraded
     }

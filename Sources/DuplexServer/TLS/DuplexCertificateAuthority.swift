@@ -63,6 +63,12 @@ public struct DuplexCertificateAuthority: Sendable {
     ///   - notValidAfter: by default in a year.
     /// - Throws: when the certificate cannot be encoded (not expected).
     public init(commonName: String = "Duplex test CA", notValidBefore: Date? = nil, notValidAfter: Date? = nil) throws {
+        self = try Self.make(commonName: commonName, notValidBefore: notValidBefore, notValidAfter: notValidAfter, issuer: nil)
+    }
+
+    /// A new authority with its own key: a root (signed by that key), or an intermediate that
+    /// `issuer` signs.
+    private static func make(commonName: String, notValidBefore: Date?, notValidAfter: Date?, issuer: DuplexCertificateAuthority?) throws -> DuplexCertificateAuthority {
         let key = P256.Signing.PrivateKey()
         let name = try DistinguishedName {
             OrganizationName("Duplex")
@@ -76,17 +82,21 @@ public struct DuplexCertificateAuthority: Sendable {
             publicKey: publicKey,
             notValidBefore: notValidBefore ?? Date(timeIntervalSinceNow: -3600),
             notValidAfter: notValidAfter ?? Date(timeIntervalSinceNow: 365 * 86_400),
-            issuer: name,
+            issuer: issuer?.name ?? name,
             subject: name,
             signatureAlgorithm: .ecdsaWithSHA256,
             extensions: try Certificate.Extensions {
-                Critical(BasicConstraints.isCertificateAuthority(maxPathLength: nil))
+                // An intermediate issues leaves only.
+                Critical(BasicConstraints.isCertificateAuthority(maxPathLength: issuer == nil ? nil : 0))
                 Critical(KeyUsage(keyCertSign: true, cRLSign: true))
                 identifier
+                if let issuer { AuthorityKeyIdentifier(keyIdentifier: issuer.keyIdentifier) }
             },
-            issuerPrivateKey: .init(key)
+            issuerPrivateKey: .init(issuer?.key ?? key)
         )
-        self.init(certificatePEM: try certificate.serializeAsPEM().pemString, chainPEM: [], name: name, key: key, keyIdentifier: identifier.keyIdentifier)
+        let pem = try certificate.serializeAsPEM().pemString
+        let chain = issuer.map { [pem] + $0.chainPEM } ?? []
+        return DuplexCertificateAuthority(certificatePEM: pem, chainPEM: chain, name: name, key: key, keyIdentifier: identifier.keyIdentifier)
     }
 
     private init(certificatePEM: String, chainPEM: [String], name: DistinguishedName, key: P256.Signing.PrivateKey, keyIdentifier: ArraySlice<UInt8>) {
@@ -101,32 +111,7 @@ public struct DuplexCertificateAuthority: Sendable {
     /// carries it in ``Issued/chainPEM``.
     /// - Throws: when the certificate cannot be encoded (not expected).
     public func intermediate(commonName: String = "Duplex test intermediate CA") throws -> DuplexCertificateAuthority {
-        let key = P256.Signing.PrivateKey()
-        let name = try DistinguishedName {
-            OrganizationName("Duplex")
-            CommonName(commonName)
-        }
-        let publicKey = Certificate.PublicKey(key.publicKey)
-        let identifier = SubjectKeyIdentifier(hash: publicKey)
-        let certificate = try Certificate(
-            version: .v3,
-            serialNumber: .init(),
-            publicKey: publicKey,
-            notValidBefore: Date(timeIntervalSinceNow: -3600),
-            notValidAfter: Date(timeIntervalSinceNow: 365 * 86_400),
-            issuer: self.name,
-            subject: name,
-            signatureAlgorithm: .ecdsaWithSHA256,
-            extensions: try Certificate.Extensions {
-                Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
-                Critical(KeyUsage(keyCertSign: true, cRLSign: true))
-                identifier
-                AuthorityKeyIdentifier(keyIdentifier: keyIdentifier)
-            },
-            issuerPrivateKey: .init(self.key)
-        )
-        let pem = try certificate.serializeAsPEM().pemString
-        return DuplexCertificateAuthority(certificatePEM: pem, chainPEM: [pem] + chainPEM, name: name, key: key, keyIdentifier: identifier.keyIdentifier)
+        try Self.make(commonName: commonName, notValidBefore: nil, notValidAfter: nil, issuer: self)
     }
 
     /// Issues a certificate.
