@@ -46,8 +46,8 @@ start_peer() { # command...
   local out; out=$(mktemp)
   taskset -c 0 "$@" >"$out" 2>&1 &
   PID=$!
-  for _ in $(seq 200); do grep -q ws:// "$out" && break; sleep 0.05; done
-  PORT=$(grep -oE 'ws://127.0.0.1:[0-9]+' "$out" | head -1 | sed 's#.*:##' || true)
+  for _ in $(seq 200); do grep -qE 'wss?://' "$out" && break; sleep 0.05; done
+  PORT=$(grep -oE 'wss?://127.0.0.1:[0-9]+' "$out" | head -1 | sed 's#.*:##' || true)
   [ -n "$PORT" ] || { echo "$* did not start: $(cat "$out")" >&2; exit 1; }
 }
 CPU() { awk '{print $14+$15}' /proc/$1/stat; }

@@ -21,6 +21,7 @@ struct GuardedChildChannel<Base: ServerChildChannel>: ServerChildChannel {
             let operations = channel.pipeline.syncOperations
             try operations.addHandler(ConnectionGuard(limits: limits, refusal: refusal, admitted: admitted), position: .first)
             if let tls {
+                try operations.addHandler(TLSWriteCoalescer(), position: .first)
                 try operations.addHandler(NIOSSLServerHandler(context: tls), position: .first)
             }
         }.flatMap {
