@@ -105,6 +105,11 @@ struct ServerProcessTests {
 /// `caPEM` when given.
 enum HTTPProbe {
     static func get(port: Int, _ path: String, caPEM: String? = nil) async throws -> String {
+        try await send(port: port, "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", caPEM: caPEM)
+    }
+
+    /// Sends `request` as it is and returns everything the server answers until it closes.
+    static func send(port: Int, _ request: String, caPEM: String? = nil) async throws -> String {
         let context: NIOSSLContext? = try caPEM.map { pem in
             var tls = TLSConfiguration.makeClientConfiguration()
             tls.trustRoots = .certificates(try NIOSSLCertificate.fromPEMBytes(Array(pem.utf8)))
@@ -118,7 +123,7 @@ enum HTTPProbe {
                 }
             }
         return try await channel.executeThenClose { inbound, outbound in
-            try await outbound.write(ByteBuffer(string: "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"))
+            try await outbound.write(ByteBuffer(string: request))
             var text = ""
             do {
                 for try await chunk in inbound { text += String(buffer: chunk) }

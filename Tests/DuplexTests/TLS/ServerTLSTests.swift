@@ -172,6 +172,32 @@ struct ServerTLSTests {
         }
     }
 
+    @Test("over TLS, the limits and faults work as over TCP: 431 for a large head, /_chaos/close and closeConnections reach a wss:// socket")
+    func limitsAndFaults() async throws {
+        var made = Self.tlsConfiguration(try .selfSigned())
+        made.maxRequestHeadBytes = 2048
+        made.chaos = true
+        let configuration = made
+        let caPEM = configuration.tls!.certificateAuthorityPEM!
+        try await withTimeout {
+            try await withDuplexServer(configuration: configuration) { server in
+                let large = try await HTTPProbe.send(
+                    port: server.port, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: \(String(repeating: "p", count: 4096))\r\n\r\n", caPEM: caPEM)
+                #expect(large.hasPrefix("HTTP/1.1 431"), "\(large.prefix(200))")
+
+                let socket = WebSocket(url: server.webSocketURL("/echo"), configuration: .init(tlsTrust: .certificateAuthority(pem: caPEM)))
+                let events = socket.events
+                try await socket.connect()
+                let answer = try await HTTPProbe.send(
+                    port: server.port, "POST /_chaos/close?code=4000&reason=tls&route=echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", caPEM: caPEM)
+                #expect(answer.contains(#"{"affected":1}"#), "\(answer)")
+                let closed = try await events.first(within: .seconds(10)) { if case .disconnected = $0 { true } else { false } }
+                #expect(closed == .disconnected(code: WebSocketCloseCode(4000), reason: "tls"))
+                await socket.terminate()
+            }
+        }
+    }
+
     @Test("bad TLS settings fail the start with a clear error")
     func badSettings() async throws {
         var faultsWithoutCA = try DuplexServerTLS.selfSigned()
