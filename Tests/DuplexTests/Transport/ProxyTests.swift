@@ -19,6 +19,18 @@ struct ProxyTests {
         return reply
     }
 
+    /// Two servers for the body: one on plain TCP, one over TLS with the CA PEM that trusts it.
+    static func withServers(_ body: (RunningDuplexServer, RunningDuplexServer, String) async throws -> Void) async throws {
+        var made = DuplexServerConfiguration(port: 0, tickInterval: .milliseconds(20))
+        made.tls = try .selfSigned()
+        let tls = made
+        try await withDuplexServer(configuration: .init(port: 0, tickInterval: .milliseconds(20))) { plain in
+            try await withDuplexServer(configuration: tls) { secure in
+                try await body(plain, secure, tls.tls!.certificateAuthorityPEM!)
+            }
+        }
+    }
+
     /// One event through an SSE manager.
     static func firstEvent(_ url: URL, _ configuration: SSEConfiguration) async throws -> String? {
         let manager = ServerSentEventManager(url: url, retryPolicy: .disabled, configuration: configuration)
@@ -33,26 +45,20 @@ struct ProxyTests {
     func httpProxy() async throws {
         let proxy = try await ProxyPeer.http()
         defer { proxy.stop() }
-        var made = DuplexServerConfiguration(port: 0, tickInterval: .milliseconds(20))
-        made.tls = try .selfSigned()
-        let tls = made
-        let caPEM = tls.tls!.certificateAuthorityPEM!
         try await withTimeout(.seconds(60)) {
-            try await withDuplexServer(configuration: .init(port: 0, tickInterval: .milliseconds(20))) { plain in
-                try await withDuplexServer(configuration: tls) { secure in
-                    var webSocket = WebSocketConfiguration(tlsTrust: .certificateAuthority(pem: caPEM))
-                    webSocket.proxy = .http(host: "127.0.0.1", port: proxy.port)
-                    #expect(try await Self.echo(WebSocket(url: plain.webSocketURL("/echo"), configuration: webSocket), "plain") == "plain")
-                    try await proxy.waitForLog("Established connection to host \"127.0.0.1\"")
-                    #expect(try await Self.echo(WebSocket(url: secure.webSocketURL("/echo"), configuration: webSocket), "secure") == "secure")
-                    var sse = SSEConfiguration(tlsTrust: .certificateAuthority(pem: caPEM))
-                    sse.proxy = .http(host: "127.0.0.1", port: proxy.port)
-                    #expect(try await Self.firstEvent(plain.httpURL("/events?interval=20"), sse) == "tick")
-                    #expect(try await Self.firstEvent(secure.httpURL("/events?interval=20"), sse) == "tick")
-                    let log = proxy.log
-                    for port in [plain.port, secure.port] {
-                        #expect(log.contains("127.0.0.1:\(port)") || log.contains("port \(port)") || log.contains(":\(port)"), "the proxy opened connections to \(port): \(log)")
-                    }
+            try await Self.withServers { plain, secure, caPEM in
+                var webSocket = WebSocketConfiguration(tlsTrust: .certificateAuthority(pem: caPEM))
+                webSocket.proxy = .http(host: "127.0.0.1", port: proxy.port)
+                #expect(try await Self.echo(WebSocket(url: plain.webSocketURL("/echo"), configuration: webSocket), "plain") == "plain")
+                try await proxy.waitForLog("Established connection to host \"127.0.0.1\"")
+                #expect(try await Self.echo(WebSocket(url: secure.webSocketURL("/echo"), configuration: webSocket), "secure") == "secure")
+                var sse = SSEConfiguration(tlsTrust: .certificateAuthority(pem: caPEM))
+                sse.proxy = .http(host: "127.0.0.1", port: proxy.port)
+                #expect(try await Self.firstEvent(plain.httpURL("/events?interval=20"), sse) == "tick")
+                #expect(try await Self.firstEvent(secure.httpURL("/events?interval=20"), sse) == "tick")
+                let log = proxy.log
+                for port in [plain.port, secure.port] {
+                    #expect(log.contains("127.0.0.1:\(port)") || log.contains("port \(port)") || log.contains(":\(port)"), "the proxy opened connections to \(port): \(log)")
                 }
             }
         }
@@ -131,32 +137,26 @@ struct ProxyTests {
     func socks5() async throws {
         let proxy = try await ProxyPeer.socks5()
         defer { proxy.stop() }
-        var made = DuplexServerConfiguration(port: 0, tickInterval: .milliseconds(20))
-        made.tls = try .selfSigned()
-        let tls = made
-        let caPEM = tls.tls!.certificateAuthorityPEM!
         try await withTimeout(.seconds(60)) {
-            try await withDuplexServer(configuration: .init(port: 0, tickInterval: .milliseconds(20))) { plain in
-                try await withDuplexServer(configuration: tls) { secure in
-                    var webSocket = WebSocketConfiguration(tlsTrust: .certificateAuthority(pem: caPEM))
-                    webSocket.proxy = try Proxy(url: "socks5://127.0.0.1:\(proxy.port)")
-                    #expect(try await Self.echo(WebSocket(url: plain.webSocketURL("/echo"), configuration: webSocket), "plain") == "plain")
-                    try await proxy.waitForLog("\(plain.port)")
-                    // By name: the proxy resolves it.
-                    #expect(try await Self.echo(WebSocket(url: URL(string: "wss://localhost:\(secure.port)/echo")!, configuration: webSocket), "secure") == "secure")
-                    var sse = SSEConfiguration(tlsTrust: .certificateAuthority(pem: caPEM))
-                    sse.proxy = .socks5(host: "127.0.0.1", port: proxy.port)
-                    #expect(try await Self.firstEvent(secure.httpURL("/events?interval=20"), sse) == "tick")
-                    try await proxy.waitForLog("\(secure.port)")
+            try await Self.withServers { plain, secure, caPEM in
+                var webSocket = WebSocketConfiguration(tlsTrust: .certificateAuthority(pem: caPEM))
+                webSocket.proxy = try Proxy(url: "socks5://127.0.0.1:\(proxy.port)")
+                #expect(try await Self.echo(WebSocket(url: plain.webSocketURL("/echo"), configuration: webSocket), "plain") == "plain")
+                try await proxy.waitForLog("\(plain.port)")
+                // By name: the proxy resolves it.
+                #expect(try await Self.echo(WebSocket(url: URL(string: "wss://localhost:\(secure.port)/echo")!, configuration: webSocket), "secure") == "secure")
+                var sse = SSEConfiguration(tlsTrust: .certificateAuthority(pem: caPEM))
+                sse.proxy = .socks5(host: "127.0.0.1", port: proxy.port)
+                #expect(try await Self.firstEvent(secure.httpURL("/events?interval=20"), sse) == "tick")
+                try await proxy.waitForLog("\(secure.port)")
 
-                    let closed = try RefusingPort()
-                    let refused = WebSocket(url: URL(string: "ws://127.0.0.1:\(closed.port)/echo")!, configuration: webSocket)
-                    await #expect {
-                        try await refused.connect()
-                    } throws: { error in
-                        guard let error = error as? WebSocketError else { return false }
-                        return error.code == .proxyFailed && error.message.contains("SOCKS5 reply")
-                    }
+                let closed = try RefusingPort()
+                let refused = WebSocket(url: URL(string: "ws://127.0.0.1:\(closed.port)/echo")!, configuration: webSocket)
+                await #expect {
+                    try await refused.connect()
+                } throws: { error in
+                    guard let error = error as? WebSocketError else { return false }
+                    return error.code == .proxyFailed && error.message.contains("SOCKS5 reply")
                 }
             }
         }
