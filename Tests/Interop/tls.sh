@@ -70,6 +70,7 @@ async def main():
         "self-signed": "self-signed certificate",
         "untrusted-root": "self-signed certificate in certificate chain",
         "incomplete-chain": "unable to get local issuer certificate",
+        "weak-key": "key too weak",
     }
     for fault, words in expected.items():
         url = faults[fault].replace("https://", "wss://") + "/echo"
@@ -129,6 +130,7 @@ check self-signed 60 "self-signed certificate" "self-signed certificate"
 check untrusted-root 60 "self-signed certificate in certificate chain" "unknown CA"
 check incomplete-chain 60 "unable to get local issuer certificate" "unknown CA"
 check client-certificate-required 56 "certificate required" "certificate required"
+check weak-key 60 "key too weak" "weak key: the server's certificate has a 1024-bit RSA key"
 tls12=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['tls12-only'])" "$work/faults.json")
 [ "$("$bin/duplex" echo "${tls12/https:/wss:}/echo" --ca "$ca" hi)" = "hi" ] || fail "duplex through tls12-only"
 mutual=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['client-certificate-required'])" "$work/faults.json")

@@ -81,6 +81,24 @@ enum DERCertificateNames {
         return der[fields[2]] == der[fields[4]]
     }
 
+    /// The size in bits of an RSA key's modulus, from its SubjectPublicKeyInfo; nil for another
+    /// kind of key or DER that does not parse.
+    static func rsaModulusBits(spki der: [UInt8]) -> Int? {
+        let rsaEncryption: [UInt8] = [0x06, 0x09, 0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x01, 0x01]
+        // SubjectPublicKeyInfo ::= SEQUENCE { algorithm SEQUENCE { OID, NULL }, BIT STRING }
+        guard der.first == 0x30, let info = element(der, at: 0),
+            der.count > info.start, der[info.start] == 0x30, let algorithm = element(der, at: info.start),
+            der[algorithm.start..<algorithm.end].starts(with: rsaEncryption),
+            algorithm.end < der.count, der[algorithm.end] == 0x03, let bits = element(der, at: algorithm.end),
+            // the unused-bits byte, then RSAPublicKey ::= SEQUENCE { modulus INTEGER, exponent INTEGER }
+            bits.start + 1 < der.count, der[bits.start + 1] == 0x30, let key = element(der, at: bits.start + 1),
+            key.start < der.count, der[key.start] == 0x02, let modulus = element(der, at: key.start)
+        else { return nil }
+        var bytes = der[modulus.start..<modulus.end].drop { $0 == 0 }
+        guard let first = bytes.popFirst() else { return 0 }
+        return bytes.count * 8 + (8 - first.leadingZeroBitCount)
+    }
+
     /// The element whose tag is at `offset`: where its contents start and end.
     private static func element(_ der: [UInt8], at offset: Int) -> (start: Int, end: Int, headerLength: Int)? {
         guard offset + 1 < der.count else { return nil }
@@ -101,8 +119,8 @@ enum DERCertificateNames {
     }
 }
 
-/// Holds a `wss://` connection until TLS is established: then checks the server's public key
-/// against the pins, if any (after NIOSSL verified the chain and host name: pins add to that,
+/// Holds a `wss://` connection until TLS is established: then refuses an RSA key under 2,048
+/// bits, checks the server's public key against the pins, if any (after NIOSSL verified the chain and host name: pins add to that,
 /// never replace it), and lets the HTTP request go. When the handshake fails, it keeps the
 /// certificate the server presented, so that the error can say what was wrong with it.
 final class TLSGate: ChannelInboundHandler, RemovableChannelHandler, Sendable {
@@ -137,8 +155,15 @@ final class TLSGate: ChannelInboundHandler, RemovableChannelHandler, Sendable {
         guard let tlsEvent = event as? TLSUserEvent, case .handshakeCompleted = tlsEvent else {
             return context.fireUserInboundEventTriggered(event)
         }
+        let certificate = try? context.pipeline.syncOperations.handler(type: NIOSSLClientHandler.self).peerCertificate
+        // BoringSSL takes any RSA key size; OpenSSL's default security level, browsers and
+        // NIST (since 2013) refuse less than 2,048 bits.
+        if let spki = try? certificate?.extractPublicKey().toSPKIBytes(), let bits = DERCertificateNames.rsaModulusBits(spki: spki), bits < 2048 {
+            finish(.failure(WebSocketError(.tlsFailed, "weak key: the server's certificate has a \(bits)-bit RSA key; at least 2048 bits are required")))
+            context.close(promise: nil)
+            return
+        }
         if !pins.isEmpty {
-            let certificate = try? context.pipeline.syncOperations.handler(type: NIOSSLClientHandler.self).peerCertificate
             let actual = certificate.flatMap { try? PublicKeyPin.sha256($0) }
             guard let actual, pins.contains(actual) else {
                 let shown = actual.map { "sha256//\($0)" } ?? "unreadable"

@@ -1,4 +1,5 @@
 import Crypto
+import _CryptoExtras
 public import Foundation
 import SwiftASN1
 import X509
@@ -134,6 +135,12 @@ public struct DuplexCertificateAuthority: Sendable {
         try Self.leaf(commonName: commonName, hosts: hosts, usage: usage, notValidBefore: notValidBefore, notValidAfter: notValidAfter, issuer: self)
     }
 
+    /// Issues a server certificate with a 1,024-bit RSA key, too weak to trust: what the
+    /// `weak-key` TLS fault serves.
+    func issueWithWeakKey(hosts: [String]) throws -> Issued {
+        try Self.leaf(commonName: nil, hosts: hosts, usage: .server, notValidBefore: nil, notValidAfter: nil, issuer: self, weakKey: true)
+    }
+
     /// Issues a certificate signed by its own key, by no authority (its issuer is its
     /// subject): what the `self-signed` TLS fault serves.
     static func selfSignedLeaf(hosts: [String]) throws -> Issued {
@@ -147,10 +154,19 @@ public struct DuplexCertificateAuthority: Sendable {
         usage: Usage,
         notValidBefore: Date?,
         notValidAfter: Date?,
-        issuer: DuplexCertificateAuthority?
+        issuer: DuplexCertificateAuthority?,
+        weakKey: Bool = false
     ) throws -> Issued {
         let key = P256.Signing.PrivateKey()
-        let publicKey = Certificate.PublicKey(key.publicKey)
+        let publicKey: Certificate.PublicKey
+        let privateKeyPEM: String
+        let spki: Data
+        if weakKey {
+            let rsa = try _RSA.Signing.PrivateKey(unsafeKeySize: .init(bitCount: 1024))
+            (publicKey, privateKeyPEM, spki) = (Certificate.PublicKey(rsa.publicKey), rsa.pkcs8PEMRepresentation, rsa.publicKey.derRepresentation)
+        } else {
+            (publicKey, privateKeyPEM, spki) = (Certificate.PublicKey(key.publicKey), key.pemRepresentation, key.publicKey.derRepresentation)
+        }
         let names = try hosts.map { host -> GeneralName in
             guard !host.isEmpty else { throw DuplexServerError.invalidTLSConfiguration("a certificate's host name is empty") }
             if let address = Self.addressBytes(host) { return .ipAddress(ASN1OctetString(contentBytes: address[...])) }
@@ -182,8 +198,8 @@ public struct DuplexCertificateAuthority: Sendable {
         return Issued(
             certificatePEM: pem,
             chainPEM: ([pem] + (issuer?.chainPEM ?? [])).joined(separator: "\n"),
-            privateKeyPEM: key.pemRepresentation,
-            publicKeySHA256: Data(SHA256.hash(data: key.publicKey.derRepresentation)).base64EncodedString()
+            privateKeyPEM: privateKeyPEM,
+            publicKeySHA256: Data(SHA256.hash(data: spki)).base64EncodedString()
         )
     }
 

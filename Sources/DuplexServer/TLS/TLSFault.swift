@@ -30,6 +30,11 @@ public enum TLSFault: String, CaseIterable, Sendable, Codable {
     /// A good certificate, with TLS 1.2 at most. A client must get through (TLS 1.2 is still
     /// safe); one set to require TLS 1.3 must refuse it.
     case tls12Only = "tls12-only"
+    /// A certificate from the server's CA whose key is 1,024-bit RSA, which OpenSSL's default
+    /// security level and browsers refuse as too weak (NIST retired it in 2013). A client must
+    /// refuse it. BoringSSL accepts it: Duplex's WebSocket client checks the size itself; its
+    /// SSE client (AsyncHTTPClient) cannot.
+    case weakKey = "weak-key"
 
     /// The TLS configuration of this fault's listener.
     func serverConfiguration(authority: DuplexCertificateAuthority, hosts: [String]) throws -> TLSConfiguration {
@@ -57,6 +62,9 @@ public enum TLSFault: String, CaseIterable, Sendable, Codable {
         case .clientCertificateRequired:
             let issued = try authority.issue(hosts: hosts)
             return try DuplexServerTLS.serverConfiguration(chainPEM: issued.chainPEM, keyPEM: issued.privateKeyPEM, clientCAPEM: authority.certificatePEM)
+        case .weakKey:
+            let issued = try authority.issueWithWeakKey(hosts: hosts)
+            return try DuplexServerTLS.serverConfiguration(chainPEM: issued.chainPEM, keyPEM: issued.privateKeyPEM, clientCAPEM: nil)
         case .tls12Only:
             let issued = try authority.issue(hosts: hosts)
             var tls = try DuplexServerTLS.serverConfiguration(chainPEM: issued.chainPEM, keyPEM: issued.privateKeyPEM, clientCAPEM: nil)

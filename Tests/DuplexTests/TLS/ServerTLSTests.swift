@@ -76,6 +76,7 @@ struct ServerTLSTests {
             .untrustedRoot: "unknown CA",
             .incompleteChain: "unknown CA",
             .clientCertificateRequired: "certificate required",
+            .weakKey: "weak key: the server's certificate has a 1024-bit RSA key",
         ]
         try await withTimeout(.seconds(60)) {
             try await withDuplexServer(configuration: Self.tlsConfiguration(tls)) { server in
