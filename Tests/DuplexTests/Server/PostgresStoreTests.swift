@@ -503,6 +503,23 @@ struct PostgresStoreTests {
         }
     }
 
+    @Test("a database a newer server migrated (schema version 99) is refused at start, and left as it was")
+    func newerSchema() async throws {
+        try await withTimeout(.seconds(90)) {
+            try await Self.withDatabase { cluster, store in
+                let (first, _) = try await Self.node(store)
+                first.signal(SIGTERM)
+                try await first.waitForExit()
+                let name = String(store.split(separator: "/").last ?? "")
+                _ = try await cluster.psql(name, "UPDATE duplex_schema SET version = 99")
+                let older = try CLIProcess("duplex-server", ["--port", "0", "--store", store, "--store-startup-timeout", "30"])
+                let refused = try await older.waitForExit(within: .seconds(20))
+                #expect(refused.status != 0 && refused.stderr.contains("schema version 99, newer than this server's"), "\(refused)")
+                #expect(try await cluster.psql(name, "SELECT version FROM duplex_schema").contains("99"), "the version is left as it was")
+            }
+        }
+    }
+
     @Test("PostgresStoreConfiguration reads postgres:// URLs and refuses others with a reason")
     func urls() throws {
         let full = try PostgresStoreConfiguration(url: "postgres://duplex:s%40cret@db.local:6543/rooms?sslmode=require")

@@ -205,9 +205,26 @@ enum PostgresChatSchema {
         """,
     ]
 
+    /// A database whose schema a newer server wrote: this server's functions would replace that
+    /// server's, so it does not start.
+    struct NewerSchema: Error, CustomStringConvertible {
+        var found: Int
+        var description: String {
+            "the database holds schema version \(found), newer than this server's \(PostgresChatSchema.version): upgrade this server (every server on one database runs the same version)"
+        }
+    }
+
     /// Creates or updates the schema, under the migration lock, in one transaction.
+    /// - Throws: ``NewerSchema`` when a newer server already migrated the database: nothing is
+    ///   changed then.
     static func migrate(_ connection: PostgresConnection, logger: Logger) async throws {
         try await connection.execute("SELECT pg_advisory_xact_lock(\(migrationLock))", logger: logger)
+        // Before anything is replaced: the functions a newer server created must stay.
+        try await connection.execute(statements[0], logger: logger)
+        let found = try await connection.query("SELECT coalesce(max(version), 0) FROM duplex_schema", logger: logger)
+        for try await (value) in found.decode(Int.self) where value > version {
+            throw NewerSchema(found: value)
+        }
         for statement in statements {
             try await connection.execute(statement, logger: logger)
         }

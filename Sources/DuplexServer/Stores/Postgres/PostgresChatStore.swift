@@ -112,6 +112,10 @@ final class PostgresChatStore: ChatStore {
                 try await renewLease()
                 break
             } catch {
+                // postgres-nio wraps what the transaction's closure threw.
+                if let newer = (error as? PostgresChatSchema.NewerSchema) ?? ((error as? PostgresTransactionError)?.closureError as? PostgresChatSchema.NewerSchema) {
+                    throw ChatStoreUnavailable(description: "the room store at \(configuration.redactedURL) cannot be used: \(newer)")
+                }
                 attempt += 1
                 guard clock.now < deadline else {
                     throw ChatStoreUnavailable(description: "cannot reach the room store at \(configuration.redactedURL) within \(configuration.startupTimeout): \(Self.describe(error))")
