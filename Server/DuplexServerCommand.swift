@@ -121,7 +121,9 @@ struct DuplexServerCommand: AsyncParsableCommand {
     @Flag(help: "With --tls-self-signed: one more listener per TLS fault (expired, wrong-host, self-signed, ...); GET /tls-faults lists their URLs.")
     var tlsFaults = false
 
-    @Option(help: ArgumentHelp("Event-loop threads; by default one per core. Use 1 for a server pinned to one core (taskset).", valueName: "count"))
+    @Option(
+        help: ArgumentHelp(
+            "Event-loop threads; by default one per CPU the process may use (its affinity mask, as taskset sets it, and its cgroup's cpuset or CPU quota).", valueName: "count"))
     var eventLoops: Int?
 
     func validate() throws {
@@ -250,7 +252,7 @@ struct DuplexServerCommand: AsyncParsableCommand {
         }
         let logger = Logger(label: "duplex-server")
         // Read when the shared event-loop group is first made, which the server does on start.
-        if let eventLoops { NIOSingletons.groupLoopCountSuggestion = eventLoops }
+        NIOSingletons.groupLoopCountSuggestion = eventLoops ?? UsableCPUs.count()
         var configuration = serverConfiguration
         let tls = try tlsSettings()
         configuration.tls = tls?.tls

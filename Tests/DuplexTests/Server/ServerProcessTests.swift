@@ -55,6 +55,33 @@ struct ServerProcessTests {
         }
     }
 
+    /// The event-loop threads of a running server, once it has served a connection.
+    static func eventLoopThreads(_ server: CLIProcess, port: Int) async throws -> Int {
+        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connect(host: "127.0.0.1", port: port).get()
+        try await channel.close()
+        let tasks = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(server.pid)/task")
+        return tasks.filter { task in
+            ((try? String(contentsOfFile: "/proc/\(server.pid)/task/\(task)/comm", encoding: .utf8)) ?? "").hasPrefix("NIO-SGLTN")
+        }.count
+    }
+
+    @Test("without --event-loops, the server starts one event loop per CPU its affinity mask allows (taskset -c 0: one), or per --event-loops")
+    func eventLoopsFollowAffinity() async throws {
+        try await withTimeout(.seconds(60)) {
+            let pinned = try CLIProcess(executable: URL(fileURLWithPath: "/usr/bin/taskset"), ["-c", "0", CLIProcess.binDirectory.appendingPathComponent("duplex-server").path, "--port", "0"])
+            let output = try await pinned.waitForStdout("duplex-server listening on http://127.0.0.1:")
+            let port = try #require(output.stdout.split(separator: "\n").first { $0.contains("listening on") }.flatMap { Int($0.split(separator: ":").last ?? "") })
+            #expect(try await Self.eventLoopThreads(pinned, port: port) == 1)
+            pinned.signal(SIGTERM)
+            _ = try await pinned.waitForExit()
+
+            let (asked, askedPort) = try await Self.start(["--event-loops", "3"])
+            #expect(try await Self.eventLoopThreads(asked, port: askedPort) == 3, "--event-loops wins over the mask")
+            asked.signal(SIGTERM)
+            _ = try await asked.waitForExit()
+        }
+    }
+
     @Test("--compression-window-bits sets the windows the server answers with; 16 is refused")
     func compressionWindowBits() async throws {
         try await withTimeout(.seconds(60)) {
