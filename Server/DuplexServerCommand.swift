@@ -218,7 +218,8 @@ struct DuplexServerCommand: AsyncParsableCommand {
             if !hosts.contains(host), !["0.0.0.0", "::"].contains(host) { hosts.append(host) }
             let tls = try DuplexServerTLS.selfSigned(hosts: hosts)
             let directory = tlsDirectory ?? FileManager.default.temporaryDirectory.appendingPathComponent("duplex-server-\(ProcessInfo.processInfo.processIdentifier)").path
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            // The client key is a secret of sorts: the folder is the user's alone.
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             let caFile = (directory as NSString).appendingPathComponent("ca.pem")
             try Data((tls.certificateAuthorityPEM ?? "").utf8).write(to: URL(fileURLWithPath: caFile))
             if let authority = tls.certificateAuthority {

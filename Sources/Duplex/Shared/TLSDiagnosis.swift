@@ -15,10 +15,13 @@ enum TLSDiagnosis {
     static func cause(of error: any Error, peer: NIOSSLCertificate?, now: Date = Date()) -> String? {
         switch error {
         case let error as NIOSSLExtraError where error == .failedToValidateHostname:
+            // The names come from the peer: only host-name characters are shown, and few of them.
             let names = peer.map { certificate in
                 certificate._subjectAlternativeNames().compactMap { name -> String? in
-                    name.nameType == .dnsName ? String(decoding: name.contents, as: UTF8.self) : nil
-                }
+                    guard name.nameType == .dnsName else { return nil }
+                    let text = String(decoding: name.contents.prefix(253), as: UTF8.self)
+                    return String(text.unicodeScalars.filter { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "-.*_".unicodeScalars.contains($0)) }.map(Character.init))
+                }.prefix(5)
             }
             let shown = names.map { $0.isEmpty ? "" : " (its DNS names: \($0.joined(separator: ", ")))" } ?? ""
             return "host-name mismatch: the server's certificate is not for this host\(shown)"

@@ -79,7 +79,9 @@ enum ProxyTunnel {
                 }
             return WebSocketError(.proxyFailed, "the proxy \(meaning) (HTTP \(code))", status: code)
         default:
-            return WebSocketError(.proxyFailed, "the proxy did not open a tunnel to \(target): \(error)")
+            // The error may quote the proxy's answer: printable ASCII only, and not much of it.
+            let said = String(String(describing: error).unicodeScalars.filter { $0.isASCII && $0.value >= 0x20 && $0.value < 0x7F }.prefix(200).map(Character.init))
+            return WebSocketError(.proxyFailed, "the proxy did not open a tunnel to \(target): \(said)")
         }
     }
 
