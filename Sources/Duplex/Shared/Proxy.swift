@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 
 /// A proxy that `ws://`, `wss://`, `http://` and `https://` connections go through: an HTTP
 /// proxy (a `CONNECT` tunnel, with a user and password if the proxy asks for them), a SOCKS5
