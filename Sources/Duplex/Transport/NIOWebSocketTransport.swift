@@ -250,25 +250,6 @@ struct NIOWebSocketTransport: WebSocketTransport {
     }
 }
 
-/// Notes the status of the handshake response, so a refused upgrade can say what the server
-/// answered, then leaves the pipeline.
-private final class ResponseStatusRecorder: ChannelInboundHandler, RemovableChannelHandler, Sendable {
-    typealias InboundIn = HTTPClientResponsePart
-    typealias InboundOut = HTTPClientResponsePart
-
-    let status = NIOLockedValueBox<Int?>(nil)
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if case .head(let head) = unwrapInboundIn(data) {
-            status.withLockedValue { $0 = Int(head.status.code) }
-            context.fireChannelRead(data)
-            context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
-            return
-        }
-        context.fireChannelRead(data)
-    }
-}
-
 /// An open connection of the NIO transport.
 final class NIOWebSocketConnection: WebSocketTransportConnection {
     let channel: any Channel

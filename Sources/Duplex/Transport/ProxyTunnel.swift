@@ -21,7 +21,7 @@ enum ProxyTunnel {
             }
             let encoder = HTTPRequestEncoder()
             let decoder = ByteToMessageHandler(HTTPResponseDecoder(leftOverBytesStrategy: .forwardBytes))
-            let status = ProxyStatusRecorder()
+            let status = ResponseStatusRecorder()
             let promise = channel.eventLoop.makePromise(of: Void.self)
             let connect = NIOHTTP1ProxyConnectHandler(targetHost: host, targetPort: port, headers: headers, deadline: deadline, promise: promise)
             try operations.addHandler(encoder)
@@ -29,14 +29,13 @@ enum ProxyTunnel {
             try operations.addHandler(status)
             try operations.addHandler(connect)
             let authenticated = username != nil
-            // The CONNECT handler takes itself out; the rest follow it, on the event loop.
+            // The CONNECT handler and the recorder take themselves out once the proxy's head has
+            // passed; the codec follows them, on the event loop.
             return promise.futureResult.flatMapErrorThrowing { error in
-                throw Self.describe(error, status: status.status, authenticated: authenticated, target: "\(host):\(port)")
+                throw Self.describe(error, status: status.status.withLockedValue { $0 }, authenticated: authenticated, target: "\(host):\(port)")
             }.assumeIsolated().flatMap {
-                channel.pipeline.syncOperations.removeHandler(status).assumeIsolated().flatMap {
-                    channel.pipeline.syncOperations.removeHandler(decoder).assumeIsolated().flatMap {
-                        channel.pipeline.syncOperations.removeHandler(encoder)
-                    }.nonisolated()
+                channel.pipeline.syncOperations.removeHandler(decoder).assumeIsolated().flatMap {
+                    channel.pipeline.syncOperations.removeHandler(encoder)
                 }.nonisolated()
             }.nonisolated()
         case .socks5:
@@ -113,22 +112,6 @@ enum ProxyTunnel {
             return "the proxy closed the connection"
         }
         return "\(error)"
-    }
-}
-
-/// Notes the status of the proxy's answer to `CONNECT`, so that a refusal can say it.
-private final class ProxyStatusRecorder: ChannelInboundHandler, RemovableChannelHandler, Sendable {
-    typealias InboundIn = HTTPClientResponsePart
-    typealias InboundOut = HTTPClientResponsePart
-
-    private let box = NIOLockedValueBox<Int?>(nil)
-    var status: Int? { box.withLockedValue { $0 } }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if case .head(let head) = unwrapInboundIn(data) {
-            box.withLockedValue { $0 = Int(head.status.code) }
-        }
-        context.fireChannelRead(data)
     }
 }
 
