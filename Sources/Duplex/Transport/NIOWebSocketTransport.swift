@@ -27,44 +27,24 @@ struct NIOWebSocketTransport: WebSocketTransport {
         delegate: any WebSocketTransportDelegate
     ) async throws -> any WebSocketTransportConnection {
         let endpoint = try request.endpoint()
-        let sslContext = try endpoint.secure ? Self.makeSSLContext(configuration.tlsTrust, identity: configuration.tlsIdentity) : nil
-        let deadline = NIODeadline.now() + TimeAmount(configuration.connectTimeout)
-        let timedOut = NIOLockedValueBox(false)
-        let tlsGate = endpoint.secure ? TLSGate(pins: configuration.tlsTrust.pins) : nil
-        let route = try configuration.proxy?.route(secure: endpoint.secure, host: endpoint.host)
-        let (connectHost, connectPort) = route.map(\.address) ?? (endpoint.host, endpoint.port)
-        let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .connectTimeout(TimeAmount(configuration.connectTimeout))
-            .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
-            .channelOption(ChannelOptions.writeBufferWaterMark, value: Self.waterMark(configuration))
+        let connector = ClientConnector(
+            host: endpoint.host,
+            port: endpoint.port,
+            secure: endpoint.secure,
+            tlsTrust: configuration.tlsTrust,
+            tlsIdentity: configuration.tlsIdentity,
+            proxy: configuration.proxy,
+            timeout: configuration.connectTimeout,
+            waterMark: Self.waterMark(configuration),
+            stageName: "the handshake"
+        )
         let result: UpgradeResult
         do {
-            let upgrade: EventLoopFuture<UpgradeResult> = try await bootstrap.connect(host: connectHost, port: connectPort) { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try Self.setUpPipeline(
-                        channel: channel,
-                        endpoint: endpoint,
-                        request: request,
-                        configuration: configuration,
-                        sslContext: sslContext,
-                        tlsGate: tlsGate,
-                        proxy: route,
-                        deadline: deadline,
-                        timedOut: timedOut,
-                        delegate: delegate
-                    )
-                }
+            result = try await connector.connect { channel in
+                try Self.configureUpgrade(channel: channel, endpoint: endpoint, request: request, configuration: configuration, delegate: delegate)
             }
-            result = try await upgrade.get()
         } catch {
-            if timedOut.withLockedValue({ $0 }) {
-                throw WebSocketError(.connectTimeout, "the handshake with \(endpoint.host):\(endpoint.port) did not finish within \(configuration.connectTimeout)")
-            }
-            if let route, Self.isConnectFailure(error) {
-                let (host, port) = route.address
-                throw WebSocketError(.proxyFailed, "could not connect to the proxy \(host):\(port): \(SystemErrorText.describe(error))")
-            }
-            throw Self.describe(error, endpoint: endpoint, timeout: configuration.connectTimeout, peer: tlsGate?.peer)
+            throw Self.describe(error, endpoint: endpoint)
         }
         switch result {
         case .upgraded(let connection):
@@ -73,40 +53,6 @@ struct NIOWebSocketTransport: WebSocketTransport {
             let shown = status.map { "HTTP \($0)" } ?? "a response that was not 101"
             throw WebSocketError(.upgradeRejected, "the server answered the WebSocket handshake with \(shown)", status: status)
         }
-    }
-
-    /// The connection's stages, each once the one before is done: a tunnel through the proxy,
-    /// if any; TLS, if `wss://` (nothing of the HTTP request is written until TLS is established
-    /// and the pins hold); then the WebSocket handshake. All of it must finish by the deadline.
-    private static func setUpPipeline(
-        channel: any Channel,
-        endpoint: WebSocketRequest.Endpoint,
-        request: WebSocketRequest,
-        configuration: WebSocketConfiguration,
-        sslContext: NIOSSLContext?,
-        tlsGate: TLSGate?,
-        proxy: Proxy.Route?,
-        deadline: NIODeadline,
-        timedOut: NIOLockedValueBox<Bool>,
-        delegate: any WebSocketTransportDelegate
-    ) throws -> EventLoopFuture<UpgradeResult> {
-        let timeout = channel.eventLoop.scheduleTask(deadline: deadline) {
-            timedOut.withLockedValue { $0 = true }
-            channel.close(promise: nil)
-        }
-        let tunnel = try proxy.map { try ProxyTunnel.open($0, on: channel, to: endpoint.host, port: endpoint.port, deadline: deadline) } ?? channel.eventLoop.makeSucceededVoidFuture()
-        let secured = tunnel.flatMapThrowing { () -> EventLoopFuture<Void> in
-            guard let sslContext, let tlsGate else { return channel.eventLoop.makeSucceededVoidFuture() }
-            let serverName = endpoint.host.isIPAddress ? nil : endpoint.host
-            try channel.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverName))
-            try channel.pipeline.syncOperations.addHandler(tlsGate)
-            return tlsGate.established(on: channel.eventLoop)
-        }.flatMap { $0 }
-        let upgraded = secured.flatMapThrowing {
-            try configureUpgrade(channel: channel, endpoint: endpoint, request: request, configuration: configuration, delegate: delegate)
-        }.flatMap { $0 }
-        upgraded.whenComplete { _ in timeout.cancel() }
-        return upgraded
     }
 
     /// The HTTP/1.1 upgrade request and the WebSocket pipeline that follows it.
@@ -194,11 +140,6 @@ struct NIOWebSocketTransport: WebSocketTransport {
         return upgraded
     }
 
-    /// Whether `error` is a failure to reach the first hop (refused, unreachable, unresolvable).
-    private static func isConnectFailure(_ error: any Error) -> Bool {
-        error is NIOConnectionError || (error is IOError && !(error is WebSocketError))
-    }
-
     /// The channel's watermarks, whatever the configuration holds (NIO traps on low < 1 or
     /// low > high): a low watermark above the high one is taken as the high one.
     static func waterMark(_ configuration: WebSocketConfiguration) -> ChannelOptions.Types.WriteBufferWaterMark {
@@ -206,44 +147,21 @@ struct NIOWebSocketTransport: WebSocketTransport {
         return .init(low: min(max(configuration.sendBufferLowWatermark, 1), high), high: high)
     }
 
-    static func makeSSLContext(_ trust: TLSTrust, identity: TLSIdentity?) throws -> NIOSSLContext {
-        let configuration = try trust.clientConfiguration(identity: identity)
-        do {
-            return try NIOSSLContext(configuration: configuration)
-        } catch {
-            throw WebSocketError(.tlsFailed, "TLS could not be set up: \(error)")
-        }
-    }
-
-    private static func describe(_ error: any Error, endpoint: WebSocketRequest.Endpoint, timeout: Duration, peer: NIOSSLCertificate?) -> WebSocketError {
+    /// The error for what the connector leaves to the handshake: the upgrade's and the HTTP
+    /// parser's errors.
+    private static func describe(_ error: any Error, endpoint: WebSocketRequest.Endpoint) -> any Error {
         let target = "\(endpoint.host):\(endpoint.port)"
-        if let cause = TLSDiagnosis.cause(of: error, peer: peer) {
-            return WebSocketError(.tlsFailed, "TLS with \(target) failed: \(cause)")
-        }
         switch error {
-        case let error as WebSocketError:
-            return error
-        case ChannelError.connectTimeout:
-            return WebSocketError(.connectTimeout, "no connection to \(target) within \(timeout)")
         case let error as NIOHTTPClientUpgradeError where error == .upgraderDeniedUpgrade:
             return WebSocketError(.handshakeFailed, "\(target) answered with a wrong Sec-WebSocket-Accept: it did not prove it read the handshake")
         case let error as NIOHTTPClientUpgradeError:
             return WebSocketError(.handshakeFailed, "\(target) answered the handshake with a response that is not a WebSocket upgrade (\(error))")
-        case let error as HTTPParserError where error == .invalidEOFState:
-            return WebSocketError(.connectionFailed, "\(target) closed the connection during the handshake")
         case let error as HTTPParserError where error == .headerOverflow:
             return WebSocketError(.handshakeFailed, "\(target) answered the handshake with headers over the size limit")
         case let error as HTTPParserError:
             return WebSocketError(.handshakeFailed, "\(target) answered the handshake with a malformed HTTP response (\(error))")
-        case let error as NIOConnectionError:
-            if error.dnsAAAAError != nil || error.dnsAError != nil, error.connectionErrors.isEmpty {
-                return WebSocketError(.connectionFailed, "could not resolve \(endpoint.host)")
-            }
-            return WebSocketError(.connectionFailed, "could not connect to \(target): \(error.connectionErrors.first.map { SystemErrorText.describe($0.error) } ?? "no address could be reached")")
-        case let error as IOError:
-            return WebSocketError(.connectionFailed, "could not connect to \(target): \(SystemErrorText.describe(error))")
-        case ChannelError.ioOnClosedChannel, ChannelError.alreadyClosed, ChannelError.eof:
-            return WebSocketError(.connectionFailed, "\(target) closed the connection during the handshake")
+        case is WebSocketError, is CancellationError:
+            return error
         default:
             return WebSocketError(.connectionFailed, "could not connect to \(target): \(error)")
         }
@@ -301,19 +219,5 @@ final class NIOWebSocketConnection: WebSocketTransportConnection {
     private func onLoop(_ body: @escaping @Sendable (WebSocketClientHandler) -> Void) {
         let handler = self.handler
         channel.eventLoop.execute { body(handler.value) }
-    }
-}
-
-extension TimeAmount {
-    init(_ duration: Duration) {
-        let (seconds, attoseconds) = duration.components
-        self = .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
-    }
-}
-
-extension String {
-    /// Whether the string is an IPv4 or IPv6 address literal (no SNI is sent for those).
-    var isIPAddress: Bool {
-        (try? SocketAddress(ipAddress: self, port: 0)) != nil
     }
 }
