@@ -44,7 +44,6 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3"..<"5.0.0"),
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
         .package(url: "https://github.com/OpenCombine/OpenCombine.git", from: "0.14.0"),
-        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         // Tests only: an independent zlib to check DuplexWire's permessage-deflate against.
         .package(url: "https://github.com/adam-fowler/compress-nio.git", from: "1.5.0"),
         // The PostgreSQL room store (`duplex-server --store postgres://…`).
@@ -79,7 +78,7 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // The client library: WebSocket (and, later, SSE) over SwiftNIO.
+        // The client library: WebSocket and SSE over SwiftNIO.
         .target(
             name: "Duplex",
             dependencies: [
@@ -98,7 +97,6 @@ let package = Package(
                 .product(name: "NIOSOCKS", package: "swift-nio-extras"),
                 // SHA-256 for public-key pins.
                 .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
             swiftSettings: clientSettings
         ),

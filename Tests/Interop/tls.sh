@@ -43,6 +43,12 @@ set -e
 actual=$(grep -o 'sha256//[A-Za-z0-9+/=]*' "$work/pin.err" | head -1)
 curl -sS --cacert "$ca" --pinnedpubkey "$actual" "https://127.0.0.1:$port/health" >/dev/null || fail "curl refused the pin duplex reported ($actual)"
 [ "$("$bin/duplex" echo "wss://127.0.0.1:$port/echo" --ca "$ca" --pinnedpubkey "$wrong;$actual" hi)" = "hi" ] || fail "duplex with the right pin"
+set +e
+"$bin/duplex" listen "https://127.0.0.1:$port/events?interval=50" --ca "$ca" --pinnedpubkey "$wrong" --max-events 1 >/dev/null 2>"$work/pin.err"
+pin_status=$?
+set -e
+[ "$pin_status" = 5 ] && grep -q "pin mismatch" "$work/pin.err" || fail "a wrong pin over SSE: exit $pin_status, $(cat "$work/pin.err")"
+[ "$("$bin/duplex" listen "https://127.0.0.1:$port/events?interval=50" --ca "$ca" --pinnedpubkey "$actual" --max-events 1 | cut -d' ' -f1)" = "tick" ] || fail "duplex listen with the right pin"
 echo "pinning: $actual (curl agrees)"
 
 python3 - "$ca" "$port" "$work/faults.json" "$work/tls" <<'PY' || fail "Python ssl/websockets against the TLS listeners (above)"
@@ -107,7 +113,7 @@ async def main():
 asyncio.run(main())
 PY
 
-# curl and the duplex CLI against every fault.
+# curl and the duplex CLI (WebSocket and SSE) against every fault.
 check() {  # fault, curl's exit status, words in curl's error, words in duplex's error
     local url
     url=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$work/faults.json" "$1")
@@ -116,12 +122,16 @@ check() {  # fault, curl's exit status, words in curl's error, words in duplex's
     local curl_status=$?
     "$bin/duplex" echo "${url/https:/wss:}/echo" --ca "$ca" hi >"$work/duplex.out" 2>"$work/duplex.err"
     local duplex_status=$?
+    "$bin/duplex" listen "$url/events?interval=50" --ca "$ca" --max-events 1 >"$work/listen.out" 2>"$work/listen.err"
+    local listen_status=$?
     set -e
     [ "$curl_status" = "$2" ] || fail "$1: curl exited $curl_status, not $2: $(cat "$work/curl.err")"
     grep -qi "$3" "$work/curl.err" || fail "$1: curl said '$(cat "$work/curl.err")', not '$3'"
     [ "$duplex_status" = 5 ] || fail "$1: duplex exited $duplex_status, not 5: $(cat "$work/duplex.err")"
     grep -q "$4" "$work/duplex.err" || fail "$1: duplex said '$(cat "$work/duplex.err")', not '$4'"
-    echo "$1: curl ($2, $3) and duplex (5, $4)"
+    [ "$listen_status" = 5 ] || fail "$1: duplex listen exited $listen_status, not 5: $(cat "$work/listen.err")"
+    grep -q "$4" "$work/listen.err" || fail "$1: duplex listen said '$(cat "$work/listen.err")', not '$4'"
+    echo "$1: curl ($2, $3) and duplex echo and listen (5, $4)"
 }
 check expired 60 "certificate has expired" "certificate expired"
 check not-yet-valid 60 "not yet valid" "certificate not yet valid"

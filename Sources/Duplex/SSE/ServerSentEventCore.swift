@@ -1,18 +1,15 @@
-import AsyncHTTPClient
 import DuplexSchema
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
-import NIOPosix
-import NIOSOCKS
-import NIOSSL
 
 /// The engine behind a ``ServerSentEventManager``: runs ``ConnectionLifecycle`` with
 /// ``SSEPolicy`` and performs its actions, as ``WebSocketCore`` does for a socket. Each attempt
-/// is a task that sends the request, reports the opening, and reads the body into ``events``
-/// until the stream ends; the lifecycle decides what follows.
+/// is a task that sends the request (on a connection of its own, made as the WebSocket client
+/// makes its: ``ClientConnector``), follows redirects, reports the opening, and reads the body
+/// into ``events`` until the stream ends; the lifecycle decides what follows.
 final class ServerSentEventCore: LifecycleRunner {
     let request: SSERequest
     let retryPolicy: RetryPolicy
@@ -22,10 +19,6 @@ final class ServerSentEventCore: LifecycleRunner {
     let states: Broadcaster<SSEState>
     /// Closed while a lossless consumer of ``events`` is behind: the body is read no further.
     let gate = DemandGate()
-    private let client: Result<HTTPClient, SSEError>
-    /// `host:port` of the proxy the stream goes through, if any.
-    private let proxyAddress: String?
-
     struct State: LifecycleState {
         var lifecycle: ConnectionLifecycle<SSEPolicy>
         /// The last state published.
@@ -68,30 +61,6 @@ final class ServerSentEventCore: LifecycleRunner {
         var state = State(lifecycle: ConnectionLifecycle(policy: SSEPolicy(strategy: retryPolicy)))
         state.lastEventID = lastEventID
         self.box = NIOLockedValueBox(state)
-        do {
-            var httpConfiguration = HTTPClient.Configuration(
-                tlsConfiguration: try configuration.tlsTrust.sseClientConfiguration(identity: configuration.tlsIdentity),
-                redirectConfiguration: .follow(max: 5, allowCycles: false),
-                timeout: .init(connect: TimeAmount(configuration.connectTimeout), read: TimeAmount(configuration.readTimeout))
-            )
-            httpConfiguration.httpVersion = .http1Only
-            httpConfiguration.proxy = try Self.proxy(configuration.proxy, for: request.url)
-            proxyAddress = httpConfiguration.proxy.map { "\($0.host):\($0.port)" }
-            self.client = .success(HTTPClient(eventLoopGroupProvider: .singleton, configuration: httpConfiguration))
-        } catch let error as WebSocketError where error.code == .invalidURL {
-            proxyAddress = nil
-            self.client = .failure(SSEError(.invalidURL, error.message))
-        } catch {
-            proxyAddress = nil
-            self.client = .failure(SSEError(.tlsFailed, (error as? WebSocketError)?.message ?? "\(error)"))
-        }
-    }
-
-    deinit {
-        if case .success(let client) = client {
-            // Ends when the client has shut down: nothing else holds it.
-            Task { try? await client.shutdown() }
-        }
     }
 
     var state: SSEState { box.locked { $0.state } }
@@ -205,54 +174,109 @@ final class ServerSentEventCore: LifecycleRunner {
     // MARK: An attempt
 
     private func attempt(generation: UInt64) async {
-        let client: HTTPClient
-        switch self.client {
-        case .success(let made): client = made
-        case .failure(let error):
-            ended(generation: generation, opened: false, loss: SSELoss(reason: .streamError(error), retry: .never))
-            return
-        }
         var current = request
         if let prepare = box.locked({ $0.prepareRequest }) { current = await prepare(current) }
         let lastEventID = box.locked { $0.lastEventID }
         var parser = ServerSentEventParser(lastEventID: lastEventID, configuration: .init(maxEventBytes: configuration.maxEventBytes))
-        var httpRequest = HTTPClientRequest(url: current.url.absoluteString)
-        httpRequest.method = .GET
-        for (name, value) in current.additionalHeaders.sorted(by: { $0.key < $1.key }) {
-            httpRequest.headers.replaceOrAdd(name: name, value: value)
-        }
-        httpRequest.headers.replaceOrAdd(name: "Accept", value: "text/event-stream")
-        httpRequest.headers.replaceOrAdd(name: "Cache-Control", value: "no-cache")
-        if !lastEventID.isEmpty {
-            httpRequest.headers.replaceOrAdd(name: "Last-Event-ID", value: lastEventID)
-        }
         var isOpen = false
+        var url = current.url
         do {
-            let response = try await client.execute(httpRequest, timeout: TimeAmount(configuration.connectTimeout), logger: configuration.logger)
-            if let failure = check(response) {
-                ended(generation: generation, opened: false, loss: failure)
-                return
+            var opened = try await open(url, headers: current.additionalHeaders, lastEventID: lastEventID)
+            // Redirects are followed, as fetch does, up to 5, never in a cycle; credentials are not
+            // sent to another origin.
+            var visited: Set<String> = [url.absoluteString]
+            var headers = current.additionalHeaders
+            while Self.redirects.contains(opened.head.status.code) {
+                try? await opened.body.channel.close()
+                let status = Int(opened.head.status.code)
+                let location = opened.head.headers.first(name: "Location") ?? ""
+                guard let next = URL(string: location, relativeTo: url)?.absoluteURL, ["http", "https"].contains(next.scheme?.lowercased() ?? "") else {
+                    throw SSEError(
+                        .badStatus, "the server redirected (HTTP \(status)) to \(location.isEmpty ? "no location" : String(location.prefix(200)).debugDescription), which is not an http or https URL",
+                        status: status)
+                }
+                guard visited.count <= Self.maxRedirects else {
+                    throw SSEError(.badStatus, "the server redirected more than \(Self.maxRedirects) times (HTTP \(status))", status: status)
+                }
+                guard visited.insert(next.absoluteString).inserted else {
+                    throw SSEError(.badStatus, "the server's redirects form a cycle back to \(next.absoluteString.prefix(200))", status: status)
+                }
+                if Self.origin(next) != Self.origin(url) {
+                    headers = headers.filter { !["authorization", "cookie", "proxy-authorization"].contains($0.key.lowercased()) }
+                }
+                url = next
+                opened = try await open(url, headers: headers, lastEventID: lastEventID)
             }
-            guard opened(generation: generation) else { return }
-            isOpen = true
-            for try await chunk in response.body {
-                let parsed = try parser.parse(chunk.readableBytesView)
-                received(parsed, parser: parser, generation: generation)
-                // A reader behind: read no more of the body (AsyncHTTPClient then stops reading
-                // the socket) until it catches up.
-                await gate.waitUntilOpen()
+            try await opened.body.executeThenClose { body, _ in
+                if let failure = check(opened.head) {
+                    ended(generation: generation, opened: false, loss: failure)
+                    return
+                }
+                guard self.opened(generation: generation) else { return }
+                isOpen = true
+                for try await chunk in body {
+                    let parsed = try parser.parse(chunk.readableBytesView)
+                    received(parsed, parser: parser, generation: generation)
+                    // A reader behind: read no more of the body (the connection then stops reading
+                    // the socket) until it catches up.
+                    await gate.waitUntilOpen()
+                }
+                parser.finish()
+                ended(generation: generation, opened: true, loss: SSELoss(reason: .streamEnded, retry: .policy()))
             }
-            parser.finish()
-            ended(generation: generation, opened: true, loss: SSELoss(reason: .streamEnded, retry: .policy()))
         } catch {
             parser.finish()
-            let described = Self.describe(error, url: current.url, proxy: proxyAddress)
-            ended(generation: generation, opened: isOpen, loss: SSELoss(reason: .streamError(described), retry: [.tlsFailed, .proxyFailed].contains(described.code) ? .never : .policy()))
+            let described = Self.describe(error, url: url)
+            ended(
+                generation: generation, opened: isOpen,
+                loss: SSELoss(reason: .streamError(described), retry: [.tlsFailed, .proxyFailed, .invalidURL, .badStatus].contains(described.code) ? .never : .policy()))
         }
     }
 
+    /// The statuses whose `Location` is followed.
+    private static let redirects: Set<UInt> = [301, 302, 303, 307, 308]
+    private static let maxRedirects = 5
+
+    /// Scheme, host and port: what decides whether credentials follow a redirect.
+    private static func origin(_ url: URL) -> String {
+        let scheme = url.scheme?.lowercased() ?? ""
+        return "\(scheme)://\(url.host?.lowercased() ?? ""):\(url.port ?? (scheme == "https" ? 443 : 80))"
+    }
+
+    /// Sends the request for `url` and returns with its response head.
+    private func open(_ url: URL, headers: [String: String], lastEventID: String) async throws -> EventStreamConnection.Opened {
+        let endpoint: WebSocketRequest.Endpoint
+        do {
+            endpoint = try WebSocketRequest(url: url).endpoint()
+        } catch let error as WebSocketError {
+            throw SSEError(.invalidURL, error.message)
+        }
+        var httpHeaders = HTTPHeaders()
+        httpHeaders.add(name: "Host", value: endpoint.hostHeader)
+        for (name, value) in headers.sorted(by: { $0.key < $1.key }) {
+            httpHeaders.replaceOrAdd(name: name, value: value)
+        }
+        httpHeaders.replaceOrAdd(name: "Accept", value: "text/event-stream")
+        httpHeaders.replaceOrAdd(name: "Cache-Control", value: "no-cache")
+        if !lastEventID.isEmpty {
+            httpHeaders.replaceOrAdd(name: "Last-Event-ID", value: lastEventID)
+        }
+        let connector = ClientConnector(
+            host: endpoint.host,
+            port: endpoint.port,
+            secure: endpoint.secure,
+            tlsTrust: configuration.tlsTrust,
+            tlsIdentity: configuration.tlsIdentity,
+            proxy: configuration.proxy,
+            timeout: configuration.connectTimeout,
+            waterMark: nil,
+            stageName: "the request"
+        )
+        return try await EventStreamConnection.open(endpoint.target, headers: httpHeaders, connector: connector, readTimeout: configuration.readTimeout)
+    }
+
     /// A failure for a response that cannot be read as an event stream, or nil.
-    private func check(_ response: HTTPClientResponse) -> SSELoss? {
+    private func check(_ response: HTTPResponseHead) -> SSELoss? {
         let status = Int(response.status.code)
         if status == 204 {
             return SSELoss(reason: .streamError(SSEError(.noContent, "the server answered 204 No Content: it asks the client to stop", status: 204)), retry: .never)
@@ -268,7 +292,7 @@ final class ServerSentEventCore: LifecycleRunner {
         let contentType = response.headers.first(name: "Content-Type") ?? ""
         let mediaType = contentType.split(separator: ";", maxSplits: 1).first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
         guard mediaType == "text/event-stream" else {
-            let error = SSEError(.badContentType, "the response is \(contentType.isEmpty ? "untyped" : contentType), not text/event-stream")
+            let error = SSEError(.badContentType, "the response is \(contentType.isEmpty ? "untyped" : String(contentType.prefix(100))), not text/event-stream")
             return SSELoss(reason: .streamError(error), retry: .never)
         }
         return nil
@@ -289,46 +313,29 @@ final class ServerSentEventCore: LifecycleRunner {
         return DelayArithmetic.duration(seconds: date.timeIntervalSinceNow)
     }
 
-    /// AsyncHTTPClient's proxy for the route ``SSEConfiguration/proxy`` gives `url`.
-    /// - Throws: ``WebSocketError`` with code ``WebSocketError/Code/invalidURL`` for a malformed
-    ///   proxy variable in the environment.
-    private static func proxy(_ proxy: Proxy?, for url: URL) throws -> HTTPClient.Configuration.Proxy? {
-        let route = try proxy?.route(secure: url.scheme?.lowercased() == "https", host: url.host ?? "")
-        switch route {
-        case .http(let host, let port, let username, let password)?:
-            return .server(host: host, port: port, authorization: username.map { .basic(username: $0, password: password ?? "") })
-        case .socks5(let host, let port)?:
-            return .socksServer(host: host, port: port)
-        case nil:
-            return nil
-        }
-    }
-
-    private static func describe(_ error: any Error, url: URL, proxy: String?) -> SSEError {
+    private static func describe(_ error: any Error, url: URL) -> SSEError {
         let target = "\(url.host ?? "the server")\(url.port.map { ":\($0)" } ?? "")"
         switch error {
-        case let error as SSEError: return error
-        case is NIOConnectionError where proxy != nil:
-            return SSEError(.proxyFailed, "could not connect to the proxy \(proxy ?? ""): \(SystemErrorText.describe(error))")
-        case let error as SOCKSError.ConnectionFailed:
-            return SSEError(.proxyFailed, "the SOCKS5 proxy did not open a tunnel to \(target): \(ProxyTunnel.socksReply(error.reply))")
-        case is SOCKSError.NoValidAuthenticationMethod:
-            return SSEError(.proxyFailed, "the SOCKS5 proxy requires authentication, which is not supported")
-        case let error as HTTPClientError where error == .proxyAuthenticationRequired:
-            return SSEError(.proxyFailed, "the proxy requires authentication, or refused the user and password (HTTP 407)")
-        case let error as HTTPClientError where error == .invalidProxyResponse:
-            return SSEError(.proxyFailed, "the proxy refused the tunnel to \(target), or could not reach it")
-        case let error as HTTPClientError where error == .httpProxyHandshakeTimeout || error == .socksHandshakeTimeout:
-            return SSEError(.proxyFailed, "the proxy did not open a tunnel to \(target) in time")
-        case let error as ServerSentEventError: return SSEError(.eventTooLarge, error.message)
-        case let error as HTTPClientError where error == .readTimeout:
-            return SSEError(.readTimeout, "no bytes arrived within the read timeout")
-        case let error as HTTPClientError where error == .connectTimeout || error == .deadlineExceeded:
-            return SSEError(.connectionFailed, "the connection timed out")
-        case _ where TLSDiagnosis.cause(of: error, peer: nil) != nil:
-            return SSEError(.tlsFailed, "TLS with \(target) failed: \(TLSDiagnosis.cause(of: error, peer: nil) ?? "")")
-        case is IOError, is NIOConnectionError:
-            return SSEError(.connectionFailed, "could not connect to \(target): \(SystemErrorText.describe(error))")
+        case let error as SSEError:
+            return error
+        case let error as WebSocketError:
+            // The connector's: the same causes and words as the WebSocket client's.
+            let code: SSEError.Code =
+                switch error.code {
+                case .tlsFailed: .tlsFailed
+                case .proxyFailed: .proxyFailed
+                case .invalidURL: .invalidURL
+                default: .connectionFailed
+                }
+            return SSEError(code, error.message, status: error.status)
+        case let error as ServerSentEventError:
+            return SSEError(.eventTooLarge, error.message)
+        case let error as HTTPParserError where error == .headerOverflow:
+            return SSEError(.connectionFailed, "\(target) answered with headers over the size limit")
+        case let error as HTTPParserError:
+            return SSEError(.connectionFailed, "\(target) answered with a malformed HTTP response (\(error))")
+        case is CancellationError:
+            return SSEError(.disconnected, "the attempt was cancelled")
         default:
             return SSEError(.connectionFailed, "the connection to \(target) failed: \(error)")
         }

@@ -2,7 +2,9 @@ public import DuplexSchema
 public import Foundation
 
 /// A Server-Sent Events client: spec-exact parsing, reconnection with `Last-Event-ID`, and a
-/// clean stop. Runs on AsyncHTTPClient, on Linux and Apple platforms.
+/// clean stop. Runs on SwiftNIO, on Linux and Apple platforms, and connects exactly as
+/// ``WebSocket`` does (the same proxies, TLS checks, pins and client certificates); redirects
+/// are followed, up to 5.
 ///
 /// ```swift
 /// let sse = ServerSentEventManager(url: URL(string: "http://127.0.0.1:8080/events")!)

@@ -29,8 +29,7 @@ public struct TLSTrust: Sendable, Hashable {
     /// optional; separate several with `;` or pass several). Pins add to the chain and host-name
     /// checks, never replace them; list the next key too, before you rotate to it. A mismatch
     /// fails the connection with ``WebSocketError/Code/tlsFailed`` (`pin mismatch`) before any
-    /// request is sent. Over SSE (AsyncHTTPClient), pins are refused with a clear error: it
-    /// does not show the server's key to the caller.
+    /// request is sent, for WebSocket and SSE alike (``SSEError/Code/tlsFailed`` there).
     public func pinning(publicKeySHA256 pins: [String]) -> TLSTrust {
         var trust = self
         for pin in pins.flatMap({ $0.split(separator: ";") }) {
@@ -58,15 +57,6 @@ public struct TLSTrust: Sendable, Hashable {
 }
 
 extension TLSTrust {
-    /// The configuration for AsyncHTTPClient (SSE), which has no hook to check a pin.
-    /// - Throws: ``WebSocketError`` with code ``WebSocketError/Code/tlsFailed`` when pins are set.
-    func sseClientConfiguration(identity: TLSIdentity?) throws -> TLSConfiguration {
-        guard pins.isEmpty else {
-            throw WebSocketError(.tlsFailed, "public-key pinning is not available for SSE: AsyncHTTPClient does not show the server's key; trust a CA of your own (certificateAuthority) instead")
-        }
-        return try clientConfiguration(identity: identity)
-    }
-
     /// The NIOSSL client configuration for this trust, presenting `identity` when the server
     /// asks for a client certificate.
     /// - Throws: ``WebSocketError`` with code ``WebSocketError/Code/tlsFailed`` for an unreadable CA.

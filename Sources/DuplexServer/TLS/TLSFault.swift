@@ -32,8 +32,8 @@ public enum TLSFault: String, CaseIterable, Sendable, Codable {
     case tls12Only = "tls12-only"
     /// A certificate from the server's CA whose key is 1,024-bit RSA, which OpenSSL's default
     /// security level and browsers refuse as too weak (NIST retired it in 2013). A client must
-    /// refuse it. BoringSSL accepts it: Duplex's WebSocket client checks the size itself; its
-    /// SSE client (AsyncHTTPClient) cannot.
+    /// refuse it. BoringSSL accepts it: Duplex's clients (WebSocket and SSE) check the size
+    /// themselves.
     case weakKey = "weak-key"
 
     /// The TLS configuration of this fault's listener.

@@ -249,4 +249,98 @@ struct ServerSentEventManagerTests {
             }
         }
     }
+
+    @Test("redirects are followed (307, 302 to another origin, without its credentials); a cycle and a sixth redirect fail with badStatus")
+    func redirects() async throws {
+        try await withTimeout {
+            let heads = NIOLockedValueBox<[String]>([])
+            let other = try await RawHTTPPeer.start { head in
+                heads.withLockedValue { $0.append(head) }
+                return "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: arrived\n\n"
+            }
+            defer { Task { await other.stop() } }
+            let port = other.port
+            let peer = try await RawHTTPPeer.start { head in
+                heads.withLockedValue { $0.append(head) }
+                let path = head.split(separator: " ", maxSplits: 2).dropFirst().first.map(String.init) ?? ""
+                let location: String =
+                    switch path {
+                    case "/start": "/next"
+                    case "/next": "http://127.0.0.1:\(port)/elsewhere"
+                    case "/loop": "/loop"
+                    default: "/hop\((Int(path.dropFirst(4)) ?? 0) + 1)"
+                    }
+                let status = path == "/next" ? "302 Found" : "307 Temporary Redirect"
+                return "HTTP/1.1 \(status)\r\nLocation: \(location)\r\nContent-Length: 0\r\n\r\n"
+            }
+            defer { Task { await peer.stop() } }
+            let request = SSERequest(url: URL(string: "http://127.0.0.1:\(peer.port)/start")!, additionalHeaders: ["Authorization": "Bearer secret"])
+            let sse = ServerSentEventManager(request: request, retryPolicy: .disabled)
+            let events = sse.events
+            try await sse.connect()
+            #expect(try await events.first(within: Self.wait).data == "arrived")
+            await sse.terminate()
+            let seen = heads.withLockedValue { $0 }
+            #expect(seen.map { $0.components(separatedBy: "\r\n").first ?? "" } == ["GET /start HTTP/1.1", "GET /next HTTP/1.1", "GET /elsewhere HTTP/1.1"])
+            #expect(seen[1].contains("Authorization: Bearer secret"), "the same origin keeps the credentials")
+            #expect(!seen[2].contains("Authorization"), "another origin does not get them")
+            #expect(seen[2].contains("Host: 127.0.0.1:\(port)"))
+
+            for (path, words) in [("/loop", "cycle"), ("/hop1", "more than 5")] {
+                let failing = ServerSentEventManager(url: URL(string: "http://127.0.0.1:\(peer.port)\(path)")!, retryPolicy: .disabled)
+                await #expect {
+                    try await failing.connect()
+                } throws: { error in
+                    guard let error = error as? SSEError else { return false }
+                    return error.code == .badStatus && error.status == 307 && error.message.contains(words)
+                }
+            }
+        }
+    }
+
+    @Test("terminate during a request the server never answers returns at once, long before the connect timeout")
+    func terminateWhileConnecting() async throws {
+        let (requests, arrived) = AsyncStream<Void>.makeStream()
+        let peer = try await RawHTTPPeer.start { _ in
+            arrived.yield()
+            return ""
+        }
+        defer { Task { await peer.stop() } }
+        let sse = ServerSentEventManager(
+            url: URL(string: "http://127.0.0.1:\(peer.port)/")!,
+            configuration: SSEConfiguration(connectTimeout: .seconds(60))
+        )
+        let states = sse.stateEvents
+        let connecting = Task { try await sse.connect() }
+        _ = try await states.first(within: Self.wait) { $0 == .connecting }
+        // Wait on the request reaching the peer, so the attempt is past the TCP connection.
+        try await requests.first(within: Self.wait)
+        try await withTimeout(.seconds(5)) { await sse.terminate() }
+        await #expect { try await connecting.value } throws: { ($0 as? SSEError)?.code == .terminated }
+    }
+
+    @Test("a reader that is behind holds the body back without tripping the read timeout: nothing is lost, the stream stays open")
+    func slowReaderIsNotSilence() async throws {
+        try await withTimeout(.seconds(30)) {
+            try await withDuplexServer { server in
+                // Ticks every 20 ms; the read timeout is 300 ms; the reader stops for 1.5 s with
+                // room for 2 events only.
+                var configuration = SSEConfiguration(readTimeout: .milliseconds(300))
+                configuration.streamBufferLimit = 2
+                let sse = ServerSentEventManager(url: server.httpURL("/events?interval=20"), retryPolicy: .disabled, configuration: configuration)
+                let events = sse.events
+                let states = sse.stateEvents
+                try await sse.connect()
+                try await Task.sleep(for: .milliseconds(1500))
+                #expect(sse.state == .connected, "the stream stayed open while the reader was away")
+                let received = await take(100, from: events)
+                let ids = ids(received)
+                #expect(ids.count == 100 && zip(ids, ids.dropFirst()).allSatisfy { $1 == $0 + 1 }, "\(ids)")
+                await sse.terminate()
+                var seen: [SSEState] = []
+                for await state in states { seen.append(state) }
+                #expect(!seen.contains { if case .disconnected(.streamError) = $0 { true } else { false } }, "\(seen)")
+            }
+        }
+    }
 }

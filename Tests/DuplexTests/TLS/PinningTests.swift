@@ -48,10 +48,25 @@ struct PinningTests {
                 try await right.connect()
             } throws: { ($0 as? WebSocketError)?.code == .upgradeRejected }
             #expect(requests.withLockedValue { $0 } == 1, "only the rightly pinned connection sent its request")
+            // SSE checks pins on the same path: a wrong pin sends nothing, the right one sends its
+            // request (and the peer's 404 fails the stream).
+            let sseURL = URL(string: "https://127.0.0.1:\(peer.port)/events")!
+            let wrongSSE = ServerSentEventManager(url: sseURL, retryPolicy: .disabled, configuration: SSEConfiguration(tlsTrust: trust.pinning(publicKeySHA256: [other])))
+            await #expect {
+                try await wrongSSE.connect()
+            } throws: { error in
+                guard let error = error as? SSEError, error.code == .tlsFailed else { return false }
+                return error.message.contains("pin mismatch") && error.message.contains(issued.publicKeySHA256)
+            }
+            let rightSSE = ServerSentEventManager(url: sseURL, retryPolicy: .disabled, configuration: SSEConfiguration(tlsTrust: trust.pinning(publicKeySHA256: [issued.publicKeySHA256])))
+            await #expect {
+                try await rightSSE.connect()
+            } throws: { ($0 as? SSEError)?.status == 404 }
+            #expect(requests.withLockedValue { $0 } == 2, "only the rightly pinned SSE stream sent its request")
         }
     }
 
-    @Test("a pin never replaces verification: an untrusted chain fails even with its key pinned; pins with the insecure trust, bad pins and pins over SSE are refused")
+    @Test("a pin never replaces verification: an untrusted chain fails even with its key pinned; pins with the insecure trust and bad pins are refused; over SSE too")
     func pinsAddToVerification() async throws {
         let (_, issued, context) = try Self.server()
         let peer = try await RawHTTPPeer.start(tls: context) { _ in "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n" }
@@ -77,7 +92,10 @@ struct PinningTests {
             )
             await #expect {
                 try await sse.connect()
-            } throws: { ($0 as? SSEError)?.message.contains("pinning is not available for SSE") == true }
+            } throws: { error in
+                guard let error = error as? SSEError, error.code == .tlsFailed else { return false }
+                return error.message.contains("unknown CA")
+            }
         }
     }
 }

@@ -91,17 +91,19 @@ struct ServerTLSTests {
                         return error.message.contains(cause)
                     }
                 }
-                // SSE names the causes it can see without the peer's certificate.
-                let sse = ServerSentEventManager(
-                    url: try #require(server.url(for: .clientCertificateRequired, "/events", webSocket: false)),
-                    retryPolicy: .disabled,
-                    configuration: SSEConfiguration(tlsTrust: trust)
-                )
-                await #expect {
-                    try await sse.connect()
-                } throws: { error in
-                    guard let error = error as? SSEError, error.code == .tlsFailed else { return false }
-                    return error.message.contains("certificate required")
+                // SSE connects as the WebSocket client does, and names the same causes.
+                for (fault, cause) in expected {
+                    let sse = ServerSentEventManager(
+                        url: try #require(server.url(for: fault, "/events", webSocket: false)),
+                        retryPolicy: .disabled,
+                        configuration: SSEConfiguration(tlsTrust: trust)
+                    )
+                    await #expect(Comment(rawValue: "SSE \(fault)")) {
+                        try await sse.connect()
+                    } throws: { error in
+                        guard let error = error as? SSEError, error.code == .tlsFailed else { return false }
+                        return error.message.contains(cause)
+                    }
                 }
                 // What should get through does.
                 let tls12 = WebSocket(url: try #require(server.url(for: .tls12Only, "/echo", webSocket: true)), configuration: .init(tlsTrust: trust))

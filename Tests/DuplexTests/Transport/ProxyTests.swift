@@ -91,20 +91,26 @@ struct ProxyTests {
                 }
                 let right = WebSocket(url: server.webSocketURL("/echo"), configuration: try configuration("http://alice:s3cret@127.0.0.1:\(proxy.port)"))
                 #expect(try await Self.echo(right, "authenticated") == "authenticated")
-                // AsyncHTTPClient retries making a connection until the connect timeout, then
-                // reports the proxy's refusal.
-                var sse = SSEConfiguration(connectTimeout: .seconds(1))
+                // SSE goes through the same tunnel code, and says the same.
+                var sse = SSEConfiguration()
                 sse.proxy = .http(host: "127.0.0.1", port: proxy.port)
                 await #expect {
                     _ = try await Self.firstEvent(server.httpURL("/events?interval=20"), sse)
-                } throws: { ($0 as? SSEError)?.code == .proxyFailed }
+                } throws: { error in
+                    guard let error = error as? SSEError else { return false }
+                    return error.code == .proxyFailed && error.status == 407 && error.message.contains("requires authentication")
+                }
+                sse.proxy = .http(host: "127.0.0.1", port: proxy.port, username: "alice", password: "nope")
+                await #expect {
+                    _ = try await Self.firstEvent(server.httpURL("/events?interval=20"), sse)
+                } throws: { ($0 as? SSEError)?.message.contains("refused the user and password") == true }
                 sse.proxy = .http(host: "127.0.0.1", port: proxy.port, username: "alice", password: "s3cret")
                 #expect(try await Self.firstEvent(server.httpURL("/events?interval=20"), sse) == "tick")
             }
         }
     }
 
-    @Test("a proxy that refuses the port (403) or is not there: proxyFailed with what it said")
+    @Test("a proxy that refuses the port (403) or is not there: proxyFailed with what it said, for WebSocket and SSE")
     func refusals() async throws {
         let proxy = try await ProxyPeer.http(onlyPort443: true)
         defer { proxy.stop() }
@@ -117,6 +123,14 @@ struct ProxyTests {
                     try await refused.connect()
                 } throws: { error in
                     guard let error = error as? WebSocketError else { return false }
+                    return error.code == .proxyFailed && error.status == 403 && error.message.contains("refused the tunnel")
+                }
+                var sse = SSEConfiguration()
+                sse.proxy = configuration.proxy
+                await #expect {
+                    _ = try await Self.firstEvent(server.httpURL("/events?interval=20"), sse)
+                } throws: { error in
+                    guard let error = error as? SSEError else { return false }
                     return error.code == .proxyFailed && error.status == 403 && error.message.contains("refused the tunnel")
                 }
                 let refusing = try RefusingPort()
