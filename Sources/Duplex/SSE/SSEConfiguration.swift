@@ -4,8 +4,9 @@ public import Logging
 public struct SSEConfiguration: Sendable {
     /// How long opening the stream may take, up to the response head. Default 10 s.
     public var connectTimeout: Duration
-    /// How long the stream may stay silent (no bytes at all, not even a heartbeat comment) before
-    /// it counts as dead and is reopened. Default 45 s.
+    /// How long the open stream may stay silent (no bytes at all, not even a heartbeat comment)
+    /// before it counts as dead and is reopened. Time while a lossless reader is behind, and the
+    /// body is not read, does not count. Default 45 s.
     public var readTimeout: Duration
     /// The largest line or event accepted, in bytes. Default 16 MiB.
     public var maxEventBytes: Int

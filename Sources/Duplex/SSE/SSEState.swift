@@ -52,7 +52,8 @@ public struct SSEError: Error, Sendable, Equatable, CustomStringConvertible {
         /// The server answered 204 No Content: it asks the client to stop. Not retried.
         public static let noContent = Code("noContent")
         /// The server answered with a status other than 2xx; see ``status``. Not retried,
-        /// unless ``SSEConfiguration/retryOnServerErrors`` covers it.
+        /// unless ``SSEConfiguration/retryOnServerErrors`` covers it. Also a redirect that cannot
+        /// be followed: no usable `Location`, a cycle, or more than 5.
         public static let badStatus = Code("badStatus")
         /// The response is not `text/event-stream`. Not retried.
         public static let badContentType = Code("badContentType")
@@ -81,7 +82,8 @@ public struct SSEError: Error, Sendable, Equatable, CustomStringConvertible {
     public var code: Code
     /// What happened, for people.
     public var message: String
-    /// For ``Code/badStatus``: the HTTP status.
+    /// For ``Code/badStatus``: the HTTP status; for ``Code/proxyFailed``: the proxy's, if it
+    /// answered with one.
     public var status: Int?
 
     public init(_ code: Code, _ message: String, status: Int? = nil) {

@@ -261,17 +261,7 @@ final class ServerSentEventCore: LifecycleRunner {
         if !lastEventID.isEmpty {
             httpHeaders.replaceOrAdd(name: "Last-Event-ID", value: lastEventID)
         }
-        let connector = ClientConnector(
-            host: endpoint.host,
-            port: endpoint.port,
-            secure: endpoint.secure,
-            tlsTrust: configuration.tlsTrust,
-            tlsIdentity: configuration.tlsIdentity,
-            proxy: configuration.proxy,
-            timeout: configuration.connectTimeout,
-            waterMark: nil,
-            stageName: "the request"
-        )
+        let connector = ClientConnector(endpoint: endpoint, settings: configuration, waterMark: nil, stageName: "the request")
         return try await EventStreamConnection.open(endpoint.target, headers: httpHeaders, connector: connector, readTimeout: configuration.readTimeout)
     }
 

@@ -24,6 +24,19 @@ struct ClientConnector: Sendable {
     /// What the caller's stage is, for the timeout's message: "the handshake", "the request".
     var stageName: String
 
+    /// A connector to `endpoint` with the TLS, proxy and timeout settings of a configuration.
+    init(endpoint: WebSocketRequest.Endpoint, settings: some ConnectionSettings, waterMark: ChannelOptions.Types.WriteBufferWaterMark?, stageName: String) {
+        self.host = endpoint.host
+        self.port = endpoint.port
+        self.secure = endpoint.secure
+        self.tlsTrust = settings.tlsTrust
+        self.tlsIdentity = settings.tlsIdentity
+        self.proxy = settings.proxy
+        self.timeout = settings.connectTimeout
+        self.waterMark = waterMark
+        self.stageName = stageName
+    }
+
     /// Connects and runs `stage` on the channel's event loop once the channel talks to the server
     /// (through the tunnel and TLS, if any). Cancelling the task closes the channel.
     /// - Throws: ``WebSocketError`` for a failure on the way (``WebSocketError/Code/connectTimeout``,
@@ -155,6 +168,17 @@ struct ClientConnector: Sendable {
         }
     }
 }
+
+/// What ``ClientConnector`` takes from a client's configuration.
+protocol ConnectionSettings {
+    var tlsTrust: TLSTrust { get }
+    var tlsIdentity: TLSIdentity? { get }
+    var proxy: Proxy? { get }
+    var connectTimeout: Duration { get }
+}
+
+extension WebSocketConfiguration: ConnectionSettings {}
+extension SSEConfiguration: ConnectionSettings {}
 
 extension TimeAmount {
     init(_ duration: Duration) {

@@ -27,17 +27,7 @@ struct NIOWebSocketTransport: WebSocketTransport {
         delegate: any WebSocketTransportDelegate
     ) async throws -> any WebSocketTransportConnection {
         let endpoint = try request.endpoint()
-        let connector = ClientConnector(
-            host: endpoint.host,
-            port: endpoint.port,
-            secure: endpoint.secure,
-            tlsTrust: configuration.tlsTrust,
-            tlsIdentity: configuration.tlsIdentity,
-            proxy: configuration.proxy,
-            timeout: configuration.connectTimeout,
-            waterMark: Self.waterMark(configuration),
-            stageName: "the handshake"
-        )
+        let connector = ClientConnector(endpoint: endpoint, settings: configuration, waterMark: Self.waterMark(configuration), stageName: "the handshake")
         let result: UpgradeResult
         do {
             result = try await connector.connect { channel in
