@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Client echo throughput, side by side: the Duplex client, swift-websocket's WSClient, Node `ws`
-# (Debian node-ws) and Python `websockets`, each against the same out-of-process Node `ws` echo
+# Client echo throughput, side by side: the Duplex client, picows (on uvloop), swift-websocket's
+# WSClient, Node `ws` (Debian node-ws) and Python `websockets`, each against the same out-of-process Node `ws` echo
 # server. Server pinned to core 0, clients to core 1 (taskset); ROUNDS interleaved rounds; the
 # median per client and connection count. 64-byte text messages, MESSAGES per run.
 #
 #   Benchmarks/client_peers.sh [MESSAGES] [ROUNDS]
 #
-# Needs: node and node-ws, python3 with websockets, taskset (util-linux), a release build:
+# Benchmarks/install_peers.sh installs the peers that are missing; taskset (util-linux) and a
+# release build are needed:
 #   swift build -c release --scratch-path .build-release --product client-peers-benchmark
 # DUPLEX_BENCH names another build of it; BEFORE names the same product built from an earlier
 # commit, run beside it in every round as "duplex-before" (a before/after comparison in one run).
@@ -18,8 +19,7 @@ swift_bench=${DUPLEX_BENCH:-.build-release/release/client-peers-benchmark}
 before=${BEFORE:-}
 [ -z "$before" ] || [ -x "$before" ] || { echo "BEFORE=$before is not an executable" >&2; exit 1; }
 [ -x "$swift_bench" ] || { echo "build it first: swift build -c release --scratch-path .build-release --product client-peers-benchmark" >&2; exit 1; }
-[ -f /usr/share/nodejs/ws/index.js ] || { echo "node-ws is missing (apt-get install node-ws)" >&2; exit 1; }
-python3 -c 'import websockets' || { echo "the Python package websockets is missing" >&2; exit 1; }
+Benchmarks/install_peers.sh
 
 server_out=$(mktemp)
 taskset -c 0 node Benchmarks/node_echo_server.js >"$server_out" &
@@ -36,6 +36,7 @@ for round in $(seq 1 "$rounds"); do
         if [ -n "$before" ]; then
             taskset -c 1 "$before" duplex "$url" "$messages" "$connections" | sed 's/^duplex /duplex-before /' >>"$results"
         fi
+        taskset -c 1 python3 Benchmarks/picows_echo_client.py "$url" "$messages" "$connections" >>"$results"
         taskset -c 1 "$swift_bench" wsclient "$url" "$messages" "$connections" >>"$results"
         taskset -c 1 node Benchmarks/node_echo_client.js "$url" "$messages" "$connections" >>"$results"
         taskset -c 1 python3 Benchmarks/python_echo_client.py --throughput "$url" "$messages" "$connections" >>"$results"
@@ -45,7 +46,7 @@ done
 echo
 echo "| client | 1 connection (msgs/s) | 100 connections (msgs/s) | runs |"
 echo "|---|---|---|---|"
-for client in duplex ${before:+duplex-before} wsclient node-ws python-websockets; do
+for client in duplex ${before:+duplex-before} picows wsclient node-ws python-websockets; do
     median() { grep "^$client $1 " "$results" | awk '{print $3}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
     runs=$(grep -c "^$client 1 " "$results")
     echo "| $client | $(median 1) | $(median 100) | $runs each |"

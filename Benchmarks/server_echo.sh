@@ -1,7 +1,10 @@
 #!/bin/bash
-# Server /echo throughput and round trip, duplex-server next to Node `ws` (Debian node-ws), a
-# bare hummingbird-websocket echo server and Python `websockets`, in one run: servers pinned to CPU 0, the load generator (Benchmarks/echo_load.c, epoll, checks
-# every echo) to CPU 1, rounds interleaved. Prints one line per run; take the medians.
+# Server /echo throughput and round trip, duplex-server next to the strongest peers we know, in
+# one run: uWebSockets (socketify), picows (on uvloop), Go gorilla/websocket (GOMAXPROCS=1) and
+# Node `ws`; a bare hummingbird-websocket echo server and Python `websockets` on request. Every
+# server is pinned to CPU 0 with one event loop or thread, the load generator
+# (Benchmarks/echo_load.c, epoll, checks every echo) to CPU 1, rounds interleaved. Prints one
+# line per run; take the medians. Benchmarks/install_peers.sh installs what is missing first.
 # DUPLEX_SERVER_FLAGS adds flags to duplex-server (default: --event-loops 1, one event loop for
 # the one core it is pinned to, as Node has one thread).
 #
@@ -9,13 +12,14 @@
 #   swift build -c release --scratch-path .build-release --product hummingbird-echo-server
 #   Benchmarks/server_echo.sh .build-release/release/duplex-server [ROUNDS] [SECONDS]
 # The hummingbird server is taken from beside duplex-server; SERVERS picks which run
-# (default: "duplex node hummingbird python"; "duplex=PATH" runs another duplex-server binary,
+# (default: "duplex uws picows gorilla node"; also "hummingbird" and "python"; "duplex=PATH" runs another duplex-server binary,
 # to compare two builds in the same rounds), and SHAPES which shapes, as "N D S" triples
 # separated by commas (default: "1 64 64,100 16 64,100 1 64").
 # TLS=1 runs everything over wss:// instead: duplex-server --tls-self-signed, Node `ws` on Node's
 # https module with a certificate made by openssl, and the generator built with OpenSSL
 # (-DWITH_TLS); "plain" and "tls" can also be compared in one run with SERVERS entries
-# "duplex-plain" and "node-plain", which stay on ws:// while TLS=1.
+# "duplex-plain" and "node-plain", which stay on ws:// while TLS=1 (uws, picows and gorilla run
+# over ws:// only, and are skipped under TLS=1).
 set -euo pipefail
 BIN=${1:?usage: server_echo.sh DUPLEX_SERVER_BINARY [ROUNDS] [SECONDS]}
 ROUNDS=${2:-3}
@@ -30,7 +34,9 @@ if [ "${TLS:-0}" = 1 ]; then
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$WORK/key.pem" -out "$WORK/cert.pem" \
     -days 1 -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 2>/dev/null
 fi
-[ -d /usr/share/nodejs/ws ] || { echo "node-ws is missing: apt-get install node-ws" >&2; exit 1; }
+"$HERE/install_peers.sh"
+GORILLA=$WORK/gorilla_echo_server
+GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$WORK/gocache go build -o "$GORILLA" "$HERE/gorilla_echo_server.go"
 
 start_duplex() { # [binary] [tls]
   local port=$((20000 + RANDOM % 20000))
@@ -53,7 +59,8 @@ start_peer() { # command...
 CPU() { awk '{print $14+$15}' /proc/$1/stat; }
 
 for round in $(seq "$ROUNDS"); do
-  for server in ${SERVERS:-duplex node hummingbird python}; do
+  for server in ${SERVERS:-duplex uws picows gorilla node}; do
+    case $server in uws | picows | gorilla) if [ "${TLS:-0}" = 1 ]; then echo "$server: ws:// only, skipped under TLS=1" >&2; continue; fi ;; esac
     IFS=, read -ra shapes <<<"${SHAPES:-1 64 64,100 16 64,100 1 64}"
     for shape in "${shapes[@]}"; do
       tls=${TLS:-0}
@@ -65,6 +72,9 @@ for round in $(seq "$ROUNDS"); do
         node-plain) tls=0; start_peer node "$HERE/node_echo_server.js" ;;
         hummingbird) start_peer "$(dirname "$BIN")/hummingbird-echo-server" 0 1 ;;
         python) start_peer python3 "$HERE/python_echo_server.py" ;;
+        uws) start_peer python3 "$HERE/uws_echo_server.py" ;;
+        picows) start_peer python3 "$HERE/picows_echo_server.py" ;;
+        gorilla) GOMAXPROCS=1 start_peer "$GORILLA" ;;
       esac
       before=$(CPU $PID)
       load=$LOAD; [ "$tls" = 1 ] && load=$TLS_LOAD
