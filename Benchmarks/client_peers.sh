@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Client echo throughput, side by side: the Duplex client, picows (on uvloop), swift-websocket's
-# WSClient, Node `ws` (Debian node-ws) and Python `websockets`, each against the same out-of-process Node `ws` echo
-# server. Server pinned to core 0, clients to core 1 (taskset); ROUNDS interleaved rounds; the
+# WSClient, Node `ws` (Debian node-ws) and Python `websockets`, each against the same
+# out-of-process echo server (SERVER, below). Server pinned to core 0, clients to core 1 (taskset); ROUNDS interleaved rounds; the
 # median per client and connection count. 64-byte text messages, MESSAGES per run.
 #
 #   Benchmarks/client_peers.sh [MESSAGES] [ROUNDS]
@@ -21,13 +21,25 @@ before=${BEFORE:-}
 [ -x "$swift_bench" ] || { echo "build it first: swift build -c release --scratch-path .build-release --product client-peers-benchmark" >&2; exit 1; }
 Benchmarks/install_peers.sh
 
+# SERVER picks the echo server: "node" (the default), "uws" (socketify, the fastest peer server),
+# or a duplex-server binary's path (served with --event-loops 1). A slow server hides the
+# differences between clients.
 server_out=$(mktemp)
-taskset -c 0 node Benchmarks/node_echo_server.js >"$server_out" &
+case ${SERVER:-node} in
+    node) taskset -c 0 node Benchmarks/node_echo_server.js >"$server_out" & ;;
+    uws) taskset -c 0 python3 Benchmarks/uws_echo_server.py >"$server_out" & ;;
+    *)
+        port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        taskset -c 0 "$SERVER" --port "$port" --event-loops 1 --log-level error >/dev/null 2>&1 &
+        echo "ws://127.0.0.1:$port/echo" >"$server_out"
+        for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.05; done
+        ;;
+esac
 server=$!
 trap 'kill $server 2>/dev/null || true; rm -f "$server_out"' EXIT
 for _ in $(seq 1 50); do grep -q '^ws://' "$server_out" && break; sleep 0.1; done
 url=$(grep -m1 '^ws://' "$server_out")
-echo "Node ws echo server at $url (core 0); clients on core 1; $messages messages of 64 bytes per run"
+echo "${SERVER:-node} echo server at $url (core 0); clients on core 1; $messages messages of 64 bytes per run"
 
 results=$(mktemp)
 for round in $(seq 1 "$rounds"); do
