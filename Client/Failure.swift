@@ -22,7 +22,7 @@ struct Failure: Error {
             switch self {
             case .failed: "failed: an echo reply differed, or a close with an error code"
             case .timeout: "timed out waiting for a reply"
-            case .badURL: "malformed URL or address"
+            case .badURL: "malformed URL, address or request header"
             case .unreachable: "host unreachable: refused, unresolvable, or no answer in time"
             case .tls: "TLS failure: handshake, or an untrusted certificate"
             case .refused: "refused: HTTP 4xx/5xx to the handshake, or a refused chat join"
@@ -59,7 +59,7 @@ struct Failure: Error {
 
     static func status(for code: WebSocketError.Code) -> Status {
         switch code {
-        case .invalidURL: .badURL
+        case .invalidURL, .invalidHeader: .badURL
         case .connectionFailed, .connectTimeout: .unreachable
         case .tlsFailed: .tls
         case .proxyFailed: .proxy
@@ -72,7 +72,7 @@ struct Failure: Error {
 
     static func status(for code: SSEError.Code) -> Status {
         switch code {
-        case .invalidURL: .badURL
+        case .invalidURL, .invalidHeader: .badURL
         case .connectionFailed: .unreachable
         case .tlsFailed: .tls
         case .proxyFailed: .proxy

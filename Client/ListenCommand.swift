@@ -92,7 +92,7 @@ struct ListenCommand: AsyncParsableCommand {
     /// if it failed.
     private static func monitor(_ states: AsyncStream<SSEState>, noRetry: Bool) async -> ListenOutcome {
         // The answers the manager does not retry (its default policy), and so end the command.
-        let final: Set<SSEError.Code> = [.noContent, .badStatus, .badContentType, .tlsFailed, .proxyFailed, .invalidURL, .retriesExhausted]
+        let final: Set<SSEError.Code> = [.noContent, .badStatus, .badContentType, .tlsFailed, .proxyFailed, .invalidURL, .invalidHeader, .retriesExhausted]
         var connected = true
         for await state in states {
             switch state {

@@ -49,6 +49,9 @@ public struct SSEError: Error, Sendable, Equatable, CustomStringConvertible {
 
         /// The URL is not an http:// or https:// URL with a host.
         public static let invalidURL = Code("invalidURL")
+        /// An extra request header cannot be sent: its name is not an HTTP token, or its value
+        /// holds CR, LF, NUL or another control character. Nothing is sent; not retried.
+        public static let invalidHeader = Code("invalidHeader")
         /// The server answered 204 No Content: it asks the client to stop. Not retried.
         public static let noContent = Code("noContent")
         /// The server answered with a status other than 2xx; see ``status``. Not retried,

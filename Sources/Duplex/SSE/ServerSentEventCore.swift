@@ -229,7 +229,7 @@ final class ServerSentEventCore: LifecycleRunner {
             let described = Self.describe(error, url: url)
             ended(
                 generation: generation, opened: isOpen,
-                loss: SSELoss(reason: .streamError(described), retry: [.tlsFailed, .proxyFailed, .invalidURL, .badStatus].contains(described.code) ? .never : .policy()))
+                loss: SSELoss(reason: .streamError(described), retry: [.tlsFailed, .proxyFailed, .invalidURL, .invalidHeader, .badStatus].contains(described.code) ? .never : .policy()))
         }
     }
 
@@ -250,6 +250,9 @@ final class ServerSentEventCore: LifecycleRunner {
             endpoint = try WebSocketRequest(url: url).endpoint()
         } catch let error as WebSocketError {
             throw SSEError(.invalidURL, error.message)
+        }
+        if let problem = RequestHeaderCheck.problem(headers) {
+            throw SSEError(.invalidHeader, problem)
         }
         var httpHeaders = HTTPHeaders()
         httpHeaders.add(name: "Host", value: endpoint.hostHeader)
@@ -282,7 +285,7 @@ final class ServerSentEventCore: LifecycleRunner {
         let contentType = response.headers.first(name: "Content-Type") ?? ""
         let mediaType = contentType.split(separator: ";", maxSplits: 1).first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
         guard mediaType == "text/event-stream" else {
-            let error = SSEError(.badContentType, "the response is \(contentType.isEmpty ? "untyped" : String(contentType.prefix(100))), not text/event-stream")
+            let error = SSEError(.badContentType, "the response is \(contentType.isEmpty ? "untyped" : String(contentType.prefix(100)).debugDescription), not text/event-stream")
             return SSELoss(reason: .streamError(error), retry: .never)
         }
         return nil

@@ -94,3 +94,30 @@ extension [HTTPHeader] {
         return result
     }
 }
+
+/// The check both clients make on the extra request headers before connecting: what NIO's
+/// encoder would refuse (or what would split the request) is named instead.
+enum RequestHeaderCheck {
+    /// Why `headers` cannot be sent, or nil when they can.
+    static func problem(_ headers: [String: String]) -> String? {
+        for (name, value) in headers.sorted(by: { $0.key < $1.key }) {
+            if name.isEmpty || !name.utf8.allSatisfy(isTokenByte) {
+                return "the header name \(String(name.prefix(60)).debugDescription) is not an HTTP token"
+            }
+            if value.utf8.contains(where: { ($0 < 0x20 && $0 != 0x09) || $0 == 0x7F }) {
+                return "the value of the header \(name.prefix(60)) holds a control character (CR, LF, NUL or another): it would split or corrupt the request"
+            }
+        }
+        return nil
+    }
+
+    /// RFC 9110's `tchar`.
+    private static func isTokenByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+            true
+        default:
+            "!#$%&'*+-.^_`|~".utf8.contains(byte)
+        }
+    }
+}

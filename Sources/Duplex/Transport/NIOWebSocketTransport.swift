@@ -27,6 +27,9 @@ struct NIOWebSocketTransport: WebSocketTransport {
         delegate: any WebSocketTransportDelegate
     ) async throws -> any WebSocketTransportConnection {
         let endpoint = try request.endpoint()
+        if let problem = RequestHeaderCheck.problem(request.additionalHeaders) {
+            throw WebSocketError(.invalidHeader, problem)
+        }
         let connector = ClientConnector(endpoint: endpoint, settings: configuration, waterMark: Self.waterMark(configuration), stageName: "the handshake")
         let result: UpgradeResult
         do {

@@ -11,6 +11,9 @@ public struct WebSocketError: Error, Sendable, Equatable, CustomStringConvertibl
 
         /// The URL is not a ws:// or wss:// URL with a host.
         public static let invalidURL = Code("invalidURL")
+        /// An extra request header cannot be sent: its name is not an HTTP token, or its value
+        /// holds CR, LF, NUL or another control character. Nothing is sent.
+        public static let invalidHeader = Code("invalidHeader")
         /// The socket is not connected, and is not reconnecting: a send cannot go anywhere.
         public static let notConnected = Code("notConnected")
         /// ``WebSocket/terminate()`` was called; the socket cannot be used again.

@@ -331,6 +331,8 @@ struct ServerSentEventManagerTests {
                 let events = sse.events
                 let states = sse.stateEvents
                 try await sse.connect()
+                // The time itself is what is tested: the reader stays away for five read timeouts.
+                // There is no event to wait on, and the timer is NIO's (no clock to inject).
                 try await Task.sleep(for: .milliseconds(1500))
                 #expect(sse.state == .connected, "the stream stayed open while the reader was away")
                 let received = await take(100, from: events)
@@ -341,6 +343,37 @@ struct ServerSentEventManagerTests {
                 for await state in states { seen.append(state) }
                 #expect(!seen.contains { if case .disconnected(.streamError) = $0 { true } else { false } }, "\(seen)")
             }
+        }
+    }
+
+    @Test("a request header that would split the request (CR LF in a value, a space in a name) is refused before connecting, by SSE and WebSocket alike; nothing reaches the server")
+    func invalidHeaders() async throws {
+        try await withTimeout {
+            let requests = NIOLockedValueBox(0)
+            let peer = try await RawHTTPPeer.start { _ in
+                requests.withLockedValue { $0 += 1 }
+                return "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+            }
+            defer { Task { await peer.stop() } }
+            for (headers, words) in [(["X-Note": "a\r\nInjected: yes"], "control character"), (["X Note": "a"], "not an HTTP token")] {
+                let sse = ServerSentEventManager(request: SSERequest(url: URL(string: "http://127.0.0.1:\(peer.port)/")!, additionalHeaders: headers))
+                await #expect {
+                    try await sse.connect()
+                } throws: { error in
+                    guard let error = error as? SSEError else { return false }
+                    return error.code == .invalidHeader && error.message.contains(words)
+                }
+                await sse.terminate()
+                let socket = WebSocket(request: WebSocketRequest(url: URL(string: "ws://127.0.0.1:\(peer.port)/")!, additionalHeaders: headers))
+                await #expect {
+                    try await socket.connect()
+                } throws: { error in
+                    guard let error = error as? WebSocketError else { return false }
+                    return error.code == .invalidHeader && error.message.contains(words)
+                }
+                await socket.terminate()
+            }
+            #expect(requests.withLockedValue { $0 } == 0, "nothing was sent")
         }
     }
 }
