@@ -112,8 +112,9 @@ final class CLIProcess: Sendable {
         try await wait("the program to exit", within: limit) { $0.status != nil && $0.endedStreams == 2 }
     }
 
-    /// Waits for the program to exit, but not for its output to end: for a program that leaves
-    /// a child holding its output open, as `pg_ctl start` leaves the PostgreSQL server.
+    /// Waits for the program to exit, but not for its output to end: for a program whose
+    /// children may hold its output open after it exits, as the PostgreSQL server's workers can.
+    /// What it printed last may not have been read yet: to read output, use ``waitForExit(within:)``.
     @discardableResult
     func waitForExitStatus(within limit: Duration = .seconds(30)) async throws -> Output {
         try await wait("the program to exit", within: limit) { $0.status != nil }

@@ -194,7 +194,10 @@ final class PostgresCluster: Sendable {
         } else {
             process = try CLIProcess(executable: executable, arguments)
         }
-        let output = try await process.waitForExitStatus(within: .seconds(60))
+        // Until its output has ended too: the exit can be seen before the pipe's last bytes are
+        // read, and a query's answer would then be empty (a PostgreSQL test failed so, under
+        // ThreadSanitizer). None of these programs leaves a child holding the pipes.
+        let output = try await process.waitForExit(within: .seconds(60))
         guard output.status == 0 else {
             throw CommandFailed(description: "\(executable.lastPathComponent) \(arguments.joined(separator: " ")) failed: \(output)")
         }
