@@ -107,6 +107,8 @@ package struct WebSocketEngine: Sendable {
     }
 
     /// Whether frames are still read: not once the connection is failing or closed.
+    package var readsFrames: Bool { reads }
+
     private var reads: Bool {
         switch state {
         case .open, .closeSent: true
@@ -173,13 +175,13 @@ package struct WebSocketEngine: Sendable {
             guard frame.fin, frame.length <= 125 else {
                 return fail(.protocolError, "\(role.peer) sent a fragmented control frame or one longer than 125 bytes")
             }
-            return receivedControl(frame.opcode, frame.unmaskedData)
+            return receivedControl(frame.opcode, Self.payload(of: frame))
         case .text, .binary:
             guard fragments == nil else {
                 return fail(.protocolError, "\(role.peer) began a new message inside a fragmented one")
             }
             guard frame.length <= maxMessageBytes else { return tooBig() }
-            let data = frame.unmaskedData
+            let data = Self.payload(of: frame)
             if frame.fin {
                 return complete(frame.opcode, data, compressed: frame.rsv1)
             }
@@ -196,7 +198,7 @@ package struct WebSocketEngine: Sendable {
             }
             fragments = nil
             guard buffer.readableBytes + frame.length <= maxMessageBytes else { return tooBig() }
-            var data = frame.unmaskedData
+            var data = Self.payload(of: frame)
             if var text = fragmentText {
                 fragmentText = nil
                 guard text.feed(data.readableBytesView), !frame.fin || text.isComplete else { return invalidText() }
@@ -243,6 +245,16 @@ package struct WebSocketEngine: Sendable {
     }
 
     // MARK: Inside
+
+    /// A frame's payload, unmasked: a client's is copied out of the read buffer as it is
+    /// unmasked, eight bytes at a time, with room in front for the header of a frame that sends it
+    /// on (``WebSocketFrameBytes``).
+    private static func payload(of frame: WebSocketFrame) -> ByteBuffer {
+        guard let key = frame.maskKey else { return frame.data }
+        return WebSocketFrameBytes.unmask(frame.data, key: key, offset: (frame.extensionData?.readableBytes ?? 0) % 4, allocator: allocator)
+    }
+
+    private static let allocator = ByteBufferAllocator()
 
     private mutating func receivedControl(_ opcode: WebSocketOpcode, _ payload: ByteBuffer) -> Action {
         switch opcode {

@@ -1,0 +1,86 @@
+import DuplexWire
+import NIOCore
+import NIOEmbedded
+import NIOWebSocket
+import Testing
+
+/// The frame parser both ends read with: the frames and refusals of swift-nio's decoder, from
+/// bytes in any chunks.
+@Suite("WebSocketFrameParser: NIO's decoder's frames and refusals, from any chunks")
+struct WebSocketFrameParserTests {
+    static let key = WebSocketMaskingKey([0x01, 0x02, 0x03, 0x04])!
+
+    /// A stream of frames of every length form, masked and not, with reserved bits and a control
+    /// frame between fragments.
+    static let stream: ByteBuffer = {
+        var stream = ByteBuffer()
+        let frames: [(WebSocketOpcode, Int, Bool, WebSocketMaskingKey?)] = [
+            (.text, 0, true, key), (.binary, 125, false, nil), (.ping, 3, true, key), (.continuation, 126, true, nil),
+            (.binary, 65_535, true, key), (.binary, 65_536, true, nil), (.connectionClose, 2, true, key),
+        ]
+        for (opcode, count, fin, maskKey) in frames {
+            let payload = ByteBuffer(bytes: (0..<count).map { UInt8(truncatingIfNeeded: $0) })
+            let (first, second) = WebSocketFrameBytes.encode(fin: fin, rsv1: opcode == .binary, opcode: opcode, payload: payload, maskKey: maskKey, allocator: ByteBufferAllocator())
+            stream.writeImmutableBuffer(first)
+            if let second { stream.writeImmutableBuffer(second) }
+        }
+        return stream
+    }()
+
+    static func nioFrames(_ stream: ByteBuffer, maxFrameSize: Int) throws -> [WebSocketFrame] {
+        let decoder = EmbeddedChannel(handler: ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: maxFrameSize)))
+        try decoder.writeInbound(stream)
+        var frames: [WebSocketFrame] = []
+        while let frame = try decoder.readInbound(as: WebSocketFrame.self) { frames.append(frame) }
+        return frames
+    }
+
+    @Test("frames split anywhere (chunks of 1, 7, 1,000 and 70,000 bytes) are read whole, as NIO reads them", arguments: [1, 7, 1_000, 70_000])
+    func chunks(size: Int) throws {
+        let expected = try Self.nioFrames(Self.stream, maxFrameSize: 1 << 20)
+        #expect(expected.count == 7)
+        var parser = WebSocketFrameParser(maxFrameSize: 1 << 20)
+        var frames: [WebSocketFrame] = []
+        var rest = Self.stream
+        while let chunk = rest.readSlice(length: min(size, rest.readableBytes)), chunk.readableBytes > 0 {
+            parser.append(chunk)
+            while let frame = try parser.next() { frames.append(frame) }
+        }
+        #expect(frames == expected)
+        #expect(!parser.holdsBytes)
+    }
+
+    @Test("a header that breaks a limit is refused before its payload arrives, with NIO's error")
+    func refusals() throws {
+        let cases: [([UInt8], NIOWebSocketError)] = [
+            ([0x82, 0x7E, 0x10, 0x01], .invalidFrameLength),  // 4,097 bytes, past 4,096
+            ([0x82, 0x7F, 0x80, 0, 0, 0, 0, 0, 0, 0], .invalidFrameLength),  // a 64-bit length's top bit
+            ([0x09, 0x80], .fragmentedControlFrame),  // a ping without FIN
+            ([0x8A, 0xFE, 0x00, 0x7E], .multiByteControlFrameLength),  // a 126-byte pong
+        ]
+        for (header, error) in cases {
+            var parser = WebSocketFrameParser(maxFrameSize: 4_096)
+            parser.append(ByteBuffer(bytes: header))
+            #expect(throws: error, "\(header)") { try parser.next() }
+            #expect(throws: NIOWebSocketError.self) { try Self.nioFrames(ByteBuffer(bytes: header), maxFrameSize: 4_096) }
+        }
+    }
+
+    @Test("an incomplete header or payload waits for more bytes; what was whole is not held")
+    func waits() throws {
+        var parser = WebSocketFrameParser(maxFrameSize: 1 << 20)
+        for prefix in [[0x81], [0x81, 0xFE, 0x01], [0x81, 0x85, 1, 2, 3], [0x81, 0x05, 0x68]] as [[UInt8]] {
+            parser.reset()
+            parser.append(ByteBuffer(bytes: prefix))
+            #expect(try parser.next() == nil)
+            #expect(parser.holdsBytes)
+        }
+        parser.reset()
+        parser.append(ByteBuffer(bytes: [0x81, 0x02, 0x68, 0x69, 0x81]))
+        #expect(try parser.next()?.data == ByteBuffer(string: "hi"))
+        #expect(try parser.next() == nil && parser.holdsBytes)
+        parser.append(ByteBuffer(bytes: [0x00]))
+        #expect(try parser.next()?.data == ByteBuffer())
+        #expect(!parser.holdsBytes)
+    }
+}
