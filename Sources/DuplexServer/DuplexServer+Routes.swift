@@ -119,7 +119,8 @@ extension DuplexServer {
             deflate: deflate.map { DeflateContext(agreement: $0, zlib: writerDrains.drains(for: channel.eventLoop).zlib) }
         )
         let pipeline = channel.pipeline.syncOperations
-        try pipeline.addHandler(handler)
+        // The handler reads and writes the bytes itself: NIO's decoder is taken out.
+        try WebSocketPipeline.add(handler, to: pipeline)
         // The front door's work ends with the upgrade: the handler checks frames itself (masking
         // included), and every read and write of the connection then skips one handler.
         if let guardHandler = try? pipeline.handler(type: ConnectionGuard.self) {

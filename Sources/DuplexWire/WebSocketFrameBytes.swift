@@ -32,13 +32,20 @@ package enum WebSocketFrameBytes {
         return lengthBytes + (masked ? 4 : 0)
     }
 
+    /// An empty buffer for a payload of `capacity` bytes, with ``headroom`` free in front of it:
+    /// a frame of it gets its header there (``encode(fin:rsv1:opcode:payload:maskKey:allocator:)``).
+    package static func payloadBuffer(capacity: Int, allocator: ByteBufferAllocator) -> ByteBuffer {
+        var buffer = allocator.buffer(capacity: headroom + capacity)
+        buffer.moveWriterIndex(to: headroom)
+        buffer.moveReaderIndex(to: headroom)
+        return buffer
+    }
+
     /// `payload` unmasked with `key` (the key's byte `offset` first), in a new buffer with
     /// ``headroom`` bytes free in front of it.
     package static func unmask(_ payload: ByteBuffer, key: WebSocketMaskingKey, offset: Int = 0, allocator: ByteBufferAllocator) -> ByteBuffer {
         let count = payload.readableBytes
-        var unmasked = allocator.buffer(capacity: headroom + count)
-        unmasked.moveWriterIndex(to: headroom)
-        unmasked.moveReaderIndex(to: headroom)
+        var unmasked = payloadBuffer(capacity: count, allocator: allocator)
         payload.withUnsafeReadableBytes { source in
             _ = unmasked.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { destination in
                 xor(source, into: destination, key: key, offset: offset)
@@ -48,8 +55,9 @@ package enum WebSocketFrameBytes {
         return unmasked
     }
 
-    /// A frame's bytes: one buffer, or the header and then the payload when the payload is large
-    /// and has no room of its own in front. A client's frame is masked with `maskKey`.
+    /// A frame's bytes: one buffer, or the header and then the payload when the payload is large,
+    /// unmasked, and has no room of its own in front. A client's frame is masked with `maskKey`,
+    /// and is always one buffer (the payload is masked as it is copied, or in place).
     package static func encode(
         fin: Bool = true,
         rsv1: Bool = false,

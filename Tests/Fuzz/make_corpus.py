@@ -81,6 +81,18 @@ streams = {
 for name, data in streams.items():
     write("ws-server", name, bytes([0, 2]) + data)
     write("ws-engines", name, bytes([0]) + data)
+    write("ws-parser", name, bytes([2]) + data)
+# The parser next to NIO's decoder: what only the header refuses, and every length form.
+parser_streams = {
+    "unmasked-64bit-length": frame(2, b"z" * 70000, mask=None)[:10] + frame(2, b"z" * 3000, mask=None),
+    "64bit-length-top-bit": bytes([0x82, 0xFF]) + b"\x80" + b"\x00" * 7,
+    "fragmented-ping": frame(9, b"p", fin=False),
+    "long-pong": frame(10, b"q" * 126),
+    "reserved-bits-unmasked": bytes([0xF2, 0x03]) + b"abc" + frame(0, b"", fin=True),
+    "empty-frames": frame(1, b"") + frame(2, b"", mask=None) + frame(0, b""),
+}
+for name, data in parser_streams.items():
+    write("ws-parser", name, bytes([5]) + data)
 compressed = frame(1, deflate(b"compressed hello " * 20), rsv1=True) + frame(1, deflate(b"compressed hello " * 20 + b"again"), rsv1=True) + frame(1, b"plain")
 write("ws-server", "deflate", bytes([1, 0]) + compressed)
 write("ws-engines", "deflate", bytes([1]) + compressed)

@@ -134,7 +134,7 @@ final class ChatMemberService: EventLoopWebSocketService {
         writer.finish()
     }
 
-    func receive(_ message: ByteBuffer, opcode: WebSocketOpcode, handler: EventLoopWebSocketHandler, context: ChannelHandlerContext) {
+    func receive(_ message: consuming ByteBuffer, opcode: WebSocketOpcode, handler: EventLoopWebSocketHandler, context: ChannelHandlerContext) {
         guard let (room, _, _) = membership else { return }
         guard opcode == .text else {
             return reply(.error(ChatErrorFrame(code: .binaryNotSupported, reason: "chat frames are JSON text messages")), in: room)

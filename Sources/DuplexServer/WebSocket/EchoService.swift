@@ -10,8 +10,8 @@ final class EchoService: EventLoopWebSocketService, Sendable {
 
     func start(handler: EventLoopWebSocketHandler, context: ChannelHandlerContext) {}
 
-    func receive(_ message: ByteBuffer, opcode: WebSocketOpcode, handler: EventLoopWebSocketHandler, context: ChannelHandlerContext) {
-        handler.send(message, opcode: opcode, context: context)
+    func receive(_ message: consuming ByteBuffer, opcode: WebSocketOpcode, handler: EventLoopWebSocketHandler, context: ChannelHandlerContext) {
+        handler.send(consume message, opcode: opcode, context: context)
     }
 
     func stall(for duration: Duration) {}

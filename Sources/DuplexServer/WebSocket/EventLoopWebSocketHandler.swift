@@ -12,7 +12,7 @@ protocol EventLoopWebSocketService: AnyObject {
     /// The connection is upgraded and registered.
     func start(handler: EventLoopWebSocketHandler, context: ChannelHandlerContext)
     /// A whole message arrived (reassembled, inflated, and for text checked as UTF-8).
-    func receive(_ message: ByteBuffer, opcode: WebSocketOpcode, handler: EventLoopWebSocketHandler, context: ChannelHandlerContext)
+    func receive(_ message: consuming ByteBuffer, opcode: WebSocketOpcode, handler: EventLoopWebSocketHandler, context: ChannelHandlerContext)
     /// Nothing may be written for `duration` (a fault): the handler stops reading meanwhile.
     func stall(for duration: Duration)
     /// The server sends a close frame now: nothing the service holds may follow it.
@@ -23,12 +23,14 @@ protocol EventLoopWebSocketService: AnyObject {
 
 /// A WebSocket connection served on its event loop: no task, no stream, no actor per connection.
 ///
-/// It sits after swift-nio's `WebSocketFrameDecoder` and runs DuplexWire's `WebSocketEngine` as
-/// the server: the engine applies RFC 6455 and 7692 (masking, fragments, UTF-8, control frames,
-/// the close handshake, the message limit; 1002, 1007 or 1009 for what breaks them) and this
-/// handler carries out what it answers, handing each whole message to its service. NIO's
-/// `WebSocketProtocolErrorHandler` is left out: the decoder's refusals go to the engine too, so
-/// no second close frame follows one already sent. Besides:
+/// It reads the connection's bytes itself: DuplexWire's `WebSocketFrameParser` takes the frames
+/// out of them and its `WebSocketEngine`, as the server, applies RFC 6455 and 7692 (masking,
+/// fragments, UTF-8, control frames, the close handshake, the message limit; 1002, 1007 or 1009
+/// for what breaks them). This handler carries out what the engine answers, handing each whole
+/// message to its service, and encodes what it sends (`WebSocketFrameBytes`): one buffer per
+/// frame, and for an echo the header goes in front of the payload in the buffer it was unmasked
+/// into. The frame decoder swift-nio's upgrade installs is taken out, and its encoder, which
+/// cannot be, is written past. Besides:
 /// - the registry's commands (close, drop, stall) arrive through ``deliver(_:context:)``; a close
 ///   the server starts waits `closeTimeout` for the client's answer, then closes TCP; after any
 ///   close frame the server sent or answered, TCP is closed as soon as it is written (the server
@@ -42,9 +44,9 @@ protocol EventLoopWebSocketService: AnyObject {
 ///
 /// Writes are flushed once per read batch, so pipelined messages share a system call.
 final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
-    typealias InboundIn = WebSocketFrame
-    typealias OutboundIn = WebSocketFrame
-    typealias OutboundOut = WebSocketFrame
+    typealias InboundIn = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
 
     /// The limits and intervals the handler applies.
     struct Configuration: Sendable {
@@ -56,7 +58,13 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     private let registry: ConnectionRegistry
     private let service: any EventLoopWebSocketService
     private var registration: UInt64?
+    /// Where frames are written (`WebSocketPipeline.wire(for:)`): past NIO's encoder.
+    private var wire: ChannelHandlerContext?
     private var engine: WebSocketEngine
+    private var parser: WebSocketFrameParser
+    /// Whether frames are being taken out of the bytes read: a read that arrives meanwhile (from
+    /// something the service did) only adds its bytes.
+    private var parsing = false
     private var deflate: DeflateContext?
     private var needsFlush = false
     /// Whether a read batch has ended here (`channelReadComplete`): from then on, every read
@@ -79,9 +87,11 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         self.service = service
         self.deflate = deflate
         self.engine = WebSocketEngine(role: .server, maxMessageBytes: configuration.maxMessageBytes, compressionNegotiated: deflate != nil)
+        self.parser = WebSocketFrameParser(maxFrameSize: configuration.maxMessageBytes)
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
+        wire = WebSocketPipeline.wire(for: context)
         let loop = context.eventLoop
         let bound = NIOLoopBound((self, context), eventLoop: loop)
         registration = registry.register(service.connectionInfo) { command in
@@ -128,10 +138,13 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
 
     func handlerRemoved(context: ChannelHandlerContext) {
         finish()
+        wire = nil
+        parser.reset()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
         finish()
+        parser.reset()
         closeDeadline?.cancel()
         context.fireChannelInactive()
     }
@@ -147,8 +160,23 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
 
     // MARK: Reading
 
+    /// Takes the frames out of what was read (``WebSocketFrameParser``) and hands each to the
+    /// engine, until the engine reads no more. A frame the parser refuses (longer than the
+    /// message limit, a fragmented or long control frame) goes to the engine too, which fails the
+    /// connection unless it is closing already.
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        perform(engine.received(unwrapInboundIn(data)), context: context)
+        parser.append(unwrapInboundIn(data))
+        guard !parsing else { return }
+        parsing = true
+        defer { parsing = false }
+        do {
+            while engine.readsFrames, let frame = try parser.next() {
+                perform(engine.received(frame), context: context)
+            }
+        } catch {
+            perform(engine.decodingFailed(error), context: context)
+        }
+        if !engine.readsFrames { parser.reset() }
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
@@ -160,13 +188,6 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         context.fireUserInboundEventTriggered(event)
     }
 
-    /// A frame NIO's decoder refused (too long for the frame limit, a fragmented or long control
-    /// frame) goes to the engine, which fails the connection unless it is closing already.
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        guard error is NIOWebSocketError else { return context.fireErrorCaught(error) }
-        perform(engine.decodingFailed(error), context: context)
-    }
-
     func channelReadComplete(context: ChannelHandlerContext) {
         sawReadComplete = true
         flushIfNeeded(context: context)
@@ -174,8 +195,8 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     }
 
     /// Carries out what the engine answered.
-    private func perform(_ action: WebSocketEngine.Action, context: ChannelHandlerContext) {
-        switch action {
+    private func perform(_ action: consuming WebSocketEngine.Action, context: ChannelHandlerContext) {
+        switch consume action {
         case .none:
             break
         case .deliver(let opcode, let message):
@@ -184,13 +205,13 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
             if isHeld {
                 held.append((message, opcode))
             } else {
-                service.receive(message, opcode: opcode, handler: self, context: context)
+                service.receive(consume message, opcode: opcode, handler: self, context: context)
             }
         case .inflate(let opcode, let payload):
             guard deflate != nil else { return }
             perform(engine.inflate(opcode, payload, with: &deflate!, allocator: context.channel.allocator), context: context)
         case .sendPong(let payload):
-            write(WebSocketFrame(fin: true, opcode: .pong, data: payload), context: context)
+            write(.pong, payload, context: context)
         case .pongReceived:
             break
         case .replyToClose(let code, _):
@@ -225,13 +246,13 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
 
     /// Sends a message, compressed when permessage-deflate was agreed and it reaches the
     /// threshold; flushed with the read batch. Nothing is sent once the connection is closing.
-    func send(_ message: ByteBuffer, opcode: WebSocketOpcode, context: ChannelHandlerContext) {
+    func send(_ message: consuming ByteBuffer, opcode: WebSocketOpcode, context: ChannelHandlerContext) {
         guard engine.canSend else { return }
         if deflate != nil {
             let (payload, compressed) = deflate!.deflate(message, allocator: context.channel.allocator)
-            write(WebSocketFrame(fin: true, rsv1: compressed, opcode: opcode, data: payload), context: context)
+            write(opcode, payload, rsv1: compressed, context: context)
         } else {
-            write(WebSocketFrame(fin: true, opcode: opcode, data: message), context: context)
+            write(opcode, consume message, context: context)
         }
     }
 
@@ -244,7 +265,9 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     @discardableResult
     private func writeClose(_ code: WebSocketCloseCode?, reason: String, context: ChannelHandlerContext) -> EventLoopFuture<Void> {
         let payload = WebSocketEngine.closePayload(code, reason: reason, allocator: context.channel.allocator)
-        return context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: payload)))
+        // A control frame's payload is at most 125 bytes: one buffer.
+        let (frame, _) = WebSocketFrameBytes.encode(opcode: .connectionClose, payload: payload, allocator: context.channel.allocator)
+        return (wire ?? context).writeAndFlush(wrapOutboundOut(frame))
     }
 
     /// Closes TCP once `write` completes: the server closes first, as RFC 6455 section 7.1.1 asks.
@@ -253,8 +276,14 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         write.whenComplete { _ in context.value.close(promise: nil) }
     }
 
-    private func write(_ frame: WebSocketFrame, context: ChannelHandlerContext) {
-        context.write(wrapOutboundOut(frame), promise: nil)
+    /// Writes a final frame, encoded here (``WebSocketFrameBytes``): one buffer for the socket,
+    /// the header in the room in front of a payload this handler unmasked, or two buffers for a
+    /// large payload with no such room.
+    private func write(_ opcode: WebSocketOpcode, _ payload: consuming ByteBuffer, rsv1: Bool = false, context: ChannelHandlerContext) {
+        let (first, second) = WebSocketFrameBytes.encode(rsv1: rsv1, opcode: opcode, payload: consume payload, allocator: context.channel.allocator)
+        let wire = wire ?? context
+        wire.write(wrapOutboundOut(first), promise: nil)
+        if let second { wire.write(wrapOutboundOut(second), promise: nil) }
         guard !needsFlush else { return }
         needsFlush = true
         // Frames are only written while a read is handled, and channelReadComplete flushes the
@@ -272,7 +301,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     private func flushIfNeeded(context: ChannelHandlerContext) {
         if needsFlush {
             needsFlush = false
-            context.flush()
+            (wire ?? context).flush()
         }
     }
 

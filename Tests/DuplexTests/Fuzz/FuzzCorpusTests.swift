@@ -10,7 +10,7 @@ struct FuzzCorpusTests {
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("Fuzz/Corpus")
 
-    static let targets = ["sse", "chat-frames", "ws-server", "ws-engines", "inflate", "resume", "utf8"]
+    static let targets = ["sse", "chat-frames", "ws-server", "ws-engines", "ws-parser", "inflate", "resume", "utf8"]
 
     @Test("every target knows its corpus, and every corpus has a target")
     func targetsMatchCorpora() async throws {

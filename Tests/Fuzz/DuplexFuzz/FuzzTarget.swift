@@ -13,7 +13,10 @@ struct FuzzTarget: Sendable {
 /// `Tests/Fuzz/Corpus/NAME/`.
 let fuzzTargets: [FuzzTarget] = {
     #if DEBUG
-    return [SSEParserFuzz.target, ChatFrameFuzz.target, WebSocketEngineFuzz.serverTarget, WebSocketEngineFuzz.enginesTarget, InflateFuzz.target, ResumeFuzz.target, UTF8ValidatorFuzz.target]
+    return [
+        SSEParserFuzz.target, ChatFrameFuzz.target, WebSocketEngineFuzz.serverTarget, WebSocketEngineFuzz.enginesTarget, WebSocketEngineFuzz.parserTarget, InflateFuzz.target, ResumeFuzz.target,
+        UTF8ValidatorFuzz.target,
+    ]
     #else
     return []
     #endif

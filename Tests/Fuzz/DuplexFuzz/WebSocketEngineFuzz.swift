@@ -33,7 +33,6 @@ struct EngineOutcome: Equatable, CustomStringConvertible {
 /// server installs it). One engine: the two ends must agree on every sequence.
 enum WebSocketEngineFuzz {
     static let maxMessageBytes = 4096
-    static let maxFrameBytes = 8192
 
     /// The raw server pipeline: any bytes a client may send after the upgrade.
     static let serverTarget = FuzzTarget(
@@ -45,7 +44,7 @@ enum WebSocketEngineFuzz {
         let compressed = input.byte() & 1 == 1
         let chunkCount = Int(input.byte() % 8)
         let stream = input.rest()
-        let channel = makeServerChannel(compressed: compressed, decodeBytes: true)
+        let channel = makeServerChannel(compressed: compressed)
         var chunker = FuzzInput(bytes)
         for chunk in chunker.chunks(of: stream, count: chunkCount) where channel.isActive {
             _ = try? channel.writeInbound(ByteBuffer(bytes: chunk))
@@ -66,7 +65,8 @@ enum WebSocketEngineFuzz {
         let compressed = input.byte() & 1 == 1
         let stream = input.rest()
         // Frames as NIO's decoder reads them; a decoding error ends the sequence there.
-        let decoder = EmbeddedChannel(handler: ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: maxFrameBytes)))
+        // With the server's frame limit, its message limit: both ends see the same frames.
+        let decoder = EmbeddedChannel(handler: ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: maxMessageBytes)))
         _ = try? decoder.writeInbound(ByteBuffer(bytes: stream))
         var frames: [WebSocketFrame] = []
         while let frame = try? decoder.readInbound(as: WebSocketFrame.self) { frames.append(frame) }
@@ -77,9 +77,52 @@ enum WebSocketEngineFuzz {
         require(server == client, "the engines disagree on \(frames.count) frames (compressed: \(compressed)):\n  server \(server)\n  client \(client)")
     }
 
+    /// DuplexWire's parser, which the server reads frames with, next to swift-nio's decoder.
+    static let parserTarget = FuzzTarget(
+        name: "ws-parser",
+        properties:
+            "no crash; WebSocketFrameParser reads the same frames as NIO's WebSocketFrameDecoder (bits, opcode, mask, payload) from any bytes in any chunks, and refuses at the same frame with the same error"
+    ) { bytes in
+        var input = FuzzInput(bytes)
+        let chunkCount = Int(input.byte() % 8)
+        let stream = input.rest()
+        var chunker = FuzzInput(bytes)
+        let chunks = chunker.chunks(of: stream, count: chunkCount)
+
+        let decoder = EmbeddedChannel(handler: ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: maxMessageBytes)))
+        var expected: [WebSocketFrame] = []
+        var expectedError: NIOWebSocketError?
+        for chunk in chunks where expectedError == nil {
+            do {
+                try decoder.writeInbound(ByteBuffer(bytes: chunk))
+            } catch {
+                expectedError = error as? NIOWebSocketError
+                require(expectedError != nil, "NIO's decoder threw \(error)")
+            }
+            while let frame = try? decoder.readInbound(as: WebSocketFrame.self) { expected.append(frame) }
+        }
+        _ = try? decoder.finish(acceptAlreadyClosed: true)
+
+        var parser = WebSocketFrameParser(maxFrameSize: maxMessageBytes)
+        var frames: [WebSocketFrame] = []
+        var parserError: NIOWebSocketError?
+        reading: for chunk in chunks {
+            parser.append(ByteBuffer(bytes: chunk))
+            do {
+                while let frame = try parser.next() { frames.append(frame) }
+            } catch {
+                parserError = error as? NIOWebSocketError
+                require(parserError != nil, "the parser threw \(error)")
+                break reading
+            }
+        }
+        require(frames == expected, "the parser read \(frames.count) frames, NIO's decoder \(expected.count)")
+        require(parserError == expectedError, "the parser refused with \(String(describing: parserError)), NIO's decoder with \(String(describing: expectedError))")
+    }
+
     // MARK: The server engine
 
-    static func makeServerChannel(compressed: Bool, decodeBytes: Bool) -> EmbeddedChannel {
+    static func makeServerChannel(compressed: Bool) -> EmbeddedChannel {
         let channel = EmbeddedChannel()
         let handler = EventLoopWebSocketHandler(
             configuration: .init(maxMessageBytes: maxMessageBytes, closeTimeout: .seconds(1)),
@@ -88,11 +131,9 @@ enum WebSocketEngineFuzz {
             deflate: compressed ? DeflateContext(agreement: DeflateAgreement(), zlib: LoopZlib()) : nil
         )
         let pipeline = channel.pipeline.syncOperations
-        if decodeBytes {
-            // As the server's upgrade installs it: the decoder, and no NIO error handler (the
-            // handler answers the decoder's refusals).
-            try! pipeline.addHandler(ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: maxFrameBytes)))
-        }
+        // As the server installs it: behind NIO's encoder, which the handler writes its own bytes
+        // past; the handler reads the bytes itself.
+        try! pipeline.addHandler(WebSocketFrameEncoder())
         try! pipeline.addHandler(handler)
         _ = try! channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 9)).wait()
         return channel
@@ -106,9 +147,29 @@ enum WebSocketEngineFuzz {
         channel.embeddedEventLoop.run()
     }
 
+    /// A frame's bytes as NIO's encoder writes them (reserved bits and all).
+    static func encoded(_ frame: WebSocketFrame) -> [ByteBuffer] {
+        let encoder = EmbeddedChannel(handler: WebSocketFrameEncoder())
+        defer { _ = try? encoder.finish(acceptAlreadyClosed: true) }
+        try! encoder.writeOutbound(frame)
+        var buffers: [ByteBuffer] = []
+        while let buffer = try? encoder.readOutbound(as: ByteBuffer.self) { buffers.append(buffer) }
+        return buffers
+    }
+
+    /// What the server wrote, read back by NIO's decoder: the bytes must be well-formed frames.
     static func serverFrames(_ channel: EmbeddedChannel) -> [WebSocketFrame] {
+        let reader = EmbeddedChannel(handler: ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: 1 << 20)))
+        defer { _ = try? reader.finish(acceptAlreadyClosed: true) }
+        while let bytes = try? channel.readOutbound(as: ByteBuffer.self) {
+            do {
+                try reader.writeInbound(bytes)
+            } catch {
+                require(false, "the server wrote bytes that are not WebSocket frames: \(error)")
+            }
+        }
         var frames: [WebSocketFrame] = []
-        while let frame = try? channel.readOutbound(as: WebSocketFrame.self) { frames.append(frame) }
+        while let frame = try? reader.readInbound(as: WebSocketFrame.self) { frames.append(frame) }
         return frames
     }
 
@@ -140,7 +201,7 @@ enum WebSocketEngineFuzz {
     }
 
     static func serverOutcome(_ frames: [WebSocketFrame], compressed: Bool) -> EngineOutcome {
-        let channel = makeServerChannel(compressed: compressed, decodeBytes: false)
+        let channel = makeServerChannel(compressed: compressed)
         defer { finish(channel) }
         // The server's answers to compressed messages are compressed: a client-side inflater
         // reads them back (the server's stream persists, as the default agreement says).
@@ -148,10 +209,9 @@ enum WebSocketEngineFuzz {
         var outcome = EngineOutcome()
         let key = WebSocketMaskingKey([0x37, 0xFA, 0x21, 0x3D])!
         for frame in frames where channel.isActive {
-            var data = frame.unmaskedData
-            data.webSocketMask(key)
-            let masked = WebSocketFrame(fin: frame.fin, rsv1: frame.rsv1, rsv2: frame.rsv2, rsv3: frame.rsv3, opcode: frame.opcode, maskKey: key, data: data)
-            _ = try? channel.writeInbound(masked)
+            // NIO's encoder masks the payload with the frame's key.
+            let masked = WebSocketFrame(fin: frame.fin, rsv1: frame.rsv1, rsv2: frame.rsv2, rsv3: frame.rsv3, opcode: frame.opcode, maskKey: key, data: frame.unmaskedData)
+            for bytes in encoded(masked) { _ = try? channel.writeInbound(bytes) }
             channel.pipeline.fireChannelReadComplete()
             for answer in serverFrames(channel) {
                 switch answer.opcode {
