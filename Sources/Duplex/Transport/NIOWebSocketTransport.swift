@@ -94,7 +94,8 @@ struct NIOWebSocketTransport: WebSocketTransport {
                         lowWatermark: Self.waterMark(configuration).low,
                         delegate: delegate
                     )
-                    try channel.pipeline.syncOperations.addHandler(handler)
+                    // It reads and writes the bytes itself: NIO's decoder is taken out.
+                    try WebSocketPipeline.add(handler, to: channel.pipeline.syncOperations)
                     return .upgraded(
                         NIOWebSocketConnection(
                             channel: channel,

@@ -7,12 +7,22 @@ import NIOWebSocket
 /// The client's channel handler: it runs DuplexWire's `WebSocketEngine` (as the client) on the
 /// event loop and carries out its actions, drains the ``Outbox`` while the channel is
 /// writable, and holds back reads while the consumers are behind.
+///
+/// As the server's handler does, it reads the connection's bytes itself (`WebSocketFrameParser`)
+/// and encodes its frames itself (`WebSocketFrameBytes`): each frame one buffer, masked eight
+/// bytes at a time as it is copied, a message's text written once, behind the room its header
+/// takes (`WebSocketPipeline` puts it in the pipeline).
 final class WebSocketClientHandler: ChannelDuplexHandler {
-    typealias InboundIn = WebSocketFrame
-    typealias OutboundIn = WebSocketFrame
-    typealias OutboundOut = WebSocketFrame
+    typealias InboundIn = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
 
     private var engine: WebSocketEngine
+    private var parser: WebSocketFrameParser
+    /// Whether frames are being taken out of the bytes read.
+    private var parsing = false
+    /// Where frames are written (`WebSocketPipeline.wire(for:)`): past NIO's encoder.
+    private var wire: ChannelHandlerContext?
     private let closeTimeout: TimeAmount
     private let outbox: Outbox
     /// Senders held back by the outbox go on once it is down to this many bytes.
@@ -49,6 +59,8 @@ final class WebSocketClientHandler: ChannelDuplexHandler {
         self.lowWatermark = lowWatermark
         self.deflate = deflate
         self.engine = WebSocketEngine(role: .client, maxMessageBytes: maxMessageBytes, compressionNegotiated: deflate != nil)
+        // A frame is at most a message (control frames: 125 bytes).
+        self.parser = WebSocketFrameParser(maxFrameSize: max(maxMessageBytes, 125))
         self.closeTimeout = closeTimeout
         self.outbox = outbox
         self.delegate = delegate
@@ -56,6 +68,7 @@ final class WebSocketClientHandler: ChannelDuplexHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        wire = WebSocketPipeline.wire(for: context)
         if !context.channel.isActive {
             // The connection ended before the upgrade finished (a server can send its 101, a
             // close and its FIN in one read): channelInactive has passed, so report it here, or
@@ -68,25 +81,38 @@ final class WebSocketClientHandler: ChannelDuplexHandler {
 
     func handlerRemoved(context: ChannelHandlerContext) {
         self.context = nil
+        wire = nil
+        parser.reset()
     }
 
+    /// Takes the frames out of what was read and hands each to the engine, until it reads no
+    /// more; a frame the parser refuses (longer than the message limit, a fragmented or long
+    /// control frame) goes to the engine too.
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        perform(engine.received(unwrapInboundIn(data)), context: context)
+        parser.append(unwrapInboundIn(data))
+        guard !parsing else { return }
+        parsing = true
+        defer { parsing = false }
+        do {
+            while engine.readsFrames, let frame = try parser.next() {
+                perform(engine.received(frame), context: context)
+            }
+        } catch {
+            perform(engine.decodingFailed(error), context: context)
+        }
+        if !engine.readsFrames { parser.reset() }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if error is NIOWebSocketError || error is ByteToMessageDecoderError {
-            perform(engine.decodingFailed(error), context: context)
-        } else {
-            if failure == nil, engine.state != .closed {
-                failure = WebSocketError(.connectionLost, "the connection failed: \(error)")
-            }
-            context.close(promise: nil)
+        if failure == nil, engine.state != .closed {
+            failure = WebSocketError(.connectionLost, "the connection failed: \(error)")
         }
+        context.close(promise: nil)
     }
 
     func channelInactive(context: ChannelHandlerContext) {
         engine.channelClosed()
+        parser.reset()
         report()
         context.fireChannelInactive()
     }
@@ -109,13 +135,13 @@ final class WebSocketClientHandler: ChannelDuplexHandler {
     /// Hands what the outbox holds to the channel, with one flush; `force` writes even when the
     /// channel is not writable (before a close frame).
     func drain(force: Bool = false) {
-        guard let context else { return }
+        guard let context, let wire else { return }
         // Not writable: the drain stays scheduled, and channelWritabilityChanged runs it.
         guard force || context.channel.isWritable else { return }
         // A bounded batch per event-loop turn, so one busy connection does not hold back the
         // others on its loop; the rest goes in the next turn (all of it before a close).
         let (entries, drained, more) = outbox.take(upTo: force ? .max : Self.batchLimit, lowWatermark: lowWatermark)
-        var last: WebSocketFrame?
+        var last: ByteBuffer?
         for entry in entries {
             switch entry {
             case .message(let message):
@@ -123,7 +149,7 @@ final class WebSocketClientHandler: ChannelDuplexHandler {
                     droppedWhileClosing += 1
                     continue
                 }
-                if let previous = last { context.write(wrapOutboundOut(previous), promise: nil) }
+                if let previous = last { wire.write(wrapOutboundOut(previous), promise: nil) }
                 last = frame(for: message, allocator: context.channel.allocator)
                 handed += 1
             case .flush(let completion):
@@ -133,7 +159,7 @@ final class WebSocketClientHandler: ChannelDuplexHandler {
         if let last {
             let batchEnd = handed
             let promise = context.eventLoop.makePromise(of: Void.self)
-            context.writeAndFlush(wrapOutboundOut(last), promise: promise)
+            wire.writeAndFlush(wrapOutboundOut(last), promise: promise)
             promise.futureResult.assumeIsolated().whenSuccess { self.confirm(upTo: batchEnd) }
         } else {
             confirm(upTo: confirmed)
@@ -148,17 +174,34 @@ final class WebSocketClientHandler: ChannelDuplexHandler {
     /// The most messages written in one event-loop turn.
     static let batchLimit = 256
 
-    private func frame(for message: WebSocketMessage, allocator: ByteBufferAllocator) -> WebSocketFrame {
-        let (opcode, payload): (WebSocketOpcode, ByteBuffer) =
-            switch message {
-            case .string(let text): (.text, allocator.buffer(string: text))
-            case .data(let data): (.binary, allocator.buffer(bytes: data))
-            }
+    /// A message's frame: its bytes written once, behind room for the header, then masked there
+    /// (or compressed first, when permessage-deflate was agreed).
+    private func frame(for message: WebSocketMessage, allocator: ByteBufferAllocator) -> ByteBuffer {
+        var payload = WebSocketFrameBytes.payloadBuffer(capacity: message.byteCount, allocator: allocator)
+        let opcode: WebSocketOpcode
+        switch message {
+        case .string(let text):
+            opcode = .text
+            payload.writeString(text)
+        case .data(let data):
+            opcode = .binary
+            payload.writeBytes(data)
+        }
         if deflate != nil {
             let (compressed, rsv1) = deflate!.deflate(payload, allocator: allocator)
-            return WebSocketFrame(fin: true, rsv1: rsv1, opcode: opcode, maskKey: maskingKeys.next(), data: compressed)
+            return frame(opcode, compressed, rsv1: rsv1, allocator: allocator)
         }
-        return WebSocketFrame(fin: true, opcode: opcode, maskKey: maskingKeys.next(), data: payload)
+        return frame(opcode, payload, allocator: allocator)
+    }
+
+    /// A final frame, masked with the next key: always one buffer.
+    private func frame(_ opcode: WebSocketOpcode, _ payload: consuming ByteBuffer, rsv1: Bool = false, allocator: ByteBufferAllocator) -> ByteBuffer {
+        WebSocketFrameBytes.encode(rsv1: rsv1, opcode: opcode, payload: payload, maskKey: maskingKeys.next(), allocator: allocator).0
+    }
+
+    /// Writes and flushes a control frame.
+    private func writeControl(_ opcode: WebSocketOpcode, _ payload: ByteBuffer, context: ChannelHandlerContext) {
+        (wire ?? context).writeAndFlush(wrapOutboundOut(frame(opcode, payload, allocator: context.channel.allocator)), promise: nil)
     }
 
     /// Every message up to `count` is written: completes the flushes waiting for them.
@@ -172,8 +215,7 @@ final class WebSocketClientHandler: ChannelDuplexHandler {
 
     func sendPing(_ payload: [UInt8]) {
         guard let context, engine.canSend else { return }
-        let frame = WebSocketFrame(fin: true, opcode: .ping, maskKey: maskingKeys.next(), data: context.channel.allocator.buffer(bytes: payload.prefix(125)))
-        context.writeAndFlush(wrapOutboundOut(frame), promise: nil)
+        writeControl(.ping, context.channel.allocator.buffer(bytes: payload.prefix(125)), context: context)
     }
 
     func close(code: WebSocketCloseCode, reason: String) {
@@ -201,7 +243,7 @@ final class WebSocketClientHandler: ChannelDuplexHandler {
             guard deflate != nil else { return }
             perform(engine.inflate(opcode, buffer, with: &deflate!, allocator: context.channel.allocator), context: context)
         case .sendPong(let payload):
-            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, maskKey: maskingKeys.next(), data: payload)), promise: nil)
+            writeControl(.pong, payload, context: context)
         case .pongReceived(let payload):
             delegate.transportDidReceivePong(Array(payload.readableBytesView))
         case .replyToClose(let code, let reason):
@@ -244,7 +286,7 @@ final class WebSocketClientHandler: ChannelDuplexHandler {
 
     private func writeClose(code: WebSocketCloseCode?, reason: String, context: ChannelHandlerContext) {
         let payload = WebSocketEngine.closePayload(code, reason: reason, allocator: context.channel.allocator)
-        context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, maskKey: maskingKeys.next(), data: payload)), promise: nil)
+        writeControl(.connectionClose, payload, context: context)
     }
 
     /// The server should end the TCP connection after the close handshake; if it does not
