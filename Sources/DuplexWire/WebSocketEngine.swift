@@ -5,7 +5,7 @@ package import NIOWebSocket
 /// RFC 6455 at the message level, for either end of a connection: the one protocol engine that
 /// the client (`Duplex`) and the server (`DuplexServer`) both run.
 ///
-/// A pure value, fed the frames NIO's `WebSocketFrameDecoder` reads and the requests of its
+/// A pure value, fed the frames ``WebSocketFrameParser`` reads and the requests of its
 /// owner; it returns what to do (``Action``), and the channel handler on each side only carries
 /// that out. What it does, for the ``Role`` it plays:
 /// - masking: a server refuses an unmasked frame, a client a masked one (section 5.1);
@@ -140,8 +140,8 @@ package struct WebSocketEngine: Sendable {
 
     // MARK: What arrives
 
-    /// NIO's frame decoder refused what arrived: a frame longer than its limit (1009), or one it
-    /// could not decode (1002).
+    /// The frame parser refused what arrived (with NIO's decoder's errors): a frame longer than
+    /// its limit (1009), or one it could not decode (1002).
     package mutating func decodingFailed(_ error: any Error) -> Action {
         switch error {
         case NIOWebSocketError.invalidFrameLength:
