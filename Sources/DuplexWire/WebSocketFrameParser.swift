@@ -92,3 +92,22 @@ package struct WebSocketFrameParser {
         )
     }
 }
+
+extension WebSocketEngine {
+    /// The engine's answer to the next whole frame `parser` holds: nil when it holds none, or once
+    /// the engine reads no more (what is held is dropped then). A frame the parser refuses is
+    /// answered as ``decodingFailed(_:)`` answers it.
+    package mutating func nextAction(from parser: inout WebSocketFrameParser) -> Action? {
+        guard readsFrames else {
+            parser.reset()
+            return nil
+        }
+        do {
+            guard let frame = try parser.next() else { return nil }
+            return received(frame)
+        } catch {
+            parser.reset()
+            return decodingFailed(error)
+        }
+    }
+}

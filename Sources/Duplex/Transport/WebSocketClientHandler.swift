@@ -93,14 +93,9 @@ final class WebSocketClientHandler: ChannelDuplexHandler {
         guard !parsing else { return }
         parsing = true
         defer { parsing = false }
-        do {
-            while engine.readsFrames, let frame = try parser.next() {
-                perform(engine.received(frame), context: context)
-            }
-        } catch {
-            perform(engine.decodingFailed(error), context: context)
+        while let action = engine.nextAction(from: &parser) {
+            perform(action, context: context)
         }
-        if !engine.readsFrames { parser.reset() }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

@@ -169,14 +169,9 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         guard !parsing else { return }
         parsing = true
         defer { parsing = false }
-        do {
-            while engine.readsFrames, let frame = try parser.next() {
-                perform(engine.received(frame), context: context)
-            }
-        } catch {
-            perform(engine.decodingFailed(error), context: context)
+        while let action = engine.nextAction(from: &parser) {
+            perform(action, context: context)
         }
-        if !engine.readsFrames { parser.reset() }
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
