@@ -15,10 +15,19 @@ struct GuardedChildChannel<Base: ServerChildChannel>: ServerChildChannel {
     /// The listener's TLS context; nil for plain TCP.
     let tls: NIOSSLContext?
 
+    /// The sizes of the buffer a connection reads into. NIO keeps that buffer between reads, so
+    /// its first size is what every idle connection holds: 512 bytes (a request head, a small
+    /// message) instead of NIO's 2,048, which keeps 1.5 KiB less per idle WebSocket
+    /// (docs/benchmarks.md). It grows as reads fill it, up to 64 KiB, as NIO's default does.
+    static var receiveSizes: AdaptiveRecvByteBufferAllocator {
+        AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 512, maximum: 65_536)
+    }
+
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Base.Value> {
         let admitted = tracker.admit(channel)
         return channel.eventLoop.makeCompletedFuture {
             let operations = channel.pipeline.syncOperations
+            try channel.syncOptions?.setOption(ChannelOptions.recvAllocator, value: Self.receiveSizes)
             try operations.addHandler(ConnectionGuard(limits: limits, refusal: refusal, admitted: admitted), position: .first)
             if let tls {
                 try operations.addHandler(TLSWriteCoalescer(), position: .first)
