@@ -107,9 +107,7 @@ package struct WebSocketEngine: Sendable {
     }
 
     /// Whether frames are still read: not once the connection is failing or closed.
-    package var readsFrames: Bool { reads }
-
-    private var reads: Bool {
+    package var readsFrames: Bool {
         switch state {
         case .open, .closeSent: true
         case .failing, .closed: false
@@ -155,7 +153,7 @@ package struct WebSocketEngine: Sendable {
 
     /// A frame arrived.
     package mutating func received(_ frame: WebSocketFrame) -> Action {
-        guard reads else { return .none }
+        guard readsFrames else { return .none }
         switch role {
         case .server where frame.maskKey == nil:
             return fail(.protocolError, "the client sent an unmasked frame")
@@ -217,7 +215,7 @@ package struct WebSocketEngine: Sendable {
 
     /// A compressed message, inflated within the limit.
     package mutating func inflated(_ opcode: WebSocketOpcode, _ message: ByteBuffer) -> Action {
-        guard reads else { return .none }
+        guard readsFrames else { return .none }
         guard message.readableBytes <= maxMessageBytes else { return tooBig(inflated: true) }
         return deliver(opcode, message)
     }
@@ -307,7 +305,7 @@ package struct WebSocketEngine: Sendable {
     }
 
     private mutating func fail(_ code: WebSocketCloseCode, _ reason: String) -> Action {
-        guard reads else { return .none }
+        guard readsFrames else { return .none }
         let sendCloseFrame = state == .open
         state = .failing(sending: sendCloseFrame)
         fragments = nil
