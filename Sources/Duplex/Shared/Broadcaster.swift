@@ -111,8 +111,12 @@ package final class Broadcaster<Element: Sendable>: Sendable {
     /// being cancelled at that moment holds its task's lock while its stream's cancellation
     /// handler waits for this one (``remove(_:)``), and resuming it needs the task's lock.
     package func yield(_ element: Element) {
-        let (logged, woken) = state.withLockedValue { state -> (Int?, Wakeups) in
-            var woken = Wakeups()
+        // The consumers woken are kept in plain locals, the first inline, so that the usual
+        // single consumer costs no allocation (a struct nested in this generic class would be
+        // destroyed through the runtime's metadata cache, once per element).
+        typealias Woken = (first: Waiter?, more: [Waiter])
+        let (logged, woken) = state.withLockedValue { state -> (Int?, Woken) in
+            var woken: Woken = (nil, [])
             guard !state.consumers.isEmpty else {
                 if !state.hadConsumer, state.early.count < keepsForFirstConsumer { state.early.append(element) }
                 return (nil, woken)
@@ -120,7 +124,11 @@ package final class Broadcaster<Element: Sendable>: Sendable {
             var dropped = 0
             var index = state.consumers.values.startIndex
             while index != state.consumers.values.endIndex {
-                dropped += deliver(element, to: &state.consumers.values[index], waking: &woken)
+                let (waiter, lost) = deliver(element, to: &state.consumers.values[index])
+                dropped += lost
+                if let waiter {
+                    if woken.first == nil { woken.first = waiter } else { woken.more.append(waiter) }
+                }
                 state.consumers.values.formIndex(after: &index)
             }
             guard dropped > 0 else { return (nil, woken) }
@@ -128,7 +136,8 @@ package final class Broadcaster<Element: Sendable>: Sendable {
             state.dropped += dropped
             return (before == 0 || before / 10_000 != state.dropped / 10_000 ? state.dropped : nil, woken)
         }
-        woken.resume(returning: element)
+        woken.first?.resume(returning: element)
+        for waiter in woken.more { waiter.resume(returning: element) }
         if let logged {
             logger.warning(
                 "a consumer is not reading its stream: elements dropped",
@@ -137,29 +146,15 @@ package final class Broadcaster<Element: Sendable>: Sendable {
         }
     }
 
-    /// The consumers an element goes to directly, resumed once the lock is released: the first
-    /// kept inline, so that the usual single consumer costs no allocation.
-    private struct Wakeups {
-        var first: CheckedContinuation<Element?, Never>?
-        var more: [CheckedContinuation<Element?, Never>] = []
+    private typealias Waiter = CheckedContinuation<Element?, Never>
 
-        mutating func append(_ waiter: CheckedContinuation<Element?, Never>) {
-            if first == nil { first = waiter } else { more.append(waiter) }
-        }
-
-        func resume(returning element: Element) {
-            first?.resume(returning: element)
-            for waiter in more { waiter.resume(returning: element) }
-        }
-    }
-
-    /// Delivers to one consumer, under the lock: a waiting consumer goes into `woken`, to be
-    /// resumed after it. Returns how many elements were dropped.
-    private func deliver(_ element: Element, to consumer: inout Consumer, waking woken: inout Wakeups) -> Int {
+    /// Delivers to one consumer, under the lock. Returns the consumer's waiter, if it waited (to
+    /// be resumed with the element once the lock is released), and how many elements were
+    /// dropped.
+    private func deliver(_ element: Element, to consumer: inout Consumer) -> (Waiter?, Int) {
         if let waiter = consumer.waiter {
             consumer.waiter = nil
-            woken.append(waiter)
-            return 0
+            return (waiter, 0)
         }
         switch consumer.buffering {
         case .lossless:
@@ -169,16 +164,16 @@ package final class Broadcaster<Element: Sendable>: Sendable {
                 consumer.behind = true
                 gate?.consumerFellBehind()
             }
-            return 0
+            return (nil, 0)
         case .newest(let most):
             consumer.buffer.append(element)
-            guard consumer.buffer.count > most else { return 0 }
+            guard consumer.buffer.count > most else { return (nil, 0) }
             consumer.buffer.removeFirst()
-            return 1
+            return (nil, 1)
         case .oldest(let most):
-            guard consumer.buffer.count < most else { return 1 }
+            guard consumer.buffer.count < most else { return (nil, 1) }
             consumer.buffer.append(element)
-            return 0
+            return (nil, 0)
         }
     }
 
@@ -191,11 +186,12 @@ package final class Broadcaster<Element: Sendable>: Sendable {
     /// Takes the consumer's next element, under the lock; when none waits, stores `waiter`.
     private func take(_ id: UInt64, waiter: CheckedContinuation<Element?, Never>?) -> (Take, (@Sendable () -> Void)?) {
         state.withLockedValue { state in
-            guard state.consumers[id] != nil else { return (.end, nil) }
+            // In place, through the index: a copy of the consumer (even to compare it with nil)
+            // would copy its whole buffer, and ask the runtime for its type, on every take.
+            guard let index = state.consumers.index(forKey: id) else { return (.end, nil) }
             let finished = state.finished
-            // In place: a copy of the consumer would copy its whole buffer on every take.
-            let taken = take(from: &state.consumers[id]!, finished: finished, waiter: waiter)
-            if case .end = taken.0 { state.consumers[id] = nil }
+            let taken = take(from: &state.consumers.values[index], finished: finished, waiter: waiter)
+            if case .end = taken.0 { state.consumers.remove(at: index) }
             // A consumer came back for more: the last to do so makes the broadcaster idle.
             if case .empty = taken.0, waiter != nil, state.idleWatcher != nil {
                 let watchers = state.takeIdleWatchers()
