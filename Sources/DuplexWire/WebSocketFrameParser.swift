@@ -74,8 +74,10 @@ package struct WebSocketFrameParser {
         let masked = second & 0x80 != 0
         var maskKey: WebSocketMaskingKey?
         if masked {
-            guard let key = bytes.getBytes(at: start + headerSize, length: 4) else { return nil }
-            maskKey = WebSocketMaskingKey(key)
+            guard bytes.readableBytes >= headerSize + 4 else { return nil }
+            // Read in place: `getBytes` would allocate an array for every frame.
+            let offset = headerSize
+            maskKey = bytes.withUnsafeReadableBytes { WebSocketMaskingKey(UnsafeRawBufferPointer(rebasing: $0[offset..<offset + 4])) }
             headerSize += 4
         }
         guard bytes.readableBytes >= headerSize + length else { return nil }

@@ -15,7 +15,10 @@ struct MaskingKeys {
     mutating func next() -> WebSocketMaskingKey {
         if index + 4 > bytes.count { refill() }
         defer { index += 4 }
-        return WebSocketMaskingKey(bytes[index..<index + 4])!
+        // Through a raw buffer, whose type the runtime need not look up (an array slice's it
+        // would, for every frame).
+        let start = index
+        return bytes.withUnsafeBytes { WebSocketMaskingKey(UnsafeRawBufferPointer(rebasing: $0[start..<start + 4]))! }
     }
 
     private mutating func refill() {
