@@ -16,10 +16,17 @@ import NIOCore
 /// Consumers are pulled: a consumer's stream asks for its next element, so a consumer that
 /// lets go of its stream (or whose task is cancelled) is removed at once.
 package final class Broadcaster<Element: Sendable>: Sendable {
+    /// A consumer waiting for its next element. Unsafe, not checked: a checked continuation's
+    /// layout is opaque to this module, so each copy and destroy would ask the runtime for its
+    /// type, several times per element. Each waiter is resumed exactly once: it is taken out of
+    /// the state under the lock by whoever resumes it (`yield`, `finish`, `remove`, or `next`
+    /// itself when an element arrived first).
+    private typealias Waiter = UnsafeContinuation<Element?, Never>
+
     private struct Consumer {
         var buffer = CircularBuffer<Element>()
         var bytes = 0
-        var waiter: CheckedContinuation<Element?, Never>?
+        var waiter: Waiter?
         let buffering: StreamBuffering.Kind
         var behind = false
     }
@@ -146,8 +153,6 @@ package final class Broadcaster<Element: Sendable>: Sendable {
         }
     }
 
-    private typealias Waiter = CheckedContinuation<Element?, Never>
-
     /// Delivers to one consumer, under the lock. Returns the consumer's waiter, if it waited (to
     /// be resumed with the element once the lock is released), and how many elements were
     /// dropped.
@@ -184,7 +189,7 @@ package final class Broadcaster<Element: Sendable>: Sendable {
     }
 
     /// Takes the consumer's next element, under the lock; when none waits, stores `waiter`.
-    private func take(_ id: UInt64, waiter: CheckedContinuation<Element?, Never>?) -> (Take, (@Sendable () -> Void)?) {
+    private func take(_ id: UInt64, waiter: Waiter?) -> (Take, (@Sendable () -> Void)?) {
         state.withLockedValue { state in
             // In place, through the index: a copy of the consumer (even to compare it with nil)
             // would copy its whole buffer, and ask the runtime for its type, on every take.
@@ -225,7 +230,7 @@ package final class Broadcaster<Element: Sendable>: Sendable {
     private func take(
         from consumer: inout Consumer,
         finished: Bool,
-        waiter: CheckedContinuation<Element?, Never>?
+        waiter: Waiter?
     ) -> (Take, (@Sendable () -> Void)?) {
         guard let element = consumer.buffer.popFirst() else {
             if finished { return (.end, nil) }
@@ -248,7 +253,7 @@ package final class Broadcaster<Element: Sendable>: Sendable {
         case .end: return nil
         case .empty: break
         }
-        return await withCheckedContinuation { (continuation: CheckedContinuation<Element?, Never>) in
+        return await withUnsafeContinuation { (continuation: Waiter) in
             let (taken, opened) = take(id, waiter: continuation)
             opened?()
             switch taken {
@@ -261,7 +266,7 @@ package final class Broadcaster<Element: Sendable>: Sendable {
 
     /// Removes a consumer: its stream was cancelled or let go of.
     fileprivate func remove(_ id: UInt64) {
-        let (waiter, opened, idle) = state.withLockedValue { state -> (CheckedContinuation<Element?, Never>?, (@Sendable () -> Void)?, [@Sendable () -> Void]) in
+        let (waiter, opened, idle) = state.withLockedValue { state -> (Waiter?, (@Sendable () -> Void)?, [@Sendable () -> Void]) in
             guard let consumer = state.consumers.removeValue(forKey: id) else { return (nil, nil, []) }
             return (consumer.waiter, consumer.behind ? gate?.consumerCaughtUp() : nil, state.takeIdleWatchers())
         }
@@ -273,10 +278,10 @@ package final class Broadcaster<Element: Sendable>: Sendable {
     /// Ends every stream once its reader has read what it holds; later consumers get only their
     /// first element, if any. Nothing is held back any more.
     package func finish() {
-        let (waiters, opened) = state.withLockedValue { state -> ([CheckedContinuation<Element?, Never>], [@Sendable () -> Void]) in
+        let (waiters, opened) = state.withLockedValue { state -> ([Waiter], [@Sendable () -> Void]) in
             state.finished = true
             var opened = state.takeIdleWatchers()
-            var waiters: [CheckedContinuation<Element?, Never>] = []
+            var waiters: [Waiter] = []
             for (id, consumer) in state.consumers {
                 if let waiter = consumer.waiter {
                     waiters.append(waiter)
