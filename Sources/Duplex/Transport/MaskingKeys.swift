@@ -14,11 +14,18 @@ struct MaskingKeys {
 
     mutating func next() -> WebSocketMaskingKey {
         if index + 4 > bytes.count { refill() }
-        defer { index += 4 }
-        // Through a raw buffer, whose type the runtime need not look up (an array slice's it
-        // would, for every frame).
         let start = index
-        return bytes.withUnsafeBytes { WebSocketMaskingKey(UnsafeRawBufferPointer(rebasing: $0[start..<start + 4]))! }
+        index += 4
+        var word = Word(value: bytes.withUnsafeBytes { UInt64($0.loadUnaligned(fromByteOffset: start, as: UInt32.self)) })
+        // swift-nio's `random(using:)` is inlined here; its initializer from bytes is not, and
+        // costs a generic call for every frame.
+        return WebSocketMaskingKey.random(using: &word)
+    }
+
+    /// Hands `random(using:)` the 32 random bits already drawn.
+    private struct Word: RandomNumberGenerator {
+        let value: UInt64
+        mutating func next() -> UInt64 { value }
     }
 
     private mutating func refill() {
