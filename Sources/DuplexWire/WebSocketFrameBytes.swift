@@ -72,23 +72,24 @@ package enum WebSocketFrameBytes {
         // In place, in the room in front of a payload only this frame holds.
         if payload.readerIndex >= headerSize {
             let prepended = payload.modifyIfUniquelyOwned { (buffer: inout ByteBuffer) -> Bool in
-                let start = buffer.readerIndex - headerSize
                 if let maskKey {
                     buffer.withUnsafeMutableReadableBytes { bytes in
                         xor(UnsafeRawBufferPointer(bytes), into: bytes, key: maskKey, offset: 0)
                     }
                 }
-                writeHeader(first: first, length: length, maskKey: maskKey) { index, byte in
-                    buffer.setInteger(byte, at: start + index)
+                buffer.moveReaderIndex(to: buffer.readerIndex - headerSize)
+                buffer.withUnsafeMutableReadableBytes { bytes in
+                    _ = writeHeader(first: first, length: length, maskKey: maskKey, into: bytes)
                 }
-                buffer.moveReaderIndex(to: start)
                 return true
             }
             if prepended == true { return (payload, nil) }
         }
         let together = length <= copyLimit || maskKey != nil
         var frame = allocator.buffer(capacity: headerSize + (together ? length : 0))
-        writeHeader(first: first, length: length, maskKey: maskKey) { _, byte in frame.writeInteger(byte) }
+        frame.writeWithUnsafeMutableBytes(minimumWritableBytes: headerSize) { bytes in
+            writeHeader(first: first, length: length, maskKey: maskKey, into: bytes)
+        }
         guard together else { return (frame, payload) }
         if let maskKey {
             payload.withUnsafeReadableBytes { source in
@@ -103,29 +104,35 @@ package enum WebSocketFrameBytes {
         return (frame, nil)
     }
 
-    /// The header's bytes, in order, to `put` with their index.
-    private static func writeHeader(first: UInt8, length: Int, maskKey: WebSocketMaskingKey?, _ put: (Int, UInt8) -> Void) {
+    /// Writes the header (``headerSize(length:masked:)`` bytes, at most 14) at the start of
+    /// `bytes`, in one pass over memory already there. Returns how many bytes it wrote.
+    private static func writeHeader(first: UInt8, length: Int, maskKey: WebSocketMaskingKey?, into bytes: UnsafeMutableRawBufferPointer) -> Int {
+        let size = headerSize(length: length, masked: maskKey != nil)
+        precondition(bytes.count >= size, "no room for the frame's header")
         let mask: UInt8 = maskKey == nil ? 0 : 0x80
-        var index = 0
-        func next(_ byte: UInt8) {
-            put(index, byte)
-            index += 1
-        }
-        next(first)
+        bytes[0] = first
+        var index: Int
         switch length {
         case ..<126:
-            next(mask | UInt8(length))
+            bytes[1] = mask | UInt8(length)
+            index = 2
         case ..<65_536:
-            next(mask | 126)
-            next(UInt8(truncatingIfNeeded: length >> 8))
-            next(UInt8(truncatingIfNeeded: length))
+            bytes[1] = mask | 126
+            bytes.storeBytes(of: UInt16(length).bigEndian, toByteOffset: 2, as: UInt16.self)
+            index = 4
         default:
-            next(mask | 127)
-            for shift in stride(from: 56, through: 0, by: -8) { next(UInt8(truncatingIfNeeded: length >> shift)) }
+            bytes[1] = mask | 127
+            bytes.storeBytes(of: UInt64(length).bigEndian, toByteOffset: 2, as: UInt64.self)
+            index = 10
         }
         if let maskKey {
-            for byte in maskKey { next(byte) }
+            bytes[index] = maskKey[0]
+            bytes[index + 1] = maskKey[1]
+            bytes[index + 2] = maskKey[2]
+            bytes[index + 3] = maskKey[3]
+            index += 4
         }
+        return index
     }
 
     /// `destination[i] = source[i] ^ key[(i + offset) % 4]`, eight bytes at a time; the two may
