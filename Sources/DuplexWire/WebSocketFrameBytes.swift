@@ -87,9 +87,7 @@ package enum WebSocketFrameBytes {
         }
         let together = length <= copyLimit || maskKey != nil
         var frame = allocator.buffer(capacity: headerSize + (together ? length : 0))
-        frame.writeWithUnsafeMutableBytes(minimumWritableBytes: headerSize) { bytes in
-            writeHeader(first: first, length: length, maskKey: maskKey, into: bytes)
-        }
+        writeHeader(fin: fin, rsv1: rsv1, opcode: opcode, length: length, maskKey: maskKey, into: &frame)
         guard together else { return (frame, payload) }
         if let maskKey {
             payload.withUnsafeReadableBytes { source in
@@ -102,6 +100,23 @@ package enum WebSocketFrameBytes {
             frame.writeImmutableBuffer(payload)
         }
         return (frame, nil)
+    }
+
+    /// Writes a frame's header for a payload of `length` bytes at `buffer`'s writer index, for a
+    /// caller that writes the payload behind it: a frame encoded once and written to many
+    /// connections (a chat room's event) is one buffer whatever its size.
+    package static func writeHeader(
+        fin: Bool = true,
+        rsv1: Bool = false,
+        opcode: WebSocketOpcode,
+        length: Int,
+        maskKey: WebSocketMaskingKey? = nil,
+        into buffer: inout ByteBuffer
+    ) {
+        let first: UInt8 = (fin ? 0x80 : 0) | (rsv1 ? 0x40 : 0) | UInt8(webSocketOpcode: opcode)
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: headerSize(length: length, masked: maskKey != nil)) { bytes in
+            writeHeader(first: first, length: length, maskKey: maskKey, into: bytes)
+        }
     }
 
     /// Writes the header (``headerSize(length:masked:)`` bytes, at most 14) at the start of

@@ -1,18 +1,21 @@
+import DuplexWire
 import NIOConcurrencyHelpers
 import NIOCore
+import NIOWebSocket
 
 /// A server's text frame as it goes on the wire: unmasked, final, encoded once.
 ///
 /// A room event is encoded once and the same bytes are written to every member (a
 /// `ByteBuffer` is shared, not copied, when written to many channels), instead of each member's
-/// frame encoder allocating a header and copying the text again.
+/// frame encoder allocating a header and copying the text again. The header is written by
+/// DuplexWire's `WebSocketFrameBytes`, as every frame's is.
 enum ServerTextFrame {
     /// The frame carrying `text`: the header (RFC 6455 section 5.2: FIN and opcode 1, no mask,
     /// the 7-, 16- or 64-bit payload length) and the UTF-8 payload, in one buffer.
     static func encode(_ text: String, allocator: ByteBufferAllocator = ByteBufferAllocator()) -> ByteBuffer {
         let length = text.utf8.count
         var buffer = allocator.buffer(capacity: length + headerSize(length))
-        writeHeader(into: &buffer, length: length, compressed: false)
+        WebSocketFrameBytes.writeHeader(opcode: .text, length: length, into: &buffer)
         buffer.writeString(text)
         return buffer
     }
@@ -22,24 +25,9 @@ enum ServerTextFrame {
     static func encode(payload: ByteBuffer, compressed: Bool, allocator: ByteBufferAllocator = ByteBufferAllocator()) -> ByteBuffer {
         let length = payload.readableBytes
         var buffer = allocator.buffer(capacity: length + headerSize(length))
-        writeHeader(into: &buffer, length: length, compressed: compressed)
+        WebSocketFrameBytes.writeHeader(rsv1: compressed, opcode: .text, length: length, into: &buffer)
         buffer.writeImmutableBuffer(payload)
         return buffer
-    }
-
-    /// FIN, RSV1 when compressed, opcode 1, no mask, and the payload length in 7, 16 or 64 bits.
-    private static func writeHeader(into buffer: inout ByteBuffer, length: Int, compressed: Bool) {
-        buffer.writeInteger(UInt8(compressed ? 0xC1 : 0x81))
-        switch length {
-        case ..<126:
-            buffer.writeInteger(UInt8(length))
-        case ..<65_536:
-            buffer.writeInteger(UInt8(126))
-            buffer.writeInteger(UInt16(length))
-        default:
-            buffer.writeInteger(UInt8(127))
-            buffer.writeInteger(UInt64(length))
-        }
     }
 
     /// The payload of a frame ``encode(_:allocator:)`` made.
@@ -55,11 +43,7 @@ enum ServerTextFrame {
 
     /// The header's size for a payload of `length` bytes.
     static func headerSize(_ length: Int) -> Int {
-        switch length {
-        case ..<126: 2
-        case ..<65_536: 4
-        default: 10
-        }
+        WebSocketFrameBytes.headerSize(length: length, masked: false)
     }
 }
 
