@@ -323,9 +323,9 @@ struct ServerSentEventManagerTests {
     func slowReaderIsNotSilence() async throws {
         try await withTimeout(.seconds(30)) {
             try await withDuplexServer { server in
-                // Ticks every 20 ms; the read timeout is 300 ms; the reader stops for 1.5 s with
+                // Ticks every 20 ms; the read timeout is 500 ms; the reader stops for 2.5 s with
                 // room for 2 events only.
-                var configuration = SSEConfiguration(readTimeout: .milliseconds(300))
+                var configuration = SSEConfiguration(readTimeout: .milliseconds(500))
                 configuration.streamBufferLimit = 2
                 let sse = ServerSentEventManager(url: server.httpURL("/events?interval=20"), retryPolicy: .disabled, configuration: configuration)
                 let events = sse.events
@@ -333,11 +333,22 @@ struct ServerSentEventManagerTests {
                 try await sse.connect()
                 // The time itself is what is tested: the reader stays away for five read timeouts.
                 // There is no event to wait on, and the timer is NIO's (no clock to inject).
-                try await Task.sleep(for: .milliseconds(1500))
+                try await Task.sleep(for: .milliseconds(2500))
                 #expect(sse.state == .connected, "the stream stayed open while the reader was away")
-                let received = await take(100, from: events)
-                let ids = ids(received)
-                #expect(ids.count == 100 && zip(ids, ids.dropFirst()).allSatisfy { $1 == $0 + 1 }, "\(ids)")
+                // Bounded on its own, so that a stream that stopped says how (its state) instead
+                // of waiting out the test's limit.
+                let received = NIOLockedValueBox<[ServerSentEvent]>([])
+                _ = try? await withTimeout(Self.wait) {
+                    for await event in events {
+                        let count = received.withLockedValue { taken in
+                            taken.append(event)
+                            return taken.count
+                        }
+                        if count == 100 { break }
+                    }
+                }
+                let ids = ids(received.withLockedValue { $0 })
+                #expect(ids.count == 100 && zip(ids, ids.dropFirst()).allSatisfy { $1 == $0 + 1 }, "\(ids); the stream is \(sse.state)")
                 await sse.terminate()
                 var seen: [SSEState] = []
                 for await state in states { seen.append(state) }
