@@ -144,20 +144,36 @@ struct DataPathTests {
         configuration.sendBufferHighWatermark = 64 * 1024
         configuration.sendBufferLowWatermark = 16 * 1024
         let socket = WebSocket(url: Self.url(peer), configuration: configuration)
-        try await withTimeout(.seconds(60)) {
-            try await socket.connect()
-            let sender = Task {
-                for n in 0..<total { try await socket.send(Self.padded(n)) }
+        // What the test waits on, and how many messages were sent: a run that stalls says where.
+        let progress = NIOLockedValueBox((step: "connecting", sent: 0))
+        do {
+            try await withTimeout(.seconds(60)) {
+                try await socket.connect()
+                let sender = Task {
+                    for n in 0..<total {
+                        try await socket.send(Self.padded(n))
+                        progress.withLockedValue { $0.sent = n + 1 }
+                    }
+                }
+                progress.withLockedValue { $0.step = "waiting for send to suspend" }
+                await socket.core.waitUntilSendSuspended()
+                #expect(peer.receivedTexts.isEmpty, "the server has read nothing yet")
+                peer.releaseReads()
+                progress.withLockedValue { $0.step = "the sender, after the server began reading" }
+                try await sender.value
+                progress.withLockedValue { $0.step = "flush" }
+                try await socket.flush()
+                progress.withLockedValue { $0.step = "the server reading every message" }
+                await peer.waitForTexts(total)
+                let received = peer.receivedTexts
+                #expect(received.count == total)
+                #expect(received.enumerated().allSatisfy { $0.element.hasPrefix("\($0.offset):") }, "in order")
             }
-            await socket.core.waitUntilSendSuspended()
-            #expect(peer.receivedTexts.isEmpty, "the server has read nothing yet")
-            peer.releaseReads()
-            try await sender.value
-            try await socket.flush()
-            await peer.waitForTexts(total)
-            let received = peer.receivedTexts
-            #expect(received.count == total)
-            #expect(received.enumerated().allSatisfy { $0.element.hasPrefix("\($0.offset):") }, "in order")
+        } catch {
+            let (step, sent) = progress.withLockedValue { $0 }
+            Issue.record(
+                "\(error) while waiting on \(step): \(sent) sent, \(socket.queuedSendCount) queued, \(peer.receivedTexts.count) read by the server, the socket \(socket.state)"
+            )
         }
         await socket.terminate()
         await peer.stop()
