@@ -24,7 +24,8 @@ final class ScriptedPeer: Sendable {
         /// Right after the handshake, send this many text messages `"N:xxx…"` of `bytes` bytes,
         /// as fast as the channel stays writable (so TCP backpressure holds it back).
         var flood: (count: Int, bytes: Int)?
-        /// Read nothing after the handshake until ``ScriptedPeer/releaseReads()``.
+        /// Read nothing after the handshake until ``ScriptedPeer/releaseReads()``. The kernel
+        /// still takes what fits in the receive buffer (128 KiB by default on Linux).
         var holdReads = false
         /// Frames written as they are right after the handshake, in one write (a compressed one,
         /// say, or a message and a bad frame the client reads together).
@@ -250,11 +251,15 @@ private final class PeerHandler: ChannelInboundHandler {
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        if script.holdReads || script.flood != nil {
-            // Small socket buffers, so that a few MiB are enough to fill them.
+        if script.flood != nil {
+            // A small send buffer, so that a few MiB are enough to fill it and the client's.
             context.channel.setOption(ChannelOptions.socketOption(.so_sndbuf), value: 16 * 1024).whenComplete { _ in }
             context.channel.setOption(ChannelOptions.socketOption(.so_rcvbuf), value: 16 * 1024).whenComplete { _ in }
         }
+        // A peer that holds its reads keeps the kernel's receive buffer it was accepted with.
+        // Shrinking it now, below the loopback MSS (64 KiB) and after the window was offered,
+        // paced the transfer to one window per zero-window probe (200 ms, backing off to
+        // seconds) once reads resumed: a test of the client then waited on the kernel.
         if script.holdReads {
             context.channel.setOption(ChannelOptions.autoRead, value: false).whenComplete { _ in }
         }

@@ -12,6 +12,16 @@ import Testing
 struct DataPathTests {
     static func url(_ peer: ScriptedPeer) -> URL { URL(string: "ws://127.0.0.1:\(peer.port)/")! }
 
+    /// More bytes than the kernel can hold between a client and a server that reads nothing:
+    /// Linux grows a socket's send buffer up to `tcp_wmem`'s maximum (4 MiB by default), and the
+    /// server's receive buffer holds 128 KiB more; 2 MiB beyond that leaves no doubt.
+    static let moreThanTheKernelHolds: Int = {
+        let sendBufferLimit =
+            (try? String(contentsOfFile: "/proc/sys/net/ipv4/tcp_wmem", encoding: .utf8))
+            .flatMap { $0.split(whereSeparator: \.isWhitespace).last.flatMap { Int($0) } } ?? 4 * 1024 * 1024
+        return sendBufferLimit + 2 * 1024 * 1024
+    }()
+
     static func padded(_ n: Int, bytes: Int = 1024) -> String {
         let head = "\(n):"
         return head + String(repeating: "x", count: bytes - head.utf8.count)
@@ -138,7 +148,9 @@ struct DataPathTests {
 
     @Test("send suspends above the high watermark while the server reads nothing, resumes once it reads, and every message arrives in order")
     func sendSuspendsAboveWatermark() async throws {
-        let total = 3_000  // 3 MiB: more than the socket buffers hold while the server reads nothing
+        // Messages of 1 KiB: until the server reads, the kernel takes only part of them, so a send
+        // must wait for the server, not only for the client's own writes.
+        let total = Self.moreThanTheKernelHolds / 1024
         let peer = try await ScriptedPeer.start { _ in .init(echo: false, holdReads: true) }
         var configuration = WebSocketConfiguration()
         configuration.sendBufferHighWatermark = 64 * 1024
@@ -188,9 +200,9 @@ struct DataPathTests {
         let events = socket.events
         try await withTimeout(.seconds(30)) {
             try await socket.connect()
-            // 6 MiB cannot fit in the socket buffers of a server that reads nothing (4 MiB at
-            // most here): the write cannot finish, so the send returns with the message unwritten.
-            let big = Data(count: 6 * 1024 * 1024)
+            // This cannot fit in the socket buffers of a server that reads nothing: the write
+            // cannot finish, so the send returns with the message unwritten.
+            let big = Data(count: Self.moreThanTheKernelHolds)
             let sender = Task { try await socket.send(.data(big)) }
             await socket.core.waitUntilSendSuspended()
             peer.dropAll()
