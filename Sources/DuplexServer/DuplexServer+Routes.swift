@@ -17,6 +17,9 @@ extension DuplexServer {
         router.get("/") { _, _ -> Response in
             DemoPage.response()
         }
+        router.get("metrics") { _, _ -> Response in
+            self.metricsResponse()
+        }
         router.get("health") { _, _ -> Response in
             Self.json(status: .ok, #"{"status":"ok","store":\#(self.rooms.healthJSON)}"#)
         }
@@ -24,12 +27,12 @@ extension DuplexServer {
             self.tlsFaultsResponse()
         }
         router.get("echo") { _, _ -> Response in
-            Self.upgradeRequired()
+            self.upgradeRequired()
         }
         router.get("chat/:room") { request, context -> Response in
             switch self.chatJoin(request, context) {
-            case .failure(let refusal): refusal.response
-            case .success: Self.upgradeRequired()
+            case .failure(let refusal): self.counted(refusal.response)
+            case .success: self.upgradeRequired()
             }
         }
         router.get("events") { request, context -> Response in
@@ -116,6 +119,7 @@ extension DuplexServer {
             configuration: .init(maxMessageBytes: configuration.maxMessageBytes, closeTimeout: configuration.closeTimeout),
             registry: connections,
             service: service,
+            metrics: metrics,
             deflate: deflate.map { DeflateContext(agreement: $0, zlib: writerDrains.drains(for: channel.eventLoop).zlib) }
         )
         let pipeline = channel.pipeline.syncOperations
@@ -167,10 +171,27 @@ extension DuplexServer {
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
     }
 
-    static func upgradeRequired() -> Response {
-        var response = json(status: .upgradeRequired, #"{"error":"this route speaks WebSocket: send an Upgrade: websocket request"}"#)
+    func upgradeRequired() -> Response {
+        var response = Self.json(status: .upgradeRequired, #"{"error":"this route speaks WebSocket: send an Upgrade: websocket request"}"#)
         response.headers[.upgrade] = "websocket"
-        return response
+        return counted(response)
+    }
+
+    /// Counts a refusal (``ServerMetrics/refused(status:)``) and returns it.
+    func counted(_ refusal: Response) -> Response {
+        metrics.refused(status: refusal.status.code)
+        return refusal
+    }
+
+    /// `GET /metrics`: the server's metrics in Prometheus' text exposition format (version
+    /// 0.0.4), as ``ServerMetrics`` keeps them.
+    func metricsResponse() -> Response {
+        let body = metrics.exposition()
+        return Response(
+            status: .ok,
+            headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+            body: .init(byteBuffer: ByteBuffer(bytes: body))
+        )
     }
 }
 

@@ -29,6 +29,8 @@ import NIOSSL
 ///
 /// Routes:
 /// - `GET /health`: `{"status":"ok","store":{…}}`, the store's kind and state.
+/// - `GET /metrics`: connections, messages and bytes by route, close codes sent, refusals,
+///   faults injected and the process' memory, in Prometheus' text exposition format.
 /// - `WS /echo`: every message back, same opcode, in order.
 /// - `WS /chat/{room}?name=NAME[&since=SEQ&epoch=E][&token=T]`: chat rooms (see `docs/protocol.md`).
 /// - `GET /events[?interval=MS]`: an SSE tick stream that resumes from `Last-Event-ID`.
@@ -37,10 +39,12 @@ public final class DuplexServer: Service, Sendable {
     /// The configuration the server was created with.
     public let configuration: DuplexServerConfiguration
     let logger: Logger
-    let connections = ConnectionRegistry()
+    /// What the server counts, for `GET /metrics`.
+    let metrics = ServerMetrics()
+    let connections: ConnectionRegistry
     /// Per event loop: the chat members' writers with frames to write, and the zlib streams
     /// the connections that compress share.
-    let writerDrains = WriterDrains()
+    let writerDrains: WriterDrains
     /// Where the chat rooms live: memory, or PostgreSQL (``DuplexServerConfiguration/store``).
     let rooms: any ChatStore
     let ticks = TickClock()
@@ -83,6 +87,8 @@ public final class DuplexServer: Service, Sendable {
             )
         }
         self.channels = ChannelTracker(limit: configuration.maxConnections)
+        self.connections = ConnectionRegistry(metrics: metrics)
+        self.writerDrains = WriterDrains(metrics: metrics.route("chat"))
     }
 
     /// Listens and serves until cancelled or gracefully shut down.
@@ -284,6 +290,7 @@ public final class DuplexServer: Service, Sendable {
                         ),
                         limits: guardLimits,
                         refusal: self.refusal,
+                        metrics: self.metrics,
                         tracker: self.channels,
                         tls: listener.tls
                     )

@@ -70,7 +70,7 @@ final class ChatMemberService: EventLoopWebSocketService {
             join = valid
         }
         let member = RoomSubscriber.Member(name: join.name, session: session, token: token)
-        let writer = self.writer
+        let (writer, metrics) = (self.writer, server.metrics)
         // A member too far behind, or replaced, resumes elsewhere with `since`: what it has not
         // been handed yet is dropped, so the close does not wait on a reader that does not read.
         let end = { @Sendable (code: WebSocketCloseCode, reason: String) in
@@ -80,7 +80,10 @@ final class ChatMemberService: EventLoopWebSocketService {
         let subscriber = RoomSubscriber(
             member: member,
             deliver: { event in writer.offer(event) },
-            onOverflow: { end(.tryAgainLater, "too far behind: reconnect with since") },
+            onOverflow: {
+                metrics.cutSlowConsumer()
+                end(.tryAgainLater, "too far behind: reconnect with since")
+            },
             onReplaced: { end(ChatProtocol.replacedCloseCode, "replaced by a newer connection of this member") }
         )
         switch store.join(room: join.room, subscriber, since: join.since, epoch: join.epoch, on: context.eventLoop) {
@@ -231,9 +234,10 @@ final class ChatMemberService: EventLoopWebSocketService {
     /// another thread is delivering the room's events.
     private func reply(_ frame: ChatServerFrame, in room: ChatRoom) {
         guard let json = try? frame.jsonString() else { return }
-        let (writer, ending) = (self.writer, self.ending)
+        let (writer, ending, metrics) = (self.writer, self.ending, server.metrics)
         room.afterFanOut {
             if !writer.offer(json) {
+                metrics.cutSlowConsumer()
                 ending.withLockedValue { $0 = $0 ?? (.tryAgainLater, "too far behind: reconnect with since") }
                 writer.discard()
             }

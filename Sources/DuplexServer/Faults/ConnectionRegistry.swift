@@ -46,6 +46,13 @@ final class ConnectionRegistry: Sendable {
     }
 
     private let state = NIOLockedValueBox(State())
+    /// Where connections are counted, by route.
+    private let metrics: ServerMetrics
+
+    /// A registry that counts its connections in `metrics`.
+    init(metrics: ServerMetrics) {
+        self.metrics = metrics
+    }
 
     /// The number of live connections.
     var count: Int { state.withLockedValue { $0.entries.count } }
@@ -78,6 +85,7 @@ final class ConnectionRegistry: Sendable {
             state.entries[state.nextID] = Entry(info: info, deliver: deliver, finish: finish)
             return (state.nextID, state.shutdownReason)
         }
+        metrics.opened(info)
         if let (code, reason) = shutdown { deliver(.close(code, reason)) }
         return id
     }
@@ -138,7 +146,10 @@ final class ConnectionRegistry: Sendable {
             defer { state.drainWaiters = [:] }
             return (entry, Array(state.drainWaiters.values))
         }
-        entry?.finish()
+        if let entry {
+            metrics.closed(entry.info)
+            entry.finish()
+        }
         for waiter in waiters { waiter.resume() }
     }
 }

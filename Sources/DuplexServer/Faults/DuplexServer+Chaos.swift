@@ -99,6 +99,7 @@ extension DuplexServer {
         }
         do {
             let affected = try apply(scope, query)
+            metrics.injected(String(request.uri.path.split(separator: "/").last ?? ""))
             logger.notice("chaos", metadata: ["path": "\(request.uri.path)", "affected": "\(affected)"])
             return Self.json(status: .ok, #"{"affected":\#(affected)}"#)
         } catch let error as ChaosError {

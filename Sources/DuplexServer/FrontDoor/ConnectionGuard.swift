@@ -54,6 +54,7 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
 
     private let limits: Limits
     private let refusal: RefusalGate
+    private let metrics: ServerMetrics
     private var mode: Mode = .requestHead
     /// The head being read: held back until it is complete and checked.
     private var head: [UInt8] = []
@@ -65,9 +66,10 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     /// Whether the connection is within the server's connection limit; if not, it is answered 503.
     private let admitted: Bool
 
-    init(limits: Limits, refusal: RefusalGate, admitted: Bool) {
+    init(limits: Limits, refusal: RefusalGate, metrics: ServerMetrics, admitted: Bool) {
         self.limits = limits
         self.refusal = refusal
+        self.metrics = metrics
         self.admitted = admitted
     }
 
@@ -240,6 +242,7 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private func answer(_ failure: Failure, context: ChannelHandlerContext) {
+        metrics.refused(status: failure.status)
         mode = .closed
         head = []
         deadline?.cancel()

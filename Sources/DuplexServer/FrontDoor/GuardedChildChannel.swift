@@ -11,6 +11,7 @@ struct GuardedChildChannel<Base: ServerChildChannel>: ServerChildChannel {
     let base: Base
     let limits: ConnectionGuard.Limits
     let refusal: RefusalGate
+    let metrics: ServerMetrics
     let tracker: ChannelTracker
     /// The listener's TLS context; nil for plain TCP.
     let tls: NIOSSLContext?
@@ -28,7 +29,7 @@ struct GuardedChildChannel<Base: ServerChildChannel>: ServerChildChannel {
         return channel.eventLoop.makeCompletedFuture {
             let operations = channel.pipeline.syncOperations
             try channel.syncOptions?.setOption(ChannelOptions.recvAllocator, value: Self.receiveSizes)
-            try operations.addHandler(ConnectionGuard(limits: limits, refusal: refusal, admitted: admitted), position: .first)
+            try operations.addHandler(ConnectionGuard(limits: limits, refusal: refusal, metrics: metrics, admitted: admitted), position: .first)
             if let tls {
                 try operations.addHandler(TLSWriteCoalescer(), position: .first)
                 try operations.addHandler(NIOSSLServerHandler(context: tls), position: .first)

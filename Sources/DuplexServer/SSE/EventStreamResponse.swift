@@ -36,6 +36,7 @@ struct EventStreamResponse {
         headers[HTTPField.Name("X-Accel-Buffering")!] = "no"
         let configuration = server.configuration
         let registry = server.connections
+        let (metrics, routeMetrics) = (server.metrics, server.metrics.route(info.route))
         let body = ResponseBody { writer in
             let sink = OutboundQueue(maxCount: configuration.outboundQueueLimit, maxBytes: configuration.outboundQueueBytes)
             let gate = StallGate()
@@ -61,7 +62,9 @@ struct EventStreamResponse {
                 try await writer.write(ByteBuffer(string: text))
                 sink.written(text)
                 heartbeat.wrote()
+                routeMetrics.sent(bytes: text.utf8.count)
             }
+            if sink.overflowed { metrics.cutSlowConsumer() }
             try await writer.finish(nil)
         }
         return Response(status: .ok, headers: headers, body: body)

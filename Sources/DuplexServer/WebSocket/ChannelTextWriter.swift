@@ -257,8 +257,14 @@ final class ChannelTextWriter: Sendable {
         let context = outlet.context
         if let single {
             context.write(NIOAny(outgoing(single)), promise: nil)
+            drains.wrote(messages: 1, bytes: ServerTextFrame.payloadLength(of: single.frame))
         } else {
-            for item in batch { context.write(NIOAny(outgoing(item)), promise: nil) }
+            var bytes = 0
+            for item in batch {
+                context.write(NIOAny(outgoing(item)), promise: nil)
+                bytes += ServerTextFrame.payloadLength(of: item.frame)
+            }
+            drains.wrote(messages: batch.count, bytes: bytes)
         }
         context.flush()
         let again = state.withLockedValue { state -> Bool in

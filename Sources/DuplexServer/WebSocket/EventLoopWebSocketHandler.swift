@@ -42,7 +42,8 @@ protocol EventLoopWebSocketService: AnyObject {
 ///   threshold goes compressed. The zlib streams are the event loop's, shared; the connection
 ///   keeps only its two windows.
 ///
-/// Writes are flushed once per read batch, so pipelined messages share a system call.
+/// Writes are flushed once per read batch, so pipelined messages share a system call, and the
+/// messages counted meanwhile (``MessageTally``) are added to the route's metrics then too.
 final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundIn = ByteBuffer
@@ -57,6 +58,10 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     private let configuration: Configuration
     private let registry: ConnectionRegistry
     private let service: any EventLoopWebSocketService
+    private let metrics: ServerMetrics
+    private let routeMetrics: ServerMetrics.Route
+    /// Messages read and sent since they were last added to `routeMetrics`.
+    private var tally = MessageTally()
     private var registration: UInt64?
     /// Where frames are written (`WebSocketPipeline.wire(for:)`): past NIO's encoder.
     private var wire: ChannelHandlerContext?
@@ -81,10 +86,18 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     /// allocate room for 16 up front, half a KiB for every connection.)
     private var held = Deque<(message: ByteBuffer, opcode: WebSocketOpcode)>()
 
-    init(configuration: Configuration, registry: ConnectionRegistry, service: any EventLoopWebSocketService, deflate: DeflateContext? = nil) {
+    init(
+        configuration: Configuration,
+        registry: ConnectionRegistry,
+        service: any EventLoopWebSocketService,
+        metrics: ServerMetrics,
+        deflate: DeflateContext? = nil
+    ) {
         self.configuration = configuration
         self.registry = registry
         self.service = service
+        self.metrics = metrics
+        self.routeMetrics = metrics.route(service.connectionInfo.route)
         self.deflate = deflate
         self.engine = WebSocketEngine(role: .server, maxMessageBytes: configuration.maxMessageBytes, compressionNegotiated: deflate != nil)
         self.parser = WebSocketFrameParser(maxFrameSize: configuration.maxMessageBytes)
@@ -151,6 +164,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
 
     /// Unregisters and tells the service, once.
     private func finish() {
+        routeMetrics.add(&tally)
         if let registration {
             registry.remove(registration)
             self.registration = nil
@@ -197,6 +211,8 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         case .deliver(let opcode, let message):
             // Messages still in flight after the server's close frame are not served.
             guard engine.canSend else { return }
+            tally.messagesIn += 1
+            tally.bytesIn += message.readableBytes
             if isHeld {
                 held.append((message, opcode))
             } else {
@@ -243,6 +259,8 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     /// threshold; flushed with the read batch. Nothing is sent once the connection is closing.
     func send(_ message: consuming ByteBuffer, opcode: WebSocketOpcode, context: ChannelHandlerContext) {
         guard engine.canSend else { return }
+        tally.messagesOut += 1
+        tally.bytesOut += message.readableBytes
         if deflate != nil {
             let (payload, compressed) = deflate!.deflate(message, allocator: context.channel.allocator)
             write(opcode, payload, rsv1: compressed, context: context)
@@ -259,6 +277,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
 
     @discardableResult
     private func writeClose(_ code: WebSocketCloseCode?, reason: String, context: ChannelHandlerContext) -> EventLoopFuture<Void> {
+        metrics.sentClose(code)
         let payload = WebSocketEngine.closePayload(code, reason: reason, allocator: context.channel.allocator)
         // A control frame's payload is at most 125 bytes: one buffer.
         let (frame, _) = WebSocketFrameBytes.encode(opcode: .connectionClose, payload: payload, allocator: context.channel.allocator)
@@ -294,6 +313,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     }
 
     private func flushIfNeeded(context: ChannelHandlerContext) {
+        routeMetrics.add(&tally)
         if needsFlush {
             needsFlush = false
             (wire ?? context).flush()

@@ -4,15 +4,24 @@ import NIOCore
 
 /// What the connections of one event loop share: the ``ChannelTextWriter``s that have frames to
 /// write, drained together (a room's fan-out to 1,000 members on one event loop costs one
-/// event-loop job, not 1,000), and the loop's zlib streams for permessage-deflate.
+/// event-loop job, not 1,000), and the loop's zlib streams for permessage-deflate. It also
+/// counts the frames its writers write, and adds them to the metrics once per turn of the loop.
 final class LoopDrains: Sendable {
     let eventLoop: any EventLoop
     /// The loop's zlib streams, for the connections that compress; use them only on the loop.
     let zlib = LoopZlib()
     private let pending = NIOLockedValueBox<(writers: [ChannelTextWriter], scheduled: Bool)>(([], false))
-    /// How many writers may still drain at once in this turn of the loop; only touched on the
-    /// loop (`NIOLoopBoundBox` checks that).
-    private let tick: NIOLoopBoundBox<(budget: Int, resetScheduled: Bool)>
+    /// How many writers may still drain at once in this turn of the loop, and what they wrote in
+    /// it; only touched on the loop (`NIOLoopBoundBox` checks that).
+    private let tick: NIOLoopBoundBox<Tick>
+    /// Where what the writers wrote is counted: the chat route's metrics.
+    private let metrics: ServerMetrics.Route
+
+    private struct Tick {
+        var budget = LoopDrains.immediateDrainsPerTick
+        var resetScheduled = false
+        var written = MessageTally()
+    }
 
     /// How many writers may drain at once (a write system call each) in one turn of the event
     /// loop. One fan-out to a large room fits, so its first members are written while the rest
@@ -21,9 +30,10 @@ final class LoopDrains: Sendable {
     /// frames go out together in one write.
     static let immediateDrainsPerTick = 2_048
 
-    init(eventLoop: any EventLoop) {
+    init(eventLoop: any EventLoop, metrics: ServerMetrics.Route) {
         self.eventLoop = eventLoop
-        self.tick = .makeBoxSendingValue((Self.immediateDrainsPerTick, false), eventLoop: eventLoop)
+        self.metrics = metrics
+        self.tick = .makeBoxSendingValue(Tick(), eventLoop: eventLoop)
     }
 
     /// On the loop: whether a writer may drain at once rather than in the loop's next batch.
@@ -32,12 +42,28 @@ final class LoopDrains: Sendable {
     func mayDrainNow() -> Bool {
         guard tick.value.budget > 0 else { return false }
         tick.value.budget -= 1
-        if !tick.value.resetScheduled {
-            tick.value.resetScheduled = true
-            let tick = self.tick
-            eventLoop.execute { tick.value = (Self.immediateDrainsPerTick, false) }
-        }
+        endTurnSoon()
         return true
+    }
+
+    /// On the loop: a writer wrote `messages` frames carrying `bytes` bytes of text.
+    func wrote(messages: Int, bytes: Int) {
+        tick.value.written.messagesOut += messages
+        tick.value.written.bytesOut += bytes
+        endTurnSoon()
+    }
+
+    /// Queues the end of this turn behind the jobs already queued: the budget fills again, and
+    /// what was written is added to the metrics, once.
+    private func endTurnSoon() {
+        guard !tick.value.resetScheduled else { return }
+        tick.value.resetScheduled = true
+        let (tick, metrics) = (self.tick, self.metrics)
+        eventLoop.execute {
+            metrics.add(&tick.value.written)
+            tick.value.budget = Self.immediateDrainsPerTick
+            tick.value.resetScheduled = false
+        }
     }
 
     /// Drains `writer` in the loop's next batch: one job for every writer scheduled before it
@@ -69,13 +95,19 @@ final class LoopDrains: Sendable {
 /// A server's ``LoopDrains``, one per event loop, made on first use.
 final class WriterDrains: Sendable {
     private let loops = NIOLockedValueBox<[ObjectIdentifier: LoopDrains]>([:])
+    private let metrics: ServerMetrics.Route
+
+    /// Drains that count what they write in `metrics`.
+    init(metrics: ServerMetrics.Route) {
+        self.metrics = metrics
+    }
 
     /// The drains of `eventLoop`.
     func drains(for eventLoop: any EventLoop) -> LoopDrains {
         loops.withLockedValue { loops in
             let key = ObjectIdentifier(eventLoop)
             if let drains = loops[key] { return drains }
-            let drains = LoopDrains(eventLoop: eventLoop)
+            let drains = LoopDrains(eventLoop: eventLoop, metrics: metrics)
             loops[key] = drains
             return drains
         }

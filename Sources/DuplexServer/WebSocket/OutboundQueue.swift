@@ -6,7 +6,7 @@ final class OutboundQueue: Sendable {
     /// What to write, in order; it ends when the queue is finished.
     let items: AsyncStream<String>
     private let continuation: AsyncStream<String>.Continuation
-    private let queued = NIOLockedValueBox((count: 0, bytes: 0))
+    private let queued = NIOLockedValueBox((count: 0, bytes: 0, overflowed: false))
     let maxCount: Int
     let maxBytes: Int
 
@@ -22,7 +22,10 @@ final class OutboundQueue: Sendable {
         let size = text.utf8.count
         let accepted = queued.withLockedValue { queued in
             // One item larger than the whole bound still goes through on an empty queue.
-            guard queued.count < maxCount, queued.count == 0 || queued.bytes + size <= maxBytes else { return false }
+            guard queued.count < maxCount, queued.count == 0 || queued.bytes + size <= maxBytes else {
+                queued.overflowed = true
+                return false
+            }
             queued.count += 1
             queued.bytes += size
             return true
@@ -40,6 +43,9 @@ final class OutboundQueue: Sendable {
             queued.bytes -= size
         }
     }
+
+    /// Whether an offer was refused for passing a bound: the reader fell behind.
+    var overflowed: Bool { queued.withLockedValue { $0.overflowed } }
 
     /// Ends ``items`` after what is queued.
     func finish() {

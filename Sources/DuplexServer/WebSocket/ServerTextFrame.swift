@@ -32,13 +32,19 @@ enum ServerTextFrame {
 
     /// The payload of a frame ``encode(_:allocator:)`` made.
     static func payload(of frame: ByteBuffer) -> ByteBuffer {
+        let length = payloadLength(of: frame)
+        return frame.getSlice(at: frame.readerIndex + frame.readableBytes - length, length: length) ?? ByteBuffer()
+    }
+
+    /// The payload's length in a frame ``encode(_:allocator:)`` made: its bytes after the header.
+    static func payloadLength(of frame: ByteBuffer) -> Int {
         let header: Int
         switch frame.getInteger(at: frame.readerIndex + 1, as: UInt8.self).map({ $0 & 0x7F }) ?? 0 {
         case ..<126: header = 2
         case 126: header = 4
         default: header = 10
         }
-        return frame.getSlice(at: frame.readerIndex + header, length: max(frame.readableBytes - header, 0)) ?? ByteBuffer()
+        return max(frame.readableBytes - header, 0)
     }
 
     /// The header's size for a payload of `length` bytes.

@@ -191,7 +191,7 @@ struct ChatRoomFanOutTests {
         let writer = ChannelTextWriter(
             channel: channel,
             outlet: try RawFrameOutlet.install(on: channel),
-            drains: LoopDrains(eventLoop: channel.eventLoop),
+            drains: LoopDrains(eventLoop: channel.eventLoop, metrics: ServerMetrics().route("chat")),
             maxCount: 10,
             maxBytes: 1 << 20
         )
@@ -217,7 +217,7 @@ struct ChatRoomFanOutTests {
     @Test("an event loop lets 2,048 writers drain at once per turn, then queues the rest for the turn's batch")
     func immediateDrainBudget() {
         let loop = EmbeddedEventLoop()
-        let drains = LoopDrains(eventLoop: loop)
+        let drains = LoopDrains(eventLoop: loop, metrics: ServerMetrics().route("chat"))
         let allowed = (0..<(LoopDrains.immediateDrainsPerTick + 10)).filter { _ in drains.mayDrainNow() }.count
         #expect(allowed == LoopDrains.immediateDrainsPerTick)
         #expect(!drains.mayDrainNow())

@@ -20,8 +20,9 @@ struct EchoWriteTests {
         try pipeline.addHandler(
             EventLoopWebSocketHandler(
                 configuration: .init(maxMessageBytes: 1 << 20, closeTimeout: .seconds(1)),
-                registry: ConnectionRegistry(),
-                service: EchoService.shared
+                registry: ConnectionRegistry(metrics: ServerMetrics()),
+                service: EchoService.shared,
+                metrics: ServerMetrics()
             )
         )
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 9)).wait()

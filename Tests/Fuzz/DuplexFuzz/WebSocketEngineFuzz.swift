@@ -126,8 +126,9 @@ enum WebSocketEngineFuzz {
         let channel = EmbeddedChannel()
         let handler = EventLoopWebSocketHandler(
             configuration: .init(maxMessageBytes: maxMessageBytes, closeTimeout: .seconds(1)),
-            registry: ConnectionRegistry(),
+            registry: ConnectionRegistry(metrics: ServerMetrics()),
             service: EchoService.shared,
+            metrics: ServerMetrics(),
             deflate: compressed ? DeflateContext(agreement: DeflateAgreement(), zlib: LoopZlib()) : nil
         )
         let pipeline = channel.pipeline.syncOperations

@@ -1,0 +1,173 @@
+import CoreMetrics
+import DuplexSchema
+import Foundation
+import class Prometheus.PrometheusCollectorRegistry
+import struct Prometheus.PrometheusMetricsFactory
+
+/// What the server counts, for `GET /metrics`.
+///
+/// The counts go through swift-metrics into a Prometheus registry of this server's own (swift-
+/// prometheus' `PrometheusMetricsFactory`), so that several servers in one process, as tests
+/// run them, keep apart; swift-prometheus writes the text exposition format.
+///
+/// Every label value comes from a fixed set (routes, close codes, HTTP statuses, fault kinds),
+/// with `other` for anything outside it: no request can add a series. A room's name is never a
+/// label.
+///
+/// The hot paths count in plain fields and add them here once per read batch or write batch
+/// (``MessageTally``), not once per message.
+final class ServerMetrics: Sendable {
+    /// The routes whose connections are counted, as ``ConnectionInfo/route`` names them.
+    static let routes = ["echo", "chat", "events", "chat-events"]
+    /// The close codes counted by value; others count as `other`.
+    static let closeCodes: [UInt16] = [1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014]
+    /// The HTTP statuses of refusals counted by value; others count as `other`.
+    static let refusalStatuses = [400, 408, 414, 426, 431, 503]
+    /// The faults the chaos routes inject.
+    static let faults = ["drop", "close", "stall", "end-sse", "refuse", "restart"]
+
+    /// One route's counters.
+    struct Route: Sendable {
+        /// Connections open now, and opened in all.
+        let open: Meter
+        let opened: Counter
+        /// Messages (WebSocket messages or SSE events) and their payload bytes, each way.
+        let messagesIn: Counter
+        let messagesOut: Counter
+        let bytesIn: Counter
+        let bytesOut: Counter
+
+        /// One message of `bytes` bytes went out.
+        func sent(bytes: Int) {
+            messagesOut.increment()
+            bytesOut.increment(by: bytes)
+        }
+
+        /// Adds what a batch counted, and clears it.
+        func add(_ tally: inout MessageTally) {
+            if tally.messagesIn > 0 {
+                messagesIn.increment(by: tally.messagesIn)
+                bytesIn.increment(by: tally.bytesIn)
+            }
+            if tally.messagesOut > 0 {
+                messagesOut.increment(by: tally.messagesOut)
+                bytesOut.increment(by: tally.bytesOut)
+            }
+            tally = MessageTally()
+        }
+    }
+
+    /// The registry `GET /metrics` writes out.
+    let registry = PrometheusCollectorRegistry()
+    private let routes: [String: Route]
+    private let otherRoute: Route
+    private let closeCodesSent: [UInt16: Counter]
+    private let otherCloseCodeSent: Counter
+    private let refusals: [Int: Counter]
+    private let otherRefusal: Counter
+    private let faultsInjected: [String: Counter]
+    private let slowConsumersCut: Counter
+    private let residentMemory: Gauge
+    private let openFiles: Gauge
+
+    init() {
+        let factory = PrometheusMetricsFactory(registry: registry)
+        func route(_ name: String) -> Route {
+            func counter(_ label: String, _ direction: String) -> Counter {
+                Counter(label: label, dimensions: [("route", name), ("direction", direction)], factory: factory)
+            }
+            return Route(
+                open: Meter(label: "duplex_connections_open", dimensions: [("route", name)], factory: factory),
+                opened: Counter(label: "duplex_connections_total", dimensions: [("route", name)], factory: factory),
+                messagesIn: counter("duplex_messages_total", "in"),
+                messagesOut: counter("duplex_messages_total", "out"),
+                bytesIn: counter("duplex_message_bytes_total", "in"),
+                bytesOut: counter("duplex_message_bytes_total", "out")
+            )
+        }
+        routes = Dictionary(uniqueKeysWithValues: Self.routes.map { ($0, route($0)) })
+        otherRoute = route("other")
+        func closeCode(_ code: String) -> Counter {
+            Counter(label: "duplex_close_codes_sent_total", dimensions: [("code", code)], factory: factory)
+        }
+        closeCodesSent = Dictionary(uniqueKeysWithValues: Self.closeCodes.map { ($0, closeCode(String($0))) })
+        otherCloseCodeSent = closeCode("other")
+        func refusal(_ status: String) -> Counter {
+            Counter(label: "duplex_http_refusals_total", dimensions: [("status", status)], factory: factory)
+        }
+        refusals = Dictionary(uniqueKeysWithValues: Self.refusalStatuses.map { ($0, refusal(String($0))) })
+        otherRefusal = refusal("other")
+        faultsInjected = Dictionary(
+            uniqueKeysWithValues: Self.faults.map { ($0, Counter(label: "duplex_faults_injected_total", dimensions: [("fault", $0)], factory: factory)) }
+        )
+        slowConsumersCut = Counter(label: "duplex_slow_consumers_cut_total", factory: factory)
+        residentMemory = Gauge(label: "duplex_process_resident_memory_bytes", factory: factory)
+        openFiles = Gauge(label: "duplex_process_open_fds", factory: factory)
+    }
+
+    /// The counters of `route` (``ConnectionInfo/route``); `other` for a route not in ``routes``.
+    func route(_ route: String) -> Route {
+        routes[route] ?? otherRoute
+    }
+
+    /// A connection was registered.
+    func opened(_ info: ConnectionInfo) {
+        let route = route(info.route)
+        route.opened.increment()
+        route.open.increment()
+    }
+
+    /// A registered connection is gone.
+    func closed(_ info: ConnectionInfo) {
+        route(info.route).open.decrement()
+    }
+
+    /// The server sent a close frame with `code` (none: an empty close frame is not counted).
+    func sentClose(_ code: WebSocketCloseCode?) {
+        guard let code else { return }
+        (closeCodesSent[code.rawValue] ?? otherCloseCodeSent).increment()
+    }
+
+    /// The server refused an HTTP request or connection with `status`.
+    func refused(status: Int) {
+        (refusals[status] ?? otherRefusal).increment()
+    }
+
+    /// A chaos route injected `fault` (one of ``faults``).
+    func injected(_ fault: String) {
+        faultsInjected[fault]?.increment()
+    }
+
+    /// A member or stream was cut for falling behind (1013, or an SSE stream ended).
+    func cutSlowConsumer() {
+        slowConsumersCut.increment()
+    }
+
+    /// The exposition: every metric in Prometheus' text format, the process gauges read now.
+    func exposition() -> [UInt8] {
+        let process = Self.processUsage()
+        if let bytes = process.residentBytes { residentMemory.record(bytes) }
+        if let files = process.openFiles { openFiles.record(files) }
+        return registry.emitToBuffer()
+    }
+
+    /// The process' resident memory (`/proc/self/statm`) and open file descriptors
+    /// (`/proc/self/fd`); nil where `/proc` is missing (macOS).
+    static func processUsage() -> (residentBytes: Int?, openFiles: Int?) {
+        let resident = (try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8))
+            .flatMap { $0.split(separator: " ").dropFirst().first.flatMap { Int($0) } }
+            .map { $0 * Int(sysconf(Int32(_SC_PAGESIZE))) }
+        // Less the descriptor that listing the directory opens.
+        let files = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")).map { max($0.count - 1, 0) }
+        return (resident, files)
+    }
+}
+
+/// Messages and payload bytes counted on a hot path between two additions to the metrics
+/// (``ServerMetrics/Route/add(_:)``).
+struct MessageTally: Sendable {
+    var messagesIn = 0
+    var bytesIn = 0
+    var messagesOut = 0
+    var bytesOut = 0
+}

@@ -1,0 +1,143 @@
+import DuplexSchema
+import DuplexTesting
+import NIOCore
+import NIOHTTP1
+import Testing
+
+@testable import DuplexServer
+
+/// `GET /metrics`: what the server counts, scraped as Prometheus would.
+@Suite("GET /metrics")
+struct MetricsRouteTests {
+    /// One scrape: each sample's value by its series (`name{labels}` as written), and the
+    /// response's content type.
+    struct Scrape {
+        var contentType: String
+        var samples: [String: Double]
+        var text: String
+
+        subscript(_ series: String) -> Double? { samples[series] }
+
+        /// How many series of the metric `name` there are.
+        func seriesCount(_ name: String) -> Int {
+            samples.keys.filter { $0 == name || $0.hasPrefix(name + "{") }.count
+        }
+    }
+
+    static func scrape(_ port: Int) async throws -> Scrape {
+        try await TestHTTPResponse.get(port: port, "/metrics") { response in
+            #expect(response.status == 200)
+            let text = try await response.readBody()
+            var samples: [String: Double] = [:]
+            for line in text.split(separator: "\n") where !line.hasPrefix("#") {
+                guard let space = line.lastIndex(of: " "), let value = Double(line[line.index(after: space)...]) else {
+                    Issue.record("not a sample line: \(line)")
+                    continue
+                }
+                samples[String(line[..<space])] = value
+            }
+            return Scrape(contentType: response.headers.first(name: "Content-Type") ?? "", samples: samples, text: text)
+        }
+    }
+
+    /// Scrapes until `condition` holds (what is counted after the bytes went out, such as an SSE
+    /// event, may show a moment after the client read it); the caller's timeout bounds it.
+    static func scrape(_ port: Int, until condition: (Scrape) -> Bool) async throws -> Scrape {
+        while true {
+            let scrape = try await scrape(port)
+            if condition(scrape) { return scrape }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
+    @Test("an echo connection's messages and bytes each way, and the connection itself, in Prometheus' text format")
+    func echoCounted() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                try await TestWebSocket.with(port: server.port, path: "/echo") { echo in
+                    try await echo.sendText("hello")
+                    try await echo.sendText("wörld")
+                    #expect(try await echo.receiveText() == "hello")
+                    #expect(try await echo.receiveText() == "wörld")
+                    let scrape = try await Self.scrape(server.port)
+                    #expect(scrape.contentType == "text/plain; version=0.0.4; charset=utf-8")
+                    #expect(scrape.text.contains("# TYPE duplex_messages_total counter"))
+                    #expect(scrape[#"duplex_connections_total{route="echo"}"#] == 1)
+                    #expect(scrape[#"duplex_connections_open{route="echo"}"#] == 1)
+                    #expect(scrape[#"duplex_messages_total{route="echo",direction="in"}"#] == 2)
+                    #expect(scrape[#"duplex_messages_total{route="echo",direction="out"}"#] == 2)
+                    // "hello" and "wörld": 5 and 6 bytes of UTF-8.
+                    #expect(scrape[#"duplex_message_bytes_total{route="echo",direction="in"}"#] == 11)
+                    #expect(scrape[#"duplex_message_bytes_total{route="echo",direction="out"}"#] == 11)
+                    #expect((scrape["duplex_process_resident_memory_bytes"] ?? 0) > 1_000_000)
+                    #expect((scrape["duplex_process_open_fds"] ?? 0) >= 3)
+                    try await echo.sendClose()
+                    _ = try await echo.receiveClose()
+                }
+                let after = try await Self.scrape(server.port) { $0[#"duplex_connections_open{route="echo"}"#] == 0 }
+                #expect(after[#"duplex_connections_total{route="echo"}"#] == 1)
+                #expect(after[#"duplex_close_codes_sent_total{code="1000"}"#] == 1, "the server's answer to the client's close")
+            }
+        }
+    }
+
+    @Test("chat: what a room fans out is counted per member it reached; SSE events are counted as written")
+    func chatAndEventsCounted() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                try await TestWebSocket.with(port: server.port, path: "/chat/metrics?name=alice") { alice in
+                    _ = try await alice.receiveText()  // welcome
+                    try await TestWebSocket.with(port: server.port, path: "/chat/metrics?name=bob") { bob in
+                        _ = try await bob.receiveText()  // welcome
+                        try await alice.sendText(#"{"type":"say","text":"hi"}"#)
+                        // bob: his welcome, alice's say; alice: her welcome, bob's join, her say, its ack.
+                        let scrape = try await Self.scrape(server.port) { ($0[#"duplex_messages_total{route="chat",direction="out"}"#] ?? 0) >= 6 }
+                        #expect(scrape[#"duplex_messages_total{route="chat",direction="in"}"#] == 1)
+                        #expect(scrape[#"duplex_connections_open{route="chat"}"#] == 2)
+                    }
+                }
+                try await TestHTTPResponse.get(port: server.port, "/events?interval=10") { stream in
+                    for _ in 0..<3 { _ = try await stream.nextEvent() }
+                }
+                let scrape = try await Self.scrape(server.port) { ($0[#"duplex_messages_total{route="events",direction="out"}"#] ?? 0) >= 3 }
+                #expect(scrape[#"duplex_connections_total{route="events"}"#] == 1)
+            }
+        }
+    }
+
+    @Test("refusals by status, close codes sent and faults injected are counted under fixed labels: odd requests add no series")
+    func refusalsFaultsAndBoundedLabels() async throws {
+        try await withTimeout {
+            try await withDuplexServer(configuration: .init(chaos: true)) { server in
+                let before = try await Self.scrape(server.port)
+                let (upgrade, _) = try await TestHTTPResponse.get(port: server.port, "/echo") { ($0.status, try await $0.readBody()) }
+                #expect(upgrade == 426)
+                let (longLine, _) = try await TestHTTPResponse.get(port: server.port, "/" + String(repeating: "x", count: 20_000)) {
+                    ($0.status, try await $0.readBody())
+                }
+                #expect(longLine == 414)
+                for n in 0..<20 {
+                    _ = try await TestHTTPResponse.get(port: server.port, "/nowhere-\(n)?route=r\(n)") { try await $0.readBody() }
+                }
+                try await TestWebSocket.with(port: server.port, path: "/echo") { echo in
+                    try await echo.sendText("warm")
+                    _ = try await echo.receiveText()
+                    let (status, _) = try await TestHTTPResponse.get(port: server.port, "/_chaos/close?code=4321&route=echo", method: .POST) {
+                        ($0.status, try await $0.readBody())
+                    }
+                    #expect(status == 200)
+                    #expect(try await echo.receiveClose().code == 4321)
+                }
+                let scrape = try await Self.scrape(server.port)
+                #expect(scrape[#"duplex_http_refusals_total{status="426"}"#] == 1)
+                #expect(scrape[#"duplex_http_refusals_total{status="414"}"#] == 1)
+                #expect(scrape[#"duplex_faults_injected_total{fault="close"}"#] == 1)
+                #expect(scrape[#"duplex_close_codes_sent_total{code="other"}"#] == 1, "4321 is an application's code: counted as other")
+                for name in ["duplex_http_refusals_total", "duplex_close_codes_sent_total", "duplex_faults_injected_total", "duplex_messages_total", "duplex_connections_open"] {
+                    #expect(scrape.seriesCount(name) == before.seriesCount(name), "\(name): no series added by requests")
+                }
+                #expect(!scrape.text.contains("nowhere"))
+            }
+        }
+    }
+}
