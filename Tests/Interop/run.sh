@@ -2,7 +2,8 @@
 # Interop checks of the built duplex-server against third-party peers: Python's `websockets`
 # (echo, chat, resume, 1009, subprotocols, permessage-deflate and a zip bomb, 1001 on SIGTERM, a
 # close injected by curl through /_chaos/) and
-# `curl -N` (SSE ticks and Last-Event-ID).
+# `curl -N` (SSE ticks and Last-Event-ID); GET /metrics parsed by Python's prometheus_client, its
+# counters checked against that traffic.
 # Usage: Tests/Interop/run.sh PATH/TO/duplex-server
 set -euo pipefail
 server_bin=${1:?usage: run.sh PATH/TO/duplex-server}
@@ -65,6 +66,13 @@ first=$(grep -m1 '^id: ' "$work/resumed" | cut -d' ' -f2)
 [ "$first" -eq $((last + 1)) ] || fail "resume after $last started at $first"
 echo "sse (curl -N): ok (${#ids[@]} ticks, resume after $last at $first)"
 
+# What that traffic was counted as, parsed by an independent Prometheus parser.
+timeout 30 python3 "$here/metrics_check.py" "$port" \
+    'duplex_connections_total{route="echo"}>=1' 'duplex_messages_total{route="echo",direction="in"}>=1' \
+    'duplex_messages_total{route="echo",direction="out"}>=1' 'duplex_connections_total{route="chat"}>=1' \
+    'duplex_messages_total{route="events",direction="out"}>=5' 'duplex_close_codes_sent_total{code="1009"}>=1' \
+    'duplex_process_resident_memory_bytes>=1000000'
+
 # Graceful shutdown: a connected client gets 1001 and the server exits 0.
 python3 "$here/websockets_client.py" "$port" wait_for_shutdown >"$work/waiter" 2>&1 &
 waiter=$!
@@ -86,5 +94,8 @@ affected=$(curl -s -X POST "http://127.0.0.1:$port/_chaos/close?code=4000&reason
 [ "$affected" = '{"affected":1}' ] || fail "/_chaos/close answered $affected"
 wait "$victim" || fail "chaos client: $(cat "$work/chaos")"
 grep "chaos: ok" "$work/chaos"
+timeout 30 python3 "$here/metrics_check.py" "$port" \
+    'duplex_faults_injected_total{fault="close"}>=1' 'duplex_faults_injected_total{fault="drop"}>=1' \
+    'duplex_close_codes_sent_total{code="other"}>=1'
 stop_server
 echo "interop: all checks passed"
