@@ -100,6 +100,8 @@ let package = Package(
                 .product(name: "NIOSOCKS", package: "swift-nio-extras"),
                 // SHA-256 for public-key pins.
                 .product(name: "Crypto", package: "swift-crypto"),
+                // The client's metrics (a no-op unless the application bootstraps a backend).
+                .product(name: "CoreMetrics", package: "swift-metrics"),
             ],
             swiftSettings: clientSettings
         ),
@@ -289,6 +291,8 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
+                // A test backend for the client's metrics.
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
                 // The DuplexServer article's example runs the server in a ServiceGroup.
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],

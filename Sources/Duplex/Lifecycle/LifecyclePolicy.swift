@@ -36,4 +36,7 @@ protocol LifecyclePolicy: Sendable {
     /// Whether, and when, to try again after `loss`. `proved`: the lost connection had proved
     /// itself (a failed attempt never has).
     func retry(after loss: Loss, proved: Bool) -> Retry
+
+    /// Why `loss` happened, as a metric's `cause` label: an error's code, or one of a few words.
+    static func metricsCause(of loss: Loss) -> String
 }

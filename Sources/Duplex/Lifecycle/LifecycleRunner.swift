@@ -25,6 +25,8 @@ protocol LifecycleRunner: AnyObject, Sendable {
     /// The clock its timers run on.
     var clock: any Clock<Duration> { get }
     var logger: Logger { get }
+    /// Where the lifecycle's attempts, failures, losses and reconnections are counted.
+    var metrics: ClientMetrics { get }
 
     /// Carries out an action that is the core's own, under the lock.
     func performOwn(_ action: Lifecycle.Action, in state: inout State)
@@ -36,6 +38,7 @@ extension LifecycleRunner {
     /// Carries out what the lifecycle answered, under the lock.
     func perform(_ actions: [Lifecycle.Action], in state: inout State) {
         for action in actions {
+            metrics.observe(action, cause: State.Policy.metricsCause(of:))
             switch action {
             case .scheduleRetry(let attempt, let delay):
                 logger.info("reconnecting", metadata: ["attempt": "\(attempt + 1)", "delay": "\(delay)"])

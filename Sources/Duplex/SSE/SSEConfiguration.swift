@@ -1,3 +1,4 @@
+public import CoreMetrics
 public import Logging
 
 /// How a ``ServerSentEventManager`` behaves, beyond its ``RetryPolicy``. Every field has a default.
@@ -35,6 +36,10 @@ public struct SSEConfiguration: Sendable {
     public var retryOnServerErrors: Bool
     /// Where the manager logs. Default: a logger labelled `duplex.sse`.
     public var logger: Logger
+    /// Where the client counts its connection attempts, failures, reconnections, events and the
+    /// server's `retry:` values it applied (README lists the metrics). Default nil: swift-metrics'
+    /// `MetricsSystem.factory`, a no-op until the application bootstraps a backend.
+    public var metrics: (any MetricsFactory)? = nil
 
     /// Creates a configuration; every argument has a default.
     public init(

@@ -21,6 +21,16 @@ struct SSEPolicy: LifecyclePolicy {
     var provedOnOpen: Bool { false }
 
     func retry(after loss: SSELoss, proved: Bool) -> Retry { loss.retry }
+
+    /// The error's code; `streamEnded` when the server ended the stream.
+    static func metricsCause(of loss: SSELoss) -> String {
+        switch loss.reason {
+        case .streamError(let error): error.code.description
+        case .streamEnded: "streamEnded"
+        case .manuallyDisconnected: "manuallyDisconnected"
+        case .terminated: "terminated"
+        }
+    }
 }
 
 extension ConnectionLifecycle.Status where Policy == SSEPolicy {

@@ -15,6 +15,7 @@ final class ServerSentEventCore: LifecycleRunner {
     let retryPolicy: RetryPolicy
     let configuration: SSEConfiguration
     let clock: any Clock<Duration>
+    let metrics: ClientMetrics
     let events: Broadcaster<ServerSentEvent>
     let states: Broadcaster<SSEState>
     /// Closed while a lossless consumer of ``events`` is behind: the body is read no further.
@@ -43,6 +44,7 @@ final class ServerSentEventCore: LifecycleRunner {
         self.retryPolicy = retryPolicy
         self.configuration = configuration
         self.clock = clock
+        self.metrics = ClientMetrics(kind: "sse", factory: configuration.metrics)
         self.events = Broadcaster(
             limit: configuration.streamBufferLimit,
             byteLimit: configuration.streamBufferBytes,
@@ -151,6 +153,7 @@ final class ServerSentEventCore: LifecycleRunner {
             // The server's `retry:` is its wish for the delay of every reconnection.
             if loss.retry == .policy(suggested: nil), let wish = state.serverRetryMilliseconds {
                 loss.retry = .policy(suggested: .milliseconds(wish))
+                metrics.appliedRetry(milliseconds: wish)
             }
             let actions =
                 opened
@@ -164,7 +167,10 @@ final class ServerSentEventCore: LifecycleRunner {
     private func received(_ parsed: [ServerSentEvent], parser: ServerSentEventParser, generation: UInt64) {
         box.locked { state in
             guard state.lifecycle.received(generation: generation) == .deliver else { return }
-            for event in parsed { events.yield(event) }
+            for event in parsed {
+                metrics.received(bytes: event.data.utf8.count)
+                events.yield(event)
+            }
             if !parsed.isEmpty { state.lifecycle.proved(generation: generation) }
             state.lastEventID = parser.lastEventID
             state.serverRetryMilliseconds = parser.reconnectionTime ?? state.serverRetryMilliseconds

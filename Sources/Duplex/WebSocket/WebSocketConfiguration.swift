@@ -1,3 +1,4 @@
+public import CoreMetrics
 public import DuplexSchema
 public import Logging
 
@@ -60,6 +61,10 @@ public struct WebSocketConfiguration: Sendable {
     public var compression: PerMessageDeflate?
     /// Where the socket logs. Default: a logger labelled `duplex.websocket`.
     public var logger: Logger
+    /// Where the socket counts its connection attempts, failures, reconnections, messages and
+    /// ping round trips (README lists the metrics). Default nil: swift-metrics'
+    /// `MetricsSystem.factory`, a no-op until the application bootstraps a backend.
+    public var metrics: (any MetricsFactory)? = nil
 
     /// Creates a configuration; every argument has a default.
     public init(

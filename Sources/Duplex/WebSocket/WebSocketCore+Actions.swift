@@ -24,8 +24,9 @@ extension WebSocketCore {
             state.connection = nil
             releaseDrainWaiters(in: &state)
         case .flush(let queued):
-            for message in queued where state.connection?.connection.write(message) == true {
-                state.aboveHighWatermark = true
+            for message in queued {
+                metrics.sent(bytes: message.byteCount)
+                if state.connection?.connection.write(message) == true { state.aboveHighWatermark = true }
             }
         case .deliverHeld(let generation):
             guard state.early.generation == generation else { break }
@@ -165,9 +166,11 @@ extension WebSocketCore {
             state.pingTracker = tracker
             switch outcome {
             case .failed(let failures):
+                metrics.missedPing()
                 perform(state.lifecycle.connectionLost(generation: generation, loss: .pingFailed(missed: failures), abort: true), in: &state)
                 return false
             case .missed(let failures):
+                metrics.missedPing()
                 configuration.logger.debug("ping unanswered", metadata: ["failures": "\(failures)"])
                 return true
             case .answered, nil:

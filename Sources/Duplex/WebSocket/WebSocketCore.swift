@@ -19,6 +19,7 @@ final class WebSocketCore: LifecycleRunner {
     let configuration: WebSocketConfiguration
     let transport: any WebSocketTransport
     let clock: any Clock<Duration>
+    let metrics: ClientMetrics
     let events: Broadcaster<WebSocketEvent>
     let messages: Broadcaster<WebSocketMessage>
     /// Messages with their connection, and losses with whether a reconnection follows, for
@@ -87,6 +88,7 @@ final class WebSocketCore: LifecycleRunner {
         self.configuration = configuration
         self.transport = configuration.transport.make()
         self.clock = clock
+        self.metrics = ClientMetrics(kind: "websocket", factory: configuration.metrics)
         let logger = configuration.logger
         let limit = configuration.streamBufferLimit
         let bytes = configuration.streamBufferBytes
@@ -197,6 +199,7 @@ final class WebSocketCore: LifecycleRunner {
                 }
                 return accept(message, on: current, in: &state)
             case .queued:
+                metrics.queued()
                 return .done
             case .queueFull:
                 let limit = state.lifecycle.policy.maxQueued
@@ -228,6 +231,7 @@ final class WebSocketCore: LifecycleRunner {
     }
 
     private func accept(_ message: WebSocketMessage, on connection: any WebSocketTransportConnection, in state: inout State) -> SendOutcome {
+        metrics.sent(bytes: message.byteCount)
         guard connection.write(message) else { return .done }
         state.aboveHighWatermark = true
         return .waitForDrain
@@ -341,6 +345,7 @@ final class WebSocketCore: LifecycleRunner {
 
     func deliver(_ message: WebSocketMessage, generation: UInt64, in state: inout State) {
         state.receivedCount &+= 1
+        metrics.received(bytes: message.byteCount)
         messages.yield(message)
         reports.yield(.message(message, connection: generation))
         events.yield(.message(message))
@@ -380,6 +385,7 @@ final class WebSocketCore: LifecycleRunner {
                 let roundTrip = state.pingTracker?.pongReceived(payload, at: now)
             else { return }
             state.roundTripTime = roundTrip
+            metrics.pong(after: roundTrip)
             roundTrips.yield(roundTrip)
         }
     }

@@ -53,6 +53,15 @@ struct WebSocketPolicy: LifecyclePolicy {
         if !proved, refusalCodes.contains(code), !reason.isEmpty { return .never }
         return .policy()
     }
+
+    /// The error's code; `closed` for a close frame with no error, `pingFailed` for unanswered pings.
+    static func metricsCause(of loss: WebSocketLoss) -> String {
+        switch loss {
+        case .pingFailed: "pingFailed"
+        case .closed(_, _, nil): "closed"
+        case .closed(_, _, let error?), .failed(let error): error.code.description
+        }
+    }
 }
 
 extension ConnectionLifecycle.End where Policy == WebSocketPolicy {
