@@ -6,7 +6,9 @@ import NIOCore
 /// The demo page at `/`: plain HTML and JavaScript from the package's resources (no build step,
 /// no CDN, works offline). Chat in a room over the `duplex.chat.v1` subprotocol, with reconnects
 /// that resume with `since` and `epoch`, live ticks over `EventSource`, and a status indicator
-/// for each.
+/// for each. A live view charts the server's metrics (`GET /metrics/live`): connections by route,
+/// messages per second, faults; when the server runs with `--chaos`, it has a control for each
+/// fault, scoped by route or room.
 enum DemoPage {
     /// The page, read once; nil when the resource bundle is missing (a binary copied without it).
     static let html: ByteBuffer? = {

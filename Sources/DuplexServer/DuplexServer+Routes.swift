@@ -20,6 +20,9 @@ extension DuplexServer {
         router.get("metrics") { _, _ -> Response in
             self.metricsResponse()
         }
+        router.get("metrics/live") { request, context -> Response in
+            self.liveMetricsStream(request, context)
+        }
         router.get("health") { _, _ -> Response in
             Self.json(status: .ok, #"{"status":"ok","store":\#(self.rooms.healthJSON)}"#)
         }

@@ -170,7 +170,10 @@ class Page:
         }})()""")
 
     async def screenshot(self, path):
-        data = (await self.devtools.send("Page.captureScreenshot", {"format": "png"}, self.session))["data"]
+        # The whole page, the live view below the fold included.
+        size = (await self.devtools.send("Page.getLayoutMetrics", {}, self.session))["cssContentSize"]
+        clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
+        data = (await self.devtools.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}, self.session))["data"]
         with open(path, "wb") as file:
             file.write(base64.b64decode(data))
 
@@ -202,7 +205,7 @@ async def run_tls(port, devtools):
 async def run(port, tls_port, browser_url, screenshot):
     async with websockets.connect(browser_url, max_size=None) as socket:
         devtools = DevTools(socket)
-        base = f"http://127.0.0.1:{port}/?room=browser&interval=200"
+        base = f"http://127.0.0.1:{port}/?room=browser&interval=200&liveInterval=200"
         alice = await devtools.open_page(base + "&name=alice")
         bob = await devtools.open_page(base + "&name=bob")
 
@@ -258,6 +261,21 @@ async def run(port, tls_port, browser_url, screenshot):
         if echo != {"protocol": "chat", "extensions": echo.get("extensions"), "length": 5000} or "permessage-deflate" not in echo["extensions"]:
             fail(f"/echo from the page: {echo}")
         print(f"browser: /echo selected {echo['protocol']!r} of ['chat', 'x'] with {echo['extensions']!r}")
+
+        # The live view: the server's metrics once a moment, charted; a fault from its controls.
+        await alice.wait_for("duplexDemo.live.events >= 3 && duplexDemo.live.chaos && !document.getElementById('chaos-panel').hidden", "the live view and its chaos controls")
+        await alice.wait_for("duplexDemo.live.last['duplex_connections_open{route=\"chat\"}'] >= 2 && duplexDemo.live.points.some((p) => p.outRate > 0)",
+                             "the live view to count both chat pages and a message rate")
+        opens = await alice.evaluate("duplexDemo.ticks.opens")
+        await alice.evaluate("""(() => {
+            document.querySelector('#chaos-scope select[name=scope]').value = 'route=events';
+            document.querySelector('#chaos-panel button[data-fault="end-sse"]').click();
+        })()""")
+        await alice.wait_for("duplexDemo.live.results.some((r) => r.fault === 'end-sse' && r.status === 200 && JSON.parse(r.body).affected >= 2)",
+                             "the page's End SSE control to reach both pages' tick streams")
+        await alice.wait_for(f"duplexDemo.ticks.opens > {opens} && duplexDemo.live.last['duplex_faults_injected_total{{fault=\"end-sse\"}}'] >= 1",
+                             "EventSource to resume and the live view to count the fault", timeout=30)
+        print("browser: the live view charts connections and message rates; its End SSE control ended the tick streams, which resumed")
 
         if screenshot:
             await alice.screenshot(screenshot)

@@ -18,7 +18,7 @@ import struct Prometheus.PrometheusMetricsFactory
 /// (``MessageTally``), not once per message.
 final class ServerMetrics: Sendable {
     /// The routes whose connections are counted, as ``ConnectionInfo/route`` names them.
-    static let routes = ["echo", "chat", "events", "chat-events"]
+    static let routes = ["echo", "chat", "events", "chat-events", "metrics-live"]
     /// The close codes counted by value; others count as `other`.
     static let closeCodes: [UInt16] = [1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014]
     /// The HTTP statuses of refusals counted by value; others count as `other`.
@@ -149,6 +149,28 @@ final class ServerMetrics: Sendable {
         if let bytes = process.residentBytes { residentMemory.record(bytes) }
         if let files = process.openFiles { openFiles.record(files) }
         return registry.emitToBuffer()
+    }
+
+    /// Every sample of ``exposition()``, by its series as written there (`name{labels}`).
+    func samples() -> [String: Double] {
+        var samples: [String: Double] = [:]
+        for line in String(decoding: exposition(), as: UTF8.self).split(separator: "\n") where !line.hasPrefix("#") {
+            guard let space = line.lastIndex(of: " "), let value = Double(line[line.index(after: space)...]) else { continue }
+            samples[String(line[..<space])] = value
+        }
+        return samples
+    }
+
+    /// The live view's event data (`GET /metrics/live`): `{"chaos":BOOL,"samples":{…}}`.
+    func liveJSON(chaos: Bool) -> String {
+        struct Live: Encodable {
+            var chaos: Bool
+            var samples: [String: Double]
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        let data = (try? encoder.encode(Live(chaos: chaos, samples: samples()))) ?? Data("{}".utf8)
+        return String(decoding: data, as: UTF8.self)
     }
 
     /// The process' resident memory (`/proc/self/statm`) and open file descriptors

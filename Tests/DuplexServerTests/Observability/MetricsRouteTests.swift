@@ -1,5 +1,6 @@
 import DuplexSchema
 import DuplexTesting
+import Foundation
 import NIOCore
 import NIOHTTP1
 import Testing
@@ -137,6 +138,34 @@ struct MetricsRouteTests {
                     #expect(scrape.seriesCount(name) == before.seriesCount(name), "\(name): no series added by requests")
                 }
                 #expect(!scrape.text.contains("nowhere"))
+            }
+        }
+    }
+
+    @Test("GET /metrics/live: the samples as SSE every interval, for the demo page's live view; a bad interval gets 400")
+    func live() async throws {
+        try await withTimeout {
+            try await withDuplexServer(configuration: .init(chaos: true)) { server in
+                try await TestHTTPResponse.get(port: server.port, "/metrics/live?interval=100") { stream in
+                    #expect(stream.headers.first(name: "Content-Type") == "text/event-stream; charset=utf-8")
+                    var events: [ServerSentEvent] = []
+                    while events.count < 2, let event = try await stream.nextEvent() {
+                        if event.event == "metrics" { events.append(event) }
+                    }
+                    try #require(events.count == 2)
+                    struct Live: Decodable {
+                        var chaos: Bool
+                        var samples: [String: Double]
+                    }
+                    let live = try JSONDecoder().decode(Live.self, from: Data(events[1].data.utf8))
+                    #expect(live.chaos)
+                    #expect(live.samples[#"duplex_connections_open{route="metrics-live"}"#] == 1, "the live stream counts itself")
+                    #expect((live.samples[#"duplex_messages_total{route="metrics-live",direction="out"}"#] ?? 0) >= 1, "and the event before")
+                }
+                for bad in ["0", "99", "60001", "soon"] {
+                    let (status, body) = try await TestHTTPResponse.get(port: server.port, "/metrics/live?interval=\(bad)") { ($0.status, try await $0.readBody()) }
+                    #expect(status == 400 && body.contains("invalid_interval"), "interval=\(bad)")
+                }
             }
         }
     }

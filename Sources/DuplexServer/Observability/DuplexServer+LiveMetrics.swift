@@ -1,0 +1,41 @@
+import DuplexSchema
+import HTTPTypes
+import Hummingbird
+import NIOCore
+
+extension DuplexServer {
+    /// How often `/metrics/live` sends by default, and the bounds of its `interval`.
+    static let liveMetricsInterval: (default: Int64, range: ClosedRange<Int64>) = (1_000, 100...60_000)
+
+    /// `GET /metrics/live[?interval=MS]`: the metrics as SSE, for the demo page's live view:
+    /// `event: metrics`, `data: {"chaos":BOOL,"samples":{SERIES:VALUE,…}}` at once and then every
+    /// interval (1,000 ms by default, 100 to 60,000), each series as `GET /metrics` writes it. The
+    /// page computes rates from consecutive events.
+    func liveMetricsStream(_ request: Request, _ context: DuplexRequestContext) -> Response {
+        var interval = Self.liveMetricsInterval.default
+        if let text = request.uri.queryParameters.get("interval") {
+            guard let value = Int64(text), Self.liveMetricsInterval.range.contains(value) else {
+                let range = Self.liveMetricsInterval.range
+                return Refusal(
+                    status: .badRequest,
+                    error: ChatProtocolError(
+                        .init("invalid_interval"),
+                        "interval must be an integer number of milliseconds from \(range.lowerBound) to \(range.upperBound) (got \(text.debugDescription))"
+                    )
+                ).response
+            }
+            interval = value
+        }
+        let (metrics, chaos, eventLoop, period) = (self.metrics, configuration.chaos, context.channel.eventLoop, interval)
+        return EventStreamResponse(server: self).response(info: .init(kind: .eventStream, route: "metrics-live"), channel: context.channel) { sink in
+            let task = eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: .milliseconds(period)) { task in
+                let event = ServerSentEvent(event: "metrics", data: metrics.liveJSON(chaos: chaos))
+                guard let text = try? event.encoded(), EventStreamResponse.yield(text, to: sink) else {
+                    task.cancel()
+                    return
+                }
+            }
+            return { task.cancel() }
+        }
+    }
+}
