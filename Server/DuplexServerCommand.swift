@@ -38,6 +38,9 @@ struct DuplexServerCommand: AsyncParsableCommand {
     @Option(help: "Log level: trace, debug, info, notice, warning, error or critical.")
     var logLevel: String = "info"
 
+    @Option(help: "Log format on standard error: text, or json (one object per line, for log shippers).")
+    var logFormat: String = "text"
+
     @Option(help: "How many events each chat room keeps for resumes.")
     var history: Int = 1000
 
@@ -130,6 +133,7 @@ struct DuplexServerCommand: AsyncParsableCommand {
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
         }
+        guard ["text", "json"].contains(logFormat) else { throw ValidationError("--log-format must be text or json") }
         guard (0...65535).contains(port) else { throw ValidationError("--port must be from 0 to 65535") }
         if let eventLoops, !(1...1024).contains(eventLoops) { throw ValidationError("--event-loops must be from 1 to 1024") }
         guard history >= 0 else { throw ValidationError("--history must not be negative") }
@@ -246,7 +250,9 @@ struct DuplexServerCommand: AsyncParsableCommand {
 
     func run() async throws {
         let level = Logger.Level(rawValue: logLevel) ?? .info
+        let json = logFormat == "json"
         LoggingSystem.bootstrap { label in
+            if json { return JSONLogHandler(label: label, logLevel: level) }
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = level
             return handler

@@ -88,9 +88,10 @@ extension DuplexServer {
     /// there too, with its error frame and close code). Nil refuses the upgrade (400).
     func webSocketService(for request: Request) -> (HTTPFields, WebSocketService)? {
         let path = request.uri.path
+        let trace = ConnectionTrace(request.headers)
         if path == "/echo" {
             let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: configuration.echoSubprotocols)
-            return (headers, WebSocketService { channel, deflate in try self.installEventLoopService(EchoService.shared, on: channel, deflate: deflate) })
+            return (headers, WebSocketService { channel, deflate in try self.installEventLoopService(EchoService.shared, on: channel, deflate: deflate, trace: trace) })
         }
         guard path.hasPrefix("/chat/") else { return nil }
         let roomName = String(path.dropFirst("/chat/".count))
@@ -109,20 +110,22 @@ extension DuplexServer {
                     maxBytes: self.configuration.outboundQueueBytes,
                     deflate: agreement.map { WriterDeflate(agreement: $0, zlib: drains.zlib) }
                 )
-                let member = ChatMemberService(server: self, store: self.rooms, join: join, room: roomName, writer: writer)
-                try self.installEventLoopService(member, on: channel, deflate: agreement)
+                let member = ChatMemberService(server: self, store: self.rooms, join: join, room: roomName, writer: writer, trace: trace)
+                try self.installEventLoopService(member, on: channel, deflate: agreement, trace: trace)
             }
         )
     }
 
     /// Serves `service` on `channel`'s event loop (``EventLoopWebSocketHandler``), with
-    /// permessage-deflate as the handshake agreed it (`deflate`).
-    func installEventLoopService(_ service: any EventLoopWebSocketService, on channel: any Channel, deflate: DeflateAgreement?) throws {
+    /// permessage-deflate as the handshake agreed it (`deflate`), logging with the client's
+    /// `trace`.
+    func installEventLoopService(_ service: any EventLoopWebSocketService, on channel: any Channel, deflate: DeflateAgreement?, trace: ConnectionTrace?) throws {
         let handler = EventLoopWebSocketHandler(
             configuration: .init(maxMessageBytes: configuration.maxMessageBytes, closeTimeout: configuration.closeTimeout),
             registry: connections,
             service: service,
             metrics: metrics,
+            trace: trace,
             deflate: deflate.map { DeflateContext(agreement: $0, zlib: writerDrains.drains(for: channel.eventLoop).zlib) }
         )
         let pipeline = channel.pipeline.syncOperations

@@ -87,7 +87,7 @@ public final class DuplexServer: Service, Sendable {
             )
         }
         self.channels = ChannelTracker(limit: configuration.maxConnections)
-        self.connections = ConnectionRegistry(metrics: metrics)
+        self.connections = ConnectionRegistry(metrics: metrics, logger: logger)
         self.writerDrains = WriterDrains(metrics: metrics.route("chat"))
     }
 

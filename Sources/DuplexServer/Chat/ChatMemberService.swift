@@ -28,6 +28,8 @@ import NIOWebSocket
 /// - the member leaves the room when the close handshake begins, from either side.
 final class ChatMemberService: EventLoopWebSocketService {
     private let server: DuplexServer
+    /// The client's W3C trace context, for the member's log lines.
+    private let trace: ConnectionTrace?
     private let store: any ChatStore
     private let join: Result<ChatJoin, DuplexServer.Refusal>
     private let roomName: String
@@ -42,8 +44,16 @@ final class ChatMemberService: EventLoopWebSocketService {
     private var left = false
 
     /// A member of `join`'s room, or the refusal of a join that failed validation.
-    init(server: DuplexServer, store: any ChatStore, join: Result<ChatJoin, DuplexServer.Refusal>, room: String, writer: ChannelTextWriter) {
+    init(
+        server: DuplexServer,
+        store: any ChatStore,
+        join: Result<ChatJoin, DuplexServer.Refusal>,
+        room: String,
+        writer: ChannelTextWriter,
+        trace: ConnectionTrace? = nil
+    ) {
         self.server = server
+        self.trace = trace
         self.store = store
         self.join = join
         self.roomName = room
@@ -115,7 +125,10 @@ final class ChatMemberService: EventLoopWebSocketService {
                 writer.discard()
             }
         case .failure(.unavailable(let why)):
-            server.logger.warning("a join was refused: the room store is unavailable", metadata: ["room": "\(join.room)", "error": "\(why)"])
+            server.logger.warning(
+                "a join was refused: the room store is unavailable",
+                metadata: trace.metadata(route: "chat").merging(["room": "\(join.room)", "error": "\(why)"]) { _, new in new }
+            )
             endUnavailable()
         case .failure(let reason):
             refuse(server.refusal(reason, name: join.name))
@@ -221,7 +234,10 @@ final class ChatMemberService: EventLoopWebSocketService {
         case .failure(let error as ChatStoreUnavailable):
             // Not recorded, or not known to be: no ack. The client rejoins and resends what is
             // unacknowledged; a resend of a recorded one is a duplicate.
-            server.logger.warning("a message could not be recorded; closing the member with 1013", metadata: ["room": "\(room.name)", "error": "\(error)"])
+            server.logger.warning(
+                "a message could not be recorded; closing the member with 1013",
+                metadata: trace.metadata(route: "chat").merging(["room": "\(room.name)", "error": "\(error)"]) { _, new in new }
+            )
             endUnavailable()
             return false
         case .failure:

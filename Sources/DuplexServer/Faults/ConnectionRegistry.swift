@@ -1,5 +1,6 @@
 import DuplexSchema
 import DuplexWire
+import Logging
 import NIOConcurrencyHelpers
 
 /// An instruction to one live connection.
@@ -48,10 +49,13 @@ final class ConnectionRegistry: Sendable {
     private let state = NIOLockedValueBox(State())
     /// Where connections are counted, by route.
     private let metrics: ServerMetrics
+    /// Where connections log: the server's logger.
+    let logger: Logger
 
-    /// A registry that counts its connections in `metrics`.
-    init(metrics: ServerMetrics) {
+    /// A registry that counts its connections in `metrics` and whose connections log to `logger`.
+    init(metrics: ServerMetrics, logger: Logger = Logger(label: "duplex-server")) {
         self.metrics = metrics
+        self.logger = logger
     }
 
     /// The number of live connections.

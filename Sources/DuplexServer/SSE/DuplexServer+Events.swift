@@ -26,7 +26,11 @@ extension DuplexServer {
         let ticks = self.ticks
         let period = interval
         let eventLoop = context.channel.eventLoop
-        return EventStreamResponse(server: self).response(info: .init(kind: .eventStream, route: "events"), channel: context.channel) { sink in
+        return EventStreamResponse(server: self).response(
+            info: .init(kind: .eventStream, route: "events"),
+            channel: context.channel,
+            trace: ConnectionTrace(request.headers)
+        ) { sink in
             let source = TickSource(ticks: ticks, intervalMilliseconds: period, first: first, sink: sink, eventLoop: eventLoop)
             return source.stop
         }
@@ -48,7 +52,11 @@ extension DuplexServer {
             return refusal(.roomLimit, name: "").response
         }
         let rooms = self.rooms
-        return EventStreamResponse(server: self).response(info: .init(kind: .eventStream, route: "chat-events", room: roomName), channel: context.channel) { sink -> EventStreamResponse.Stop in
+        return EventStreamResponse(server: self).response(
+            info: .init(kind: .eventStream, route: "chat-events", room: roomName),
+            channel: context.channel,
+            trace: ConnectionTrace(request.headers)
+        ) { sink -> EventStreamResponse.Stop in
             let subscriber = RoomSubscriber(
                 member: nil,
                 deliver: { event in EventStreamResponse.yield(event.sse, to: sink) },

@@ -1,6 +1,7 @@
 import DuplexSchema
 import HTTPTypes
 import Hummingbird
+import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 
@@ -28,6 +29,7 @@ struct EventStreamResponse {
     func response(
         info: ConnectionInfo,
         channel: any Channel,
+        trace: ConnectionTrace? = nil,
         start: @escaping @Sendable (Sink) async -> Stop
     ) -> Response {
         var headers = HTTPFields()
@@ -51,7 +53,11 @@ struct EventStreamResponse {
                     sink.finish()
                 }
             }
-            defer { registry.remove(registration) }
+            registry.logger.debug("event stream opened", metadata: trace.metadata(route: info.route))
+            defer {
+                registry.logger.debug("event stream ended", metadata: trace.metadata(route: info.route))
+                registry.remove(registration)
+            }
             let heartbeat = Heartbeat(every: configuration.heartbeatInterval, sink: sink, eventLoop: channel.eventLoop)
             defer { heartbeat.stop() }
             let stop = await start(sink)

@@ -1,6 +1,7 @@
 import DequeModule
 import DuplexSchema
 import DuplexWire
+import Logging
 import NIOCore
 import NIOWebSocket
 
@@ -62,6 +63,8 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     private let routeMetrics: ServerMetrics.Route
     /// Messages read and sent since they were last added to `routeMetrics`.
     private var tally = MessageTally()
+    /// The client's W3C trace context, for the connection's log lines.
+    private let trace: ConnectionTrace?
     private var registration: UInt64?
     /// Where frames are written (`WebSocketPipeline.wire(for:)`): past NIO's encoder.
     private var wire: ChannelHandlerContext?
@@ -91,8 +94,10 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         registry: ConnectionRegistry,
         service: any EventLoopWebSocketService,
         metrics: ServerMetrics,
+        trace: ConnectionTrace? = nil,
         deflate: DeflateContext? = nil
     ) {
+        self.trace = trace
         self.configuration = configuration
         self.registry = registry
         self.service = service
@@ -113,6 +118,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
                 handler.deliver(command, context: context)
             }
         }
+        registry.logger.debug("WebSocket opened", metadata: trace.metadata(route: service.connectionInfo.route))
         service.start(handler: self, context: context)
         // A read asked for while the upgrade was under way may have been held back by the HTTP
         // upgrade handler: ask again, or a quiet connection would never be read.
@@ -166,6 +172,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     private func finish() {
         routeMetrics.add(&tally)
         if let registration {
+            registry.logger.debug("WebSocket closed", metadata: trace.metadata(route: service.connectionInfo.route))
             registry.remove(registration)
             self.registration = nil
             service.end()
@@ -278,6 +285,10 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     @discardableResult
     private func writeClose(_ code: WebSocketCloseCode?, reason: String, context: ChannelHandlerContext) -> EventLoopFuture<Void> {
         metrics.sentClose(code)
+        registry.logger.debug(
+            "close frame sent",
+            metadata: trace.metadata(route: service.connectionInfo.route).merging(["code": "\(code.map { "\($0.rawValue)" } ?? "none")", "reason": "\(reason)"]) { _, new in new }
+        )
         let payload = WebSocketEngine.closePayload(code, reason: reason, allocator: context.channel.allocator)
         // A control frame's payload is at most 125 bytes: one buffer.
         let (frame, _) = WebSocketFrameBytes.encode(opcode: .connectionClose, payload: payload, allocator: context.channel.allocator)

@@ -55,6 +55,38 @@ struct ServerProcessTests {
         }
     }
 
+    @Test("--log-format json: every line on standard error is one JSON object; a client's traceparent is in its connection's lines; another format is refused")
+    func jsonLogs() async throws {
+        try await withTimeout(.seconds(60)) {
+            let (server, port) = try await Self.start(["--log-format", "json", "--log-level", "debug"])
+            let traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+            let socket = WebSocket(
+                request: WebSocketRequest(
+                    url: URL(string: "ws://127.0.0.1:\(port)/echo")!,
+                    additionalHeaders: ["traceparent": "00-\(traceID)-00f067aa0ba902b7-01"]
+                )
+            )
+            try await socket.connect()
+            _ = try await server.waitForStderr("WebSocket opened")
+            await socket.disconnect()
+            server.signal(SIGTERM)
+            let output = try await server.waitForExit()
+            #expect(output.status == 0)
+            let lines = output.stderr.split(separator: "\n")
+            let objects = lines.compactMap { line in
+                (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any]
+            }
+            #expect(!lines.isEmpty && objects.count == lines.count, "every line is a JSON object: \(output.stderr)")
+            let opened = try #require(objects.first { $0["message"] as? String == "WebSocket opened" })
+            #expect(opened["level"] as? String == "debug" && opened["label"] as? String == "duplex-server" && opened["time"] is String)
+            let metadata = try #require(opened["metadata"] as? [String: Any])
+            #expect(metadata["trace_id"] as? String == traceID && metadata["route"] as? String == "echo")
+            #expect(objects.contains { $0["message"] as? String == "shutting down" })
+            let refused = try await CLIProcess("duplex-server", ["--log-format", "xml"]).waitForExit()
+            #expect(refused.status == 64 && refused.stderr.contains("--log-format must be text or json"), "\(refused)")
+        }
+    }
+
     /// The event-loop threads of a running server, once it has served a connection.
     static func eventLoopThreads(_ server: CLIProcess, port: Int) async throws -> Int {
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connect(host: "127.0.0.1", port: port).get()

@@ -1,0 +1,79 @@
+import DuplexTesting
+import Logging
+import Testing
+
+@testable import DuplexServer
+
+/// A client's W3C `traceparent` in the log lines of its connection.
+@Suite("trace context in the connection's log lines")
+struct TraceLoggingTests {
+    struct Line: Sendable {
+        var message: String
+        var metadata: [String: String]
+    }
+
+    /// A logger at debug level that reports each line it logs on the returned stream.
+    static func watchedLogger() -> (Logger, AsyncStream<Line>) {
+        let (lines, line) = AsyncStream.makeStream(of: Line.self)
+        return (Logger(label: "watched") { _ in LineHandler(line: line) }, lines)
+    }
+
+    struct LineHandler: LogHandler {
+        let line: AsyncStream<Line>.Continuation
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .debug
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+        func log(event: LogEvent) {
+            line.yield(Line(message: "\(event.message)", metadata: (event.metadata ?? [:]).mapValues { "\($0)" }))
+        }
+    }
+
+    static let traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+    static let spanID = "00f067aa0ba902b7"
+    static let traceparent = "traceparent: 00-\(traceID)-\(spanID)-01"
+
+    @Test("a WebSocket upgrade with traceparent: opened, close frame and closed are logged with its trace id and span id; a malformed one is ignored")
+    func webSocket() async throws {
+        try await withTimeout {
+            let (logger, lines) = Self.watchedLogger()
+            try await withDuplexServer(logger: logger) { server in
+                try await TestWebSocket.with(port: server.port, path: "/echo", extraHeaders: [Self.traceparent]) { echo in
+                    try await echo.sendClose(code: 1000)
+                    _ = try await echo.receiveClose()
+                }
+                let opened = try await lines.first(within: .seconds(10)) { $0.message == "WebSocket opened" }
+                #expect(opened.metadata == ["route": "echo", "trace_id": Self.traceID, "parent_span_id": Self.spanID])
+                let close = try await lines.first(within: .seconds(10)) { $0.message == "close frame sent" }
+                #expect(close.metadata["trace_id"] == Self.traceID && close.metadata["code"] == "1000")
+                let closed = try await lines.first(within: .seconds(10)) { $0.message == "WebSocket closed" }
+                #expect(closed.metadata["trace_id"] == Self.traceID)
+
+                try await TestWebSocket.with(port: server.port, path: "/echo", extraHeaders: ["traceparent: 00-not-a-trace-01"]) { echo in
+                    try await echo.sendText("x")
+                    _ = try await echo.receiveText()
+                }
+                let untraced = try await lines.first(within: .seconds(10)) { $0.message == "WebSocket opened" }
+                #expect(untraced.metadata == ["route": "echo"])
+            }
+        }
+    }
+
+    @Test("an SSE request with traceparent: the stream's log lines carry it")
+    func eventStream() async throws {
+        try await withTimeout {
+            let (logger, lines) = Self.watchedLogger()
+            try await withDuplexServer(logger: logger) { server in
+                try await TestHTTPResponse.get(port: server.port, "/events?interval=10", headers: [("traceparent", "00-\(Self.traceID)-\(Self.spanID)-01")]) { stream in
+                    _ = try await stream.nextEvent()
+                }
+                let opened = try await lines.first(within: .seconds(10)) { $0.message == "event stream opened" }
+                #expect(opened.metadata == ["route": "events", "trace_id": Self.traceID, "parent_span_id": Self.spanID])
+                let ended = try await lines.first(within: .seconds(10)) { $0.message == "event stream ended" }
+                #expect(ended.metadata["trace_id"] == Self.traceID)
+            }
+        }
+    }
+}
