@@ -40,7 +40,7 @@ public final class DuplexServer: Service, Sendable {
     public let configuration: DuplexServerConfiguration
     let logger: Logger
     /// What the server counts, for `GET /metrics`.
-    let metrics = ServerMetrics()
+    let metrics: ServerMetrics
     let connections: ConnectionRegistry
     /// Per event loop: the chat members' writers with frames to write, and the zlib streams
     /// the connections that compress share.
@@ -68,6 +68,8 @@ public final class DuplexServer: Service, Sendable {
     public init(configuration: DuplexServerConfiguration = .init(), logger: Logger = Logger(label: "duplex-server")) {
         self.configuration = configuration
         self.logger = logger
+        let metrics = ServerMetrics()
+        self.metrics = metrics
         switch configuration.store {
         case .memory:
             self.rooms = ChatRooms(
@@ -83,7 +85,8 @@ public final class DuplexServer: Service, Sendable {
                 historyBytesLimit: configuration.historyBytesLimit,
                 totalHistoryBytesLimit: configuration.totalHistoryBytesLimit,
                 maxRooms: configuration.maxRooms,
-                logger: logger
+                logger: logger,
+                metrics: metrics.store
             )
         }
         self.channels = ChannelTracker(limit: configuration.maxConnections)

@@ -118,6 +118,7 @@ final class ChatMemberService: EventLoopWebSocketService {
                 return store.leave(subscription, member: member, from: room)
             }
             membership = (room, subscription, member)
+            server.metrics.chat.joined(recovered: subscription.recovered, epochChanged: join.epoch.map { $0 != room.epoch } ?? false)
             do {
                 writer.start(with: try DuplexServer.firstFrames(join, session: session, token: token, room: room, subscription: subscription))
             } catch {
@@ -229,6 +230,7 @@ final class ChatMemberService: EventLoopWebSocketService {
     private func recorded(_ result: Result<ChatRoom.SayResult, any Error>, say: ChatSay, in room: ChatRoom) -> Bool {
         switch result {
         case .success(let outcome):
+            server.metrics.chat.answered(outcome)
             reply(DuplexServer.ack(say, outcome), in: room)
             return true
         case .failure(let error as ChatStoreUnavailable):

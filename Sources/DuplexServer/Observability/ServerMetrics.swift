@@ -57,6 +57,68 @@ final class ServerMetrics: Sendable {
         }
     }
 
+    /// The chat rooms' counters, whichever store holds them.
+    struct Chat: Sendable {
+        /// Messages recorded (numbered and kept), and resends answered as duplicates.
+        let recorded: Counter
+        let duplicates: Counter
+        /// Joins with `since` whose history was all there, or was not.
+        let resumesRecovered: Counter
+        let resumesNotRecovered: Counter
+        /// Joins with an `epoch` the room no longer has (history reset meanwhile).
+        let epochChanges: Counter
+
+        /// The store answered a message: recorded, or a resend of one it had.
+        func answered(_ outcome: ChatRoom.SayResult) {
+            switch outcome {
+            case .accepted: recorded.increment()
+            case .duplicate: duplicates.increment()
+            }
+        }
+
+        /// A member joined: `recovered` says whether a resume (`since`) found its history (nil:
+        /// not a resume); `epochChanged`, whether it asked for an epoch the room no longer has.
+        func joined(recovered: Bool?, epochChanged: Bool) {
+            switch recovered {
+            case true?: resumesRecovered.increment()
+            case false?: resumesNotRecovered.increment()
+            case nil: break
+            }
+            if epochChanged { epochChanges.increment() }
+        }
+    }
+
+    /// The PostgreSQL store's counters.
+    struct Store: Sendable {
+        /// Each group commit's duration, and the messages in it.
+        let commitDuration: CoreMetrics.Timer
+        let commitMessages: Recorder
+        /// Times the database connection was lost (and reconnecting began).
+        let reconnections: Counter
+        /// Events read back from the table to catch a room up (after a gap, a reconnection).
+        let caughtUpEvents: Counter
+
+        /// A group commit of `messages` took `duration` (failed ones included).
+        func committed(messages: Int, in duration: Duration) {
+            let (seconds, attoseconds) = duration.components
+            commitDuration.recordNanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+            commitMessages.record(messages)
+        }
+
+        /// The database connection was lost.
+        func lostConnection() {
+            reconnections.increment()
+        }
+
+        /// `count` events were read back from the table to catch a room up.
+        func caughtUp(_ count: Int) {
+            caughtUpEvents.increment(by: count)
+        }
+    }
+
+    let chat: Chat
+    let store: Store
+
     /// The registry `GET /metrics` writes out.
     let registry = PrometheusCollectorRegistry()
     private let routes: [String: Route]
@@ -67,6 +129,9 @@ final class ServerMetrics: Sendable {
     private let otherRefusal: Counter
     private let faultsInjected: [String: Counter]
     private let slowConsumersCut: Counter
+    private let closeCodesReceivedByCode: [UInt16: Counter]
+    private let otherCloseCodeReceived: Counter
+    private let noCloseCodeReceived: Counter
     private let residentMemory: Gauge
     private let openFiles: Gauge
 
@@ -101,6 +166,29 @@ final class ServerMetrics: Sendable {
             uniqueKeysWithValues: Self.faults.map { ($0, Counter(label: "duplex_faults_injected_total", dimensions: [("fault", $0)], factory: factory)) }
         )
         slowConsumersCut = Counter(label: "duplex_slow_consumers_cut_total", factory: factory)
+        func resumes(_ recovered: String) -> Counter {
+            Counter(label: "duplex_chat_resumes_total", dimensions: [("recovered", recovered)], factory: factory)
+        }
+        chat = Chat(
+            recorded: Counter(label: "duplex_chat_messages_recorded_total", factory: factory),
+            duplicates: Counter(label: "duplex_chat_duplicate_says_total", factory: factory),
+            resumesRecovered: resumes("true"),
+            resumesNotRecovered: resumes("false"),
+            epochChanges: Counter(label: "duplex_chat_epoch_changes_total", factory: factory)
+        )
+        store = Store(
+            commitDuration: CoreMetrics.Timer(label: "duplex_store_commit_seconds", preferredDisplayUnit: .seconds, factory: factory),
+            commitMessages: Recorder(label: "duplex_store_commit_messages", factory: factory),
+            reconnections: Counter(label: "duplex_store_reconnections_total", factory: factory),
+            caughtUpEvents: Counter(label: "duplex_store_caught_up_events_total", factory: factory)
+        )
+        closeCodesReceivedByCode = Dictionary(
+            uniqueKeysWithValues: Self.closeCodes.map {
+                ($0, Counter(label: "duplex_close_codes_received_total", dimensions: [("code", String($0))], factory: factory))
+            }
+        )
+        otherCloseCodeReceived = Counter(label: "duplex_close_codes_received_total", dimensions: [("code", "other")], factory: factory)
+        noCloseCodeReceived = Counter(label: "duplex_close_codes_received_total", dimensions: [("code", "none")], factory: factory)
         residentMemory = Gauge(label: "duplex_process_resident_memory_bytes", factory: factory)
         openFiles = Gauge(label: "duplex_process_open_fds", factory: factory)
     }
@@ -126,6 +214,12 @@ final class ServerMetrics: Sendable {
     func sentClose(_ code: WebSocketCloseCode?) {
         guard let code else { return }
         (closeCodesSent[code.rawValue] ?? otherCloseCodeSent).increment()
+    }
+
+    /// A client's close frame arrived with `code` (nil: an empty close frame).
+    func receivedClose(_ code: WebSocketCloseCode?) {
+        guard let code else { return noCloseCodeReceived.increment() }
+        (closeCodesReceivedByCode[code.rawValue] ?? otherCloseCodeReceived).increment()
     }
 
     /// The server refused an HTTP request or connection with `status`.

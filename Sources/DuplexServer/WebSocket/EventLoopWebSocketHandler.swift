@@ -233,9 +233,11 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         case .pongReceived:
             break
         case .replyToClose(let code, _):
+            metrics.receivedClose(code)
             closing(context: context)
             closeAfter(writeClose(code, reason: "", context: context), context: context)
-        case .closeHandshakeDone:
+        case .closeHandshakeDone(let code, _):
+            metrics.receivedClose(code)
             context.close(promise: nil)
         case .sendClose(let code, let reason):
             closing(context: context)

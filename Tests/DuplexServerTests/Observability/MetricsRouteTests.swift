@@ -78,6 +78,7 @@ struct MetricsRouteTests {
                 let after = try await Self.scrape(server.port) { $0[#"duplex_connections_open{route="echo"}"#] == 0 }
                 #expect(after[#"duplex_connections_total{route="echo"}"#] == 1)
                 #expect(after[#"duplex_close_codes_sent_total{code="1000"}"#] == 1, "the server's answer to the client's close")
+                #expect(after[#"duplex_close_codes_received_total{code="1000"}"#] == 1, "the client's close")
             }
         }
     }
@@ -90,12 +91,22 @@ struct MetricsRouteTests {
                     _ = try await alice.receiveText()  // welcome
                     try await TestWebSocket.with(port: server.port, path: "/chat/metrics?name=bob") { bob in
                         _ = try await bob.receiveText()  // welcome
-                        try await alice.sendText(#"{"type":"say","text":"hi"}"#)
+                        try await alice.sendText(#"{"type":"say","clientMessageId":"a1","text":"hi"}"#)
                         // bob: his welcome, alice's say; alice: her welcome, bob's join, her say, its ack.
                         let scrape = try await Self.scrape(server.port) { ($0[#"duplex_messages_total{route="chat",direction="out"}"#] ?? 0) >= 6 }
                         #expect(scrape[#"duplex_messages_total{route="chat",direction="in"}"#] == 1)
                         #expect(scrape[#"duplex_connections_open{route="chat"}"#] == 2)
                     }
+                }
+                // A resend (the same clientMessageId) is a duplicate; a resume with since finds its history.
+                try await TestWebSocket.with(port: server.port, path: "/chat/metrics?name=carol&since=0") { carol in
+                    _ = try await carol.receiveText()  // welcome
+                    for _ in 0..<2 { try await carol.sendText(#"{"type":"say","clientMessageId":"c1","text":"once"}"#) }
+                    let scrape = try await Self.scrape(server.port) { ($0["duplex_chat_duplicate_says_total"] ?? 0) >= 1 }
+                    #expect(scrape["duplex_chat_messages_recorded_total"] == 2, "alice's and carol's first")
+                    #expect(scrape["duplex_chat_duplicate_says_total"] == 1)
+                    #expect(scrape[#"duplex_chat_resumes_total{recovered="true"}"#] == 1)
+                    #expect(scrape[#"duplex_chat_resumes_total{recovered="false"}"#] == 0)
                 }
                 try await TestHTTPResponse.get(port: server.port, "/events?interval=10") { stream in
                     for _ in 0..<3 { _ = try await stream.nextEvent() }

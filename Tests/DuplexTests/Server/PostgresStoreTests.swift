@@ -146,6 +146,11 @@ struct PostgresStoreTests {
                 let commits = try #require(Self.commits(in: health), "\(health)")
                 #expect(commits.messages == 2 * count, "\(health)")
                 #expect(commits.batches < commits.messages && commits.largest > 1, "messages shared commits: \(health)")
+                // GET /metrics counts the same commits: their number, the messages in them, the messages recorded.
+                let metrics = try await HTTPProbe.get(port: port, "/metrics")
+                #expect(Self.sample("duplex_store_commit_seconds_count", in: metrics) == Double(commits.batches), "\(metrics)")
+                #expect(Self.sample("duplex_store_commit_messages_sum", in: metrics) == Double(2 * count))
+                #expect(Self.sample("duplex_chat_messages_recorded_total", in: metrics) == Double(2 * count))
                 // The same 64 again (a client that resends after a reconnection): all duplicates.
                 try await sendAll(alice)
                 let (_, again) = try await alice.messagesAndAcks(until: count)
@@ -155,6 +160,14 @@ struct PostgresStoreTests {
                 node.signal(SIGTERM)
             }
         }
+    }
+
+    /// The value of `series` (`name` or `name{labels}`, as written) in a `GET /metrics` answer.
+    static func sample(_ series: String, in exposition: String) -> Double? {
+        for line in exposition.split(separator: "\n") where line.hasPrefix(series + " ") {
+            return Double(line.dropFirst(series.count + 1))
+        }
+        return nil
     }
 
     /// The `commits` counters of a node's `/health`.
@@ -366,6 +379,8 @@ struct PostgresStoreTests {
                 #expect(fromBob.missed == 0 && fromBob.resets == 0 && fromBob.inSeqOrder)
                 let health = try await HTTPProbe.get(port: portA, "/health")
                 #expect(health.contains(#""listening":true"#) && !health.contains(#""reconnections":0"#), "\(health)")
+                let metrics = try await HTTPProbe.get(port: portA, "/metrics")
+                #expect((Self.sample("duplex_store_reconnections_total", in: metrics) ?? 0) >= 1, "\(metrics)")
                 await alice.leave()
                 await bob.leave()
                 a.signal(SIGTERM)
@@ -402,6 +417,8 @@ struct PostgresStoreTests {
                 #expect(seen.inSeqOrder && seen.missed == 0 && seen.resets == 0)
                 let health = try await HTTPProbe.get(port: portB, "/health")
                 #expect(health.contains(#""listening":true"#) && !health.contains(#""caughtUpEvents":0,"#), "\(health)")
+                let metrics = try await HTTPProbe.get(port: portB, "/metrics")
+                #expect((Self.sample("duplex_store_caught_up_events_total", in: metrics) ?? 0) >= 10, "\(metrics)")
                 await alice.leave()
                 await bob.leave()
                 await proxy.stop()

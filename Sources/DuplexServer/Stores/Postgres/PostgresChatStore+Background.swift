@@ -77,6 +77,7 @@ extension PostgresChatStore {
             return first
         }
         if first {
+            metrics.lostConnection()
             logger.error("lost the database connection; reconnecting (members cannot post until it is back)", metadata: ["store": "\(configuration.redactedURL)", "error": "\(error)"])
         }
     }

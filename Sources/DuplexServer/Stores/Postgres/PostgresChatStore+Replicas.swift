@@ -186,6 +186,7 @@ extension PostgresChatStore {
                 room.apply(events)
             }
             state.withLockedValue { $0.caughtUpEvents += events.count }
+            metrics.caughtUp(events.count)
             if events.count < batch { return }
         }
     }

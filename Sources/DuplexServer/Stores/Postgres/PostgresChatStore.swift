@@ -37,6 +37,8 @@ final class PostgresChatStore: ChatStore {
     let node: String
     let client: PostgresClient
     let logger: Logger
+    /// Where commits, reconnections and catch-ups are counted (`GET /metrics`).
+    let metrics: ServerMetrics.Store
     let historyLimit: Int
     let historyBytesLimit: Int
     let maxRooms: Int
@@ -70,8 +72,17 @@ final class PostgresChatStore: ChatStore {
     /// The says waiting for the next group commit.
     let batcher = PostgresSayBatcher()
 
-    init(configuration: PostgresStoreConfiguration, historyLimit: Int, historyBytesLimit: Int, totalHistoryBytesLimit: Int, maxRooms: Int, logger: Logger) {
+    init(
+        configuration: PostgresStoreConfiguration,
+        historyLimit: Int,
+        historyBytesLimit: Int,
+        totalHistoryBytesLimit: Int,
+        maxRooms: Int,
+        logger: Logger,
+        metrics: ServerMetrics.Store
+    ) {
         self.configuration = configuration
+        self.metrics = metrics
         self.node = randomBase64URL(bytes: 9)
         self.logger = logger
         self.historyLimit = max(historyLimit, 0)
@@ -144,7 +155,13 @@ final class PostgresChatStore: ChatStore {
                 await withDiscardingTaskGroup { group in
                     group.addTask { await self.listen() }
                     group.addTask { await self.heartbeat() }
-                    group.addTask { await self.batcher.run(commit: self.commit) }
+                    group.addTask {
+                        await self.batcher.run { items in
+                            let start = ContinuousClock.now
+                            defer { self.metrics.committed(messages: items.count, in: ContinuousClock.now - start) }
+                            return try await self.commit(items)
+                        }
+                    }
                 }
             }
         }
