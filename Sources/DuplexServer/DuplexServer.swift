@@ -92,6 +92,7 @@ public final class DuplexServer: Service, Sendable {
         self.channels = ChannelTracker(limit: configuration.maxConnections)
         self.connections = ConnectionRegistry(metrics: metrics, logger: logger)
         self.writerDrains = WriterDrains(metrics: metrics.route("chat"))
+        metrics.roomSource.withLockedValue { $0 = rooms }
     }
 
     /// Listens and serves until cancelled or gracefully shut down.

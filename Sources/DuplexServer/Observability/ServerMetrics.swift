@@ -1,6 +1,7 @@
 import CoreMetrics
 import DuplexSchema
 import Foundation
+import NIOConcurrencyHelpers
 import class Prometheus.PrometheusCollectorRegistry
 import struct Prometheus.PrometheusMetricsFactory
 
@@ -134,6 +135,10 @@ final class ServerMetrics: Sendable {
     private let noCloseCodeReceived: Counter
     private let residentMemory: Gauge
     private let openFiles: Gauge
+    private let rooms: Gauge
+    private let historyBytes: Gauge
+    /// Where the room gauges are read at each scrape: the server's store, set once it exists.
+    let roomSource = NIOLockedValueBox<(any ChatStore)?>(nil)
 
     init() {
         let factory = PrometheusMetricsFactory(registry: registry)
@@ -191,6 +196,8 @@ final class ServerMetrics: Sendable {
         noCloseCodeReceived = Counter(label: "duplex_close_codes_received_total", dimensions: [("code", "none")], factory: factory)
         residentMemory = Gauge(label: "duplex_process_resident_memory_bytes", factory: factory)
         openFiles = Gauge(label: "duplex_process_open_fds", factory: factory)
+        rooms = Gauge(label: "duplex_chat_rooms", factory: factory)
+        historyBytes = Gauge(label: "duplex_chat_history_bytes", factory: factory)
     }
 
     /// The counters of `route` (``ConnectionInfo/route``); `other` for a route not in ``routes``.
@@ -242,6 +249,10 @@ final class ServerMetrics: Sendable {
         let process = Self.processUsage()
         if let bytes = process.residentBytes { residentMemory.record(bytes) }
         if let files = process.openFiles { openFiles.record(files) }
+        if let store = roomSource.withLockedValue({ $0 }) {
+            rooms.record(store.roomCount)
+            historyBytes.record(store.historyBytes)
+        }
         return registry.emitToBuffer()
     }
 

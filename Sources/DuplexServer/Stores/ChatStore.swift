@@ -68,6 +68,9 @@ protocol ChatStore: Sendable {
 
     /// What the store reports in `GET /health`: a JSON object.
     var healthJSON: String { get }
+    /// The rooms this server holds now, and the bytes of history they keep (`GET /metrics`).
+    var roomCount: Int { get }
+    var historyBytes: Int { get }
 }
 
 extension ChatStore {

@@ -107,6 +107,8 @@ struct MetricsRouteTests {
                     #expect(scrape["duplex_chat_duplicate_says_total"] == 1)
                     #expect(scrape[#"duplex_chat_resumes_total{recovered="true"}"#] == 1)
                     #expect(scrape[#"duplex_chat_resumes_total{recovered="false"}"#] == 0)
+                    #expect(scrape["duplex_chat_rooms"] == 1)
+                    #expect((scrape["duplex_chat_history_bytes"] ?? 0) > 0)
                 }
                 try await TestHTTPResponse.get(port: server.port, "/events?interval=10") { stream in
                     for _ in 0..<3 { _ = try await stream.nextEvent() }

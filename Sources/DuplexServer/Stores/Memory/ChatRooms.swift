@@ -149,4 +149,6 @@ extension ChatRooms: ChatStore {
     func run() async {}
 
     var healthJSON: String { #"{"kind":"memory","rooms":\#(count)}"# }
+    var roomCount: Int { count }
+    var historyBytes: Int { budget.bytes }
 }

@@ -167,6 +167,9 @@ final class PostgresChatStore: ChatStore {
         }
     }
 
+    var roomCount: Int { state.withLockedValue { $0.replicas.count } }
+    var historyBytes: Int { budget.bytes }
+
     var healthJSON: String {
         let (listening, reconnections, lastError, caughtUp, rooms) = state.withLockedValue {
             ($0.listening, $0.reconnections, $0.lastError, $0.caughtUpEvents, $0.replicas.count)
