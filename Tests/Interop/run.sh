@@ -71,7 +71,9 @@ timeout 30 python3 "$here/metrics_check.py" "$port" \
     'duplex_connections_total{route="echo"}>=1' 'duplex_messages_total{route="echo",direction="in"}>=1' \
     'duplex_messages_total{route="echo",direction="out"}>=1' 'duplex_connections_total{route="chat"}>=1' \
     'duplex_messages_total{route="events",direction="out"}>=5' 'duplex_close_codes_sent_total{code="1009"}>=1' \
-    'duplex_process_resident_memory_bytes>=1000000'
+    'duplex_process_resident_memory_bytes>=1000000' \
+    'duplex_compression_bytes_total{direction="in",form="compressed"}>=1' \
+    'duplex_compression_bytes_total{direction="out",form="uncompressed"}>=1'
 
 # Graceful shutdown: a connected client gets 1001 and the server exits 0.
 python3 "$here/websockets_client.py" "$port" wait_for_shutdown >"$work/waiter" 2>&1 &

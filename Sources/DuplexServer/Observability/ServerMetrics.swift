@@ -37,6 +37,8 @@ final class ServerMetrics: Sendable {
         let messagesOut: Counter
         let bytesIn: Counter
         let bytesOut: Counter
+        /// permessage-deflate's bytes, each way, as they went on the wire and uncompressed.
+        let compression: Compression
 
         /// One message of `bytes` bytes went out.
         func sent(bytes: Int) {
@@ -54,8 +56,25 @@ final class ServerMetrics: Sendable {
                 messagesOut.increment(by: tally.messagesOut)
                 bytesOut.increment(by: tally.bytesOut)
             }
+            if tally.compressedIn > 0 {
+                compression.compressedIn.increment(by: tally.compressedIn)
+                compression.uncompressedIn.increment(by: tally.inflatedIn)
+            }
+            if tally.compressedOut > 0 {
+                compression.compressedOut.increment(by: tally.compressedOut)
+                compression.uncompressedOut.increment(by: tally.deflatedOut)
+            }
             tally = MessageTally()
         }
+    }
+
+    /// The bytes of compressed messages (permessage-deflate), each way: on the wire, and
+    /// uncompressed. Their ratio is what compression saved.
+    struct Compression: Sendable {
+        let compressedIn: Counter
+        let uncompressedIn: Counter
+        let compressedOut: Counter
+        let uncompressedOut: Counter
     }
 
     /// The chat rooms' counters, whichever store holds them.
@@ -142,6 +161,12 @@ final class ServerMetrics: Sendable {
 
     init() {
         let factory = PrometheusMetricsFactory(registry: registry)
+        let compression = Compression(
+            compressedIn: Counter(label: "duplex_compression_bytes_total", dimensions: [("direction", "in"), ("form", "compressed")], factory: factory),
+            uncompressedIn: Counter(label: "duplex_compression_bytes_total", dimensions: [("direction", "in"), ("form", "uncompressed")], factory: factory),
+            compressedOut: Counter(label: "duplex_compression_bytes_total", dimensions: [("direction", "out"), ("form", "compressed")], factory: factory),
+            uncompressedOut: Counter(label: "duplex_compression_bytes_total", dimensions: [("direction", "out"), ("form", "uncompressed")], factory: factory)
+        )
         func route(_ name: String) -> Route {
             func counter(_ label: String, _ direction: String) -> Counter {
                 Counter(label: label, dimensions: [("route", name), ("direction", direction)], factory: factory)
@@ -152,7 +177,8 @@ final class ServerMetrics: Sendable {
                 messagesIn: counter("duplex_messages_total", "in"),
                 messagesOut: counter("duplex_messages_total", "out"),
                 bytesIn: counter("duplex_message_bytes_total", "in"),
-                bytesOut: counter("duplex_message_bytes_total", "out")
+                bytesOut: counter("duplex_message_bytes_total", "out"),
+                compression: compression
             )
         }
         routes = Dictionary(uniqueKeysWithValues: Self.routes.map { ($0, route($0)) })
@@ -297,4 +323,10 @@ struct MessageTally: Sendable {
     var bytesIn = 0
     var messagesOut = 0
     var bytesOut = 0
+    /// permessage-deflate: the compressed bytes of the messages that came or went compressed,
+    /// and the same messages' bytes uncompressed.
+    var compressedIn = 0
+    var inflatedIn = 0
+    var compressedOut = 0
+    var deflatedOut = 0
 }

@@ -255,17 +255,13 @@ final class ChannelTextWriter: Sendable {
             return false
         }
         let context = outlet.context
+        var tally = MessageTally()
         if let single {
-            context.write(NIOAny(outgoing(single)), promise: nil)
-            drains.wrote(messages: 1, bytes: ServerTextFrame.payloadLength(of: single.frame))
+            write(single, to: context, counting: &tally)
         } else {
-            var bytes = 0
-            for item in batch {
-                context.write(NIOAny(outgoing(item)), promise: nil)
-                bytes += ServerTextFrame.payloadLength(of: item.frame)
-            }
-            drains.wrote(messages: batch.count, bytes: bytes)
+            for item in batch { write(item, to: context, counting: &tally) }
         }
+        drains.wrote(tally)
         context.flush()
         let again = state.withLockedValue { state -> Bool in
             state.draining = false
@@ -276,19 +272,32 @@ final class ChannelTextWriter: Sendable {
         return again
     }
 
-    /// The frame to write for `item`: compressed when the connection agreed to permessage-deflate
-    /// and the text reaches the threshold; on the event loop, whose compressor it uses.
-    private func outgoing(_ item: Item) -> ByteBuffer {
-        guard let deflate else { return item.frame }
+    /// Writes `item`, compressed when it should be (``compressed(_:)``), counting it in `tally`.
+    private func write(_ item: Item, to context: ChannelHandlerContext, counting tally: inout MessageTally) {
+        let size = ServerTextFrame.payloadLength(of: item.frame)
+        tally.messagesOut += 1
+        tally.bytesOut += size
+        if let compressed = compressed(item) {
+            tally.deflatedOut += size
+            tally.compressedOut += ServerTextFrame.payloadLength(of: compressed)
+            context.write(NIOAny(compressed), promise: nil)
+        } else {
+            context.write(NIOAny(item.frame), promise: nil)
+        }
+    }
+
+    /// `item`'s frame compressed, when the connection agreed to permessage-deflate and the text
+    /// reaches the threshold (nil: it goes as it is); on the event loop, whose compressor it uses.
+    private func compressed(_ item: Item) -> ByteBuffer? {
+        guard let deflate else { return nil }
         let payload = ServerTextFrame.payload(of: item.frame)
         let agreement = deflate.agreement
-        guard payload.readableBytes >= agreement.minimumBytes, agreement.sendWindowBits >= 9 else { return item.frame }
+        guard payload.readableBytes >= agreement.minimumBytes, agreement.sendWindowBits >= 9 else { return nil }
         let make = { () -> ByteBuffer? in
             deflate.zlib.deflate(payload, windowBits: agreement.sendWindowBits, dictionary: nil, allocator: self.channel.allocator)
                 .map { ServerTextFrame.encode(payload: $0, compressed: true) }
         }
-        let compressed = item.deflated.map { $0.frame(windowBits: agreement.sendWindowBits, make: make) } ?? make()
-        return compressed ?? item.frame
+        return item.deflated.map { $0.frame(windowBits: agreement.sendWindowBits, make: make) } ?? make()
     }
 }
 

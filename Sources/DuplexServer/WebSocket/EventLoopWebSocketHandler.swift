@@ -227,7 +227,10 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
             }
         case .inflate(let opcode, let payload):
             guard deflate != nil else { return }
-            perform(engine.inflate(opcode, payload, with: &deflate!, allocator: context.channel.allocator), context: context)
+            tally.compressedIn += payload.readableBytes
+            let inflated = engine.inflate(opcode, payload, with: &deflate!, allocator: context.channel.allocator)
+            if case .deliver(_, let message) = inflated { tally.inflatedIn += message.readableBytes }
+            perform(inflated, context: context)
         case .sendPong(let payload):
             write(.pong, payload, context: context)
         case .pongReceived:
@@ -271,7 +274,12 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         tally.messagesOut += 1
         tally.bytesOut += message.readableBytes
         if deflate != nil {
+            let size = message.readableBytes
             let (payload, compressed) = deflate!.deflate(message, allocator: context.channel.allocator)
+            if compressed {
+                tally.deflatedOut += size
+                tally.compressedOut += payload.readableBytes
+            }
             write(opcode, payload, rsv1: compressed, context: context)
         } else {
             write(opcode, consume message, context: context)

@@ -46,10 +46,12 @@ final class LoopDrains: Sendable {
         return true
     }
 
-    /// On the loop: a writer wrote `messages` frames carrying `bytes` bytes of text.
-    func wrote(messages: Int, bytes: Int) {
-        tick.value.written.messagesOut += messages
-        tick.value.written.bytesOut += bytes
+    /// On the loop: a writer wrote what `tally` counts.
+    func wrote(_ tally: MessageTally) {
+        tick.value.written.messagesOut += tally.messagesOut
+        tick.value.written.bytesOut += tally.bytesOut
+        tick.value.written.compressedOut += tally.compressedOut
+        tick.value.written.deflatedOut += tally.deflatedOut
         endTurnSoon()
     }
 

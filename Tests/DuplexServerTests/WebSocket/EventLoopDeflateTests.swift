@@ -143,6 +143,13 @@ struct EventLoopDeflateTests {
                     try await socket.sendText("tiny")
                     let tiny = try await socket.receiveFrame()
                     #expect(!tiny.rsv1 && tiny.text == "tiny", "under the threshold: uncompressed")
+                    // GET /metrics: the compressed messages' bytes each way, on the wire and uncompressed.
+                    let total = Double(Self.messages.map(\.utf8.count).reduce(0, +))
+                    let scrape = try await MetricsRouteTests.scrape(server.port)
+                    #expect(scrape[#"duplex_compression_bytes_total{direction="in",form="uncompressed"}"#] == total)
+                    #expect(scrape[#"duplex_compression_bytes_total{direction="out",form="uncompressed"}"#] == total, "\"tiny\" went uncompressed: not counted")
+                    #expect((scrape[#"duplex_compression_bytes_total{direction="in",form="compressed"}"#] ?? 0) > 0)
+                    #expect((scrape[#"duplex_compression_bytes_total{direction="out",form="compressed"}"#] ?? 0) > 0)
                 }
                 try await TestWebSocket.with(port: server.port, path: "/echo", extraHeaders: offer) { socket in
                     try await socket.sendFrame(fin: false, opcode: 0x1, payload: Array("a".utf8))
