@@ -51,6 +51,8 @@ let package = Package(
         // The server's `GET /metrics`: counters through swift-metrics, exposed by swift-prometheus.
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        // Spans for WebSocket connections and SSE streams (already a dependency of Hummingbird).
+        .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.3"),
         // A client's W3C `traceparent`, parsed into the server's log metadata.
         .package(url: "https://github.com/swift-otel/swift-w3c-trace-context.git", from: "1.0.0"),
         // Tests only: to parse docker-compose.yml.
@@ -146,6 +148,7 @@ let package = Package(
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -350,6 +353,8 @@ let package = Package(
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "CompressNIO", package: "compress-nio"),
                 .product(name: "Logging", package: "swift-log"),
+                // A test tracer for the connections' spans.
+                .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -88,10 +88,16 @@ extension DuplexServer {
     /// there too, with its error frame and close code). Nil refuses the upgrade (400).
     func webSocketService(for request: Request) -> (HTTPFields, WebSocketService)? {
         let path = request.uri.path
-        let trace = ConnectionTrace(request.headers)
+        let requestHeaders = request.headers
         if path == "/echo" {
             let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: configuration.echoSubprotocols)
-            return (headers, WebSocketService { channel, deflate in try self.installEventLoopService(EchoService.shared, on: channel, deflate: deflate, trace: trace) })
+            return (
+                headers,
+                WebSocketService { channel, deflate in
+                    let trace = ConnectionTrace(requestHeaders, route: "echo", tracer: self.activeTracer)
+                    try self.installEventLoopService(EchoService.shared, on: channel, deflate: deflate, trace: trace)
+                }
+            )
         }
         guard path.hasPrefix("/chat/") else { return nil }
         let roomName = String(path.dropFirst("/chat/".count))
@@ -101,6 +107,7 @@ extension DuplexServer {
         return (
             headers,
             WebSocketService { channel, agreement in
+                let trace = ConnectionTrace(requestHeaders, route: "chat", tracer: self.activeTracer)
                 let drains = self.writerDrains.drains(for: channel.eventLoop)
                 let writer = ChannelTextWriter(
                     channel: channel,

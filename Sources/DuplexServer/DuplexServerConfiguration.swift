@@ -1,4 +1,5 @@
 public import DuplexSchema
+public import Tracing
 
 /// Everything a ``DuplexServer`` can be told. Every field has a default suited to local testing.
 ///
@@ -89,6 +90,11 @@ public struct DuplexServerConfiguration: Sendable {
     /// TLS only (`https://`, `wss://`), with client certificates and the TLS fault listeners
     /// if it asks for them. ``DuplexServerTLS/selfSigned(hosts:)`` makes a CA and a certificate.
     public var tls: DuplexServerTLS?
+    /// Where each WebSocket connection and SSE stream reports a span, from its upgrade or request
+    /// to its end (with its route and close code), a child of the trace context the request
+    /// carried as the tracer reads it (swift-otel's propagator reads W3C `traceparent`). Default
+    /// nil: `InstrumentationSystem.tracer`, none until the application bootstraps one.
+    public var tracer: (any Tracer)? = nil
 
     /// Creates a configuration; every argument has a default.
     public init(

@@ -29,7 +29,7 @@ extension DuplexServer {
         return EventStreamResponse(server: self).response(
             info: .init(kind: .eventStream, route: "events"),
             channel: context.channel,
-            trace: ConnectionTrace(request.headers)
+            trace: ConnectionTrace(request.headers, route: "events", tracer: activeTracer)
         ) { sink in
             let source = TickSource(ticks: ticks, intervalMilliseconds: period, first: first, sink: sink, eventLoop: eventLoop)
             return source.stop
@@ -55,7 +55,7 @@ extension DuplexServer {
         return EventStreamResponse(server: self).response(
             info: .init(kind: .eventStream, route: "chat-events", room: roomName),
             channel: context.channel,
-            trace: ConnectionTrace(request.headers)
+            trace: ConnectionTrace(request.headers, route: "chat-events", tracer: activeTracer)
         ) { sink -> EventStreamResponse.Stop in
             let subscriber = RoomSubscriber(
                 member: nil,

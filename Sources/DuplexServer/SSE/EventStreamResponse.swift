@@ -55,6 +55,7 @@ struct EventStreamResponse {
             }
             registry.logger.debug("event stream opened", metadata: trace.metadata(route: info.route))
             defer {
+                trace?.end()
                 registry.logger.debug("event stream ended", metadata: trace.metadata(route: info.route))
                 registry.remove(registration)
             }

@@ -172,6 +172,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     private func finish() {
         routeMetrics.add(&tally)
         if let registration {
+            trace?.end()
             registry.logger.debug("WebSocket closed", metadata: trace.metadata(route: service.connectionInfo.route))
             registry.remove(registration)
             self.registration = nil
@@ -237,10 +238,12 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
             break
         case .replyToClose(let code, _):
             metrics.receivedClose(code)
+            trace?.receivedClose(code)
             closing(context: context)
             closeAfter(writeClose(code, reason: "", context: context), context: context)
         case .closeHandshakeDone(let code, _):
             metrics.receivedClose(code)
+            trace?.receivedClose(code)
             context.close(promise: nil)
         case .sendClose(let code, let reason):
             closing(context: context)
@@ -295,6 +298,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     @discardableResult
     private func writeClose(_ code: WebSocketCloseCode?, reason: String, context: ChannelHandlerContext) -> EventLoopFuture<Void> {
         metrics.sentClose(code)
+        trace?.sentClose(code)
         registry.logger.debug(
             "close frame sent",
             metadata: trace.metadata(route: service.connectionInfo.route).merging(["code": "\(code.map { "\($0.rawValue)" } ?? "none")", "reason": "\(reason)"]) { _, new in new }

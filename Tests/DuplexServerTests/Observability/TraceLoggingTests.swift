@@ -1,11 +1,13 @@
 import DuplexTesting
+import InMemoryTracing
 import Logging
+import Tracing
 import Testing
 
 @testable import DuplexServer
 
 /// A client's W3C `traceparent` in the log lines of its connection.
-@Suite("trace context in the connection's log lines")
+@Suite("trace context: the connection's log lines and spans")
 struct TraceLoggingTests {
     struct Line: Sendable {
         var message: String
@@ -73,6 +75,37 @@ struct TraceLoggingTests {
                 #expect(opened.metadata == ["route": "events", "trace_id": Self.traceID, "parent_span_id": Self.spanID])
                 let ended = try await lines.first(within: .seconds(10)) { $0.message == "event stream ended" }
                 #expect(ended.metadata["trace_id"] == Self.traceID)
+            }
+        }
+    }
+
+    @Test("with a tracer: each WebSocket and SSE stream reports a span, a child of the request's context, with its route and close codes")
+    func spans() async throws {
+        try await withTimeout {
+            let tracer = InMemoryTracer()
+            var configuration = DuplexServerConfiguration()
+            configuration.tracer = tracer
+            let (logger, lines) = Self.watchedLogger()
+            try await withDuplexServer(configuration: configuration, logger: logger) { server in
+                let parent = ["in-memory-trace-id: trace-1", "in-memory-span-id: span-1"]
+                try await TestWebSocket.with(port: server.port, path: "/echo", extraHeaders: parent) { echo in
+                    try await echo.sendClose(code: 4001)
+                    _ = try await echo.receiveClose()
+                }
+                _ = try await lines.first(within: .seconds(10)) { $0.message == "WebSocket closed" }
+                let echo = try #require(tracer.finishedSpans.first { $0.operationName == "echo" })
+                #expect(echo.traceID == "trace-1" && echo.parentSpanID == "span-1", "a child of the client's span")
+                #expect(echo.attributes["duplex.route"]?.toSpanAttribute() == "echo")
+                #expect(echo.attributes["websocket.close_code.received"]?.toSpanAttribute() == 4001)
+                #expect(echo.attributes["websocket.close_code.sent"]?.toSpanAttribute() == 4001)
+
+                try await TestHTTPResponse.get(port: server.port, "/events?interval=10") { stream in
+                    _ = try await stream.nextEvent()
+                }
+                _ = try await lines.first(within: .seconds(10)) { $0.message == "event stream ended" }
+                let events = try #require(tracer.finishedSpans.first { $0.operationName == "events" })
+                #expect(events.parentSpanID == nil, "no context in the request: a root span")
+                #expect(tracer.activeSpans.isEmpty, "every span ended")
             }
         }
     }
