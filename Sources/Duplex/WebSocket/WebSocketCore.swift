@@ -378,7 +378,9 @@ final class WebSocketCore: LifecycleRunner {
         let now = ContinuousClock.now
         state.locked { state in
             if let manual = state.manualPings.removeValue(forKey: payload) {
-                state.afterUnlock.append { manual.continuation.resume(returning: manual.sentAt.duration(to: now)) }
+                let roundTrip = manual.sentAt.duration(to: now)
+                metrics.pong(after: roundTrip)
+                state.afterUnlock.append { manual.continuation.resume(returning: roundTrip) }
                 return
             }
             guard state.lifecycle.liveGeneration == generation,

@@ -19,13 +19,14 @@ struct ClientMetricsTests {
         return nil
     }
 
-    @Test("a WebSocket counts its attempts, messages and bytes each way, ping round trips, a lost connection and the reconnection")
+    @Test("a WebSocket counts its attempts, messages and bytes each way, ping round trips (its own and ping()'s), a lost connection and the reconnection")
     func webSocket() async throws {
         try await withTimeout {
             try await withDuplexServer { server in
                 let metrics = TestMetrics()
+                // Pings every 100 ms; a loaded machine may miss some, which must not end the connection.
                 var configuration = WebSocketConfiguration(
-                    ping: PingConfig(pingInterval: .milliseconds(100), maxPingFailures: 3),
+                    ping: PingConfig(pingInterval: .milliseconds(100), maxPingFailures: 1_000),
                     reconnection: .fixedDelay(.milliseconds(20))
                 )
                 configuration.metrics = metrics
@@ -41,6 +42,8 @@ struct ClientMetricsTests {
                     if echoed == 3 { break }
                 }
                 _ = await Self.next(roundTrips) { _ in true }
+                _ = try await socket.ping()
+                #expect(try metrics.expectTimer("duplex_client_ping_round_trip_seconds", Self.websocket).values.count >= 2)
                 #expect(try metrics.expectCounter("duplex_client_messages_total", Self.websocket + [("direction", "out")]).totalValue == 3)
                 #expect(try metrics.expectCounter("duplex_client_message_bytes_total", Self.websocket + [("direction", "out")]).totalValue == 6)
                 #expect(try metrics.expectCounter("duplex_client_messages_total", Self.websocket + [("direction", "in")]).totalValue == 3)
