@@ -9,30 +9,6 @@ import Testing
 /// A client's W3C `traceparent` in the log lines of its connection.
 @Suite("trace context: the connection's log lines and spans")
 struct TraceLoggingTests {
-    struct Line: Sendable {
-        var message: String
-        var metadata: [String: String]
-    }
-
-    /// A logger at debug level that reports each line it logs on the returned stream.
-    static func watchedLogger() -> (Logger, AsyncStream<Line>) {
-        let (lines, line) = AsyncStream.makeStream(of: Line.self)
-        return (Logger(label: "watched") { _ in LineHandler(line: line) }, lines)
-    }
-
-    struct LineHandler: LogHandler {
-        let line: AsyncStream<Line>.Continuation
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .debug
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-        func log(event: LogEvent) {
-            line.yield(Line(message: "\(event.message)", metadata: (event.metadata ?? [:]).mapValues { "\($0)" }))
-        }
-    }
-
     static let traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
     static let spanID = "00f067aa0ba902b7"
     static let traceparent = "traceparent: 00-\(traceID)-\(spanID)-01"
@@ -40,7 +16,7 @@ struct TraceLoggingTests {
     @Test("a WebSocket upgrade with traceparent: opened, close frame and closed are logged with its trace id and span id; a malformed one is ignored")
     func webSocket() async throws {
         try await withTimeout {
-            let (logger, lines) = Self.watchedLogger()
+            let (logger, lines) = WatchedLogger.make(level: .debug)
             try await withDuplexServer(logger: logger) { server in
                 try await TestWebSocket.with(port: server.port, path: "/echo", extraHeaders: [Self.traceparent]) { echo in
                     try await echo.sendClose(code: 1000)
@@ -66,7 +42,7 @@ struct TraceLoggingTests {
     @Test("an SSE request with traceparent: the stream's log lines carry it")
     func eventStream() async throws {
         try await withTimeout {
-            let (logger, lines) = Self.watchedLogger()
+            let (logger, lines) = WatchedLogger.make(level: .debug)
             try await withDuplexServer(logger: logger) { server in
                 try await TestHTTPResponse.get(port: server.port, "/events?interval=10", headers: [("traceparent", "00-\(Self.traceID)-\(Self.spanID)-01")]) { stream in
                     _ = try await stream.nextEvent()
@@ -85,7 +61,7 @@ struct TraceLoggingTests {
             let tracer = InMemoryTracer()
             var configuration = DuplexServerConfiguration()
             configuration.tracer = tracer
-            let (logger, lines) = Self.watchedLogger()
+            let (logger, lines) = WatchedLogger.make(level: .debug)
             try await withDuplexServer(configuration: configuration, logger: logger) { server in
                 let parent = ["in-memory-trace-id: trace-1", "in-memory-span-id: span-1"]
                 try await TestWebSocket.with(port: server.port, path: "/echo", extraHeaders: parent) { echo in

@@ -62,23 +62,6 @@ struct ShutdownTests {
 
 @Suite("restart on a port taken meanwhile")
 struct RestartRebindTests {
-    /// A logger that reports each message it logs on `lines`, so a test can wait for one.
-    static func watchedLogger() -> (Logger, AsyncStream<String>) {
-        let (lines, line) = AsyncStream.makeStream(of: String.self)
-        return (Logger(label: "watched") { _ in LineHandler(line: line) }, lines)
-    }
-
-    struct LineHandler: LogHandler {
-        let line: AsyncStream<String>.Continuation
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .info
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-        func log(event: LogEvent) { line.yield("\(event.message)") }
-    }
-
     /// Whether the server answers /health within 10 s (a connection the stopping listener queued
     /// but never serves counts as no answer).
     static func answers(_ port: Int) async -> Bool {
@@ -95,21 +78,21 @@ struct RestartRebindTests {
         try await withTimeout(.seconds(30)) {
             var configuration = DuplexServerConfiguration()
             configuration.holdsPortWhileRestarting = false
-            let (logger, lines) = Self.watchedLogger()
+            let (logger, lines) = WatchedLogger.make()
             try await withDuplexServer(configuration: configuration, logger: logger) { server in
                 let port = server.port
                 server.server.restart(downFor: .milliseconds(500))
                 // "restarting" is logged once the listener is closed; with no reservation, the
                 // port is free then: take it (as an outgoing connection can, on a port from the
                 // ephemeral range).
-                _ = try await lines.first(within: .seconds(10)) { $0 == "restarting" }
+                _ = try await lines.first(within: .seconds(10)) { $0.message == "restarting" }
                 let squatter = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: port).get()
                 // Hold it until the server finds it taken and says it tries again.
                 // first(within:) throws if the warning never comes: the retry must have happened.
-                _ = try await lines.first(within: .seconds(10)) { $0.contains("port in use after a restart") }
+                _ = try await lines.first(within: .seconds(10)) { $0.message.contains("port in use after a restart") }
                 try await squatter.close()
                 // The server says when it listens again; then it answers.
-                _ = try await lines.first(within: .seconds(10)) { $0 == "listening" }
+                _ = try await lines.first(within: .seconds(10)) { $0.message == "listening" }
                 #expect(await Self.answers(port))
             }
         }
@@ -118,17 +101,17 @@ struct RestartRebindTests {
     @Test("while a restart is down the port stays reserved: connections are refused, nothing else can take it, and the server listens on it again")
     func holdsThePortWhileDown() async throws {
         try await withTimeout(.seconds(30)) {
-            let (logger, lines) = Self.watchedLogger()
+            let (logger, lines) = WatchedLogger.make()
             try await withDuplexServer(logger: logger) { server in
                 let port = server.port
                 server.server.restart(downFor: .seconds(1))
                 // "restarting" is logged once the port is held: from then on, nobody else can take it.
-                _ = try await lines.first(within: .seconds(10)) { $0 == "restarting" }
+                _ = try await lines.first(within: .seconds(10)) { $0.message == "restarting" }
                 let squatter = try? await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: port).get()
                 #expect(squatter == nil, "the port was free while the server was down")
                 try? await squatter?.close()
                 // The server says when it listens again; then it answers.
-                _ = try await lines.first(within: .seconds(10)) { $0 == "listening" }
+                _ = try await lines.first(within: .seconds(10)) { $0.message == "listening" }
                 #expect(await Self.answers(port))
             }
         }
