@@ -68,7 +68,7 @@ public final class DuplexServer: Service, Sendable {
     public init(configuration: DuplexServerConfiguration = .init(), logger: Logger = Logger(label: "duplex-server")) {
         self.configuration = configuration
         self.logger = logger
-        let metrics = ServerMetrics()
+        let metrics = ServerMetrics(transport: configuration.tls == nil ? "tcp" : "tls")
         self.metrics = metrics
         switch configuration.store {
         case .memory:

@@ -264,7 +264,7 @@ async def run(port, tls_port, browser_url, screenshot):
 
         # The live view: the server's metrics once a moment, charted; a fault from its controls.
         await alice.wait_for("duplexDemo.live.events >= 3 && duplexDemo.live.chaos && !document.getElementById('chaos-panel').hidden", "the live view and its chaos controls")
-        await alice.wait_for("duplexDemo.live.last['duplex_connections_open{route=\"chat\"}'] >= 2 && duplexDemo.live.points.some((p) => p.outRate > 0)",
+        await alice.wait_for("duplexDemo.live.last['duplex_connections_open{route=\"chat\",transport=\"tcp\"}'] >= 2 && duplexDemo.live.points.some((p) => p.outRate > 0)",
                              "the live view to count both chat pages and a message rate")
         opens = await alice.evaluate("duplexDemo.ticks.opens")
         await alice.evaluate("""(() => {

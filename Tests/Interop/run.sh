@@ -68,8 +68,8 @@ echo "sse (curl -N): ok (${#ids[@]} ticks, resume after $last at $first)"
 
 # What that traffic was counted as, parsed by an independent Prometheus parser.
 timeout 30 python3 "$here/metrics_check.py" "$port" \
-    'duplex_connections_total{route="echo"}>=1' 'duplex_messages_total{route="echo",direction="in"}>=1' \
-    'duplex_messages_total{route="echo",direction="out"}>=1' 'duplex_connections_total{route="chat"}>=1' \
+    'duplex_connections_total{route="echo",transport="tcp"}>=1' 'duplex_messages_total{route="echo",direction="in"}>=1' \
+    'duplex_messages_total{route="echo",direction="out"}>=1' 'duplex_connections_total{route="chat",transport="tcp"}>=1' \
     'duplex_messages_total{route="events",direction="out"}>=5' 'duplex_close_codes_sent_total{code="1009"}>=1' \
     'duplex_process_resident_memory_bytes>=1000000' \
     'duplex_compression_bytes_total{direction="in",form="compressed"}>=1' \

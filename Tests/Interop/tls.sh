@@ -29,6 +29,9 @@ echo "TLS listener on $port, CA $ca"
 # The main listener: curl, Python websockets and the CLI, trusting the CA.
 [ "$(curl -sS --cacert "$ca" "https://127.0.0.1:$port/health" | head -c 15)" = '{"status":"ok",' ] || fail "curl https /health"
 [ "$(curl -sS --cacert "$ca" -N --max-time 5 "https://localhost:$port/events?interval=50" 2>/dev/null | grep -m1 '^event: ')" = "event: tick" ] || fail "curl https SSE"
+# GET /metrics over TLS: the SSE stream above counted under transport="tls".
+curl -sS --cacert "$ca" "https://127.0.0.1:$port/metrics" | grep -qE '^duplex_connections_total\{route="events",transport="tls"\} [1-9]' \
+    || fail "GET /metrics over https: no events connection counted under transport=\"tls\""
 [ "$("$bin/duplex" echo "wss://127.0.0.1:$port/echo" --ca "$ca" hi)" = "hi" ] || fail "duplex echo over wss"
 curl -sS --cacert "$ca" "https://127.0.0.1:$port/tls-faults" >"$work/faults.json"
 

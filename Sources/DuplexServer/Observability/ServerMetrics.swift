@@ -159,7 +159,9 @@ final class ServerMetrics: Sendable {
     /// Where the room gauges are read at each scrape: the server's store, set once it exists.
     let roomSource = NIOLockedValueBox<(any ChatStore)?>(nil)
 
-    init() {
+    /// Metrics of a server whose connections come over `transport`: `tcp`, or `tls` (a server
+    /// with TLS serves every route over it).
+    init(transport: String = "tcp") {
         let factory = PrometheusMetricsFactory(registry: registry)
         let compression = Compression(
             compressedIn: Counter(label: "duplex_compression_bytes_total", dimensions: [("direction", "in"), ("form", "compressed")], factory: factory),
@@ -172,8 +174,8 @@ final class ServerMetrics: Sendable {
                 Counter(label: label, dimensions: [("route", name), ("direction", direction)], factory: factory)
             }
             return Route(
-                open: Meter(label: "duplex_connections_open", dimensions: [("route", name)], factory: factory),
-                opened: Counter(label: "duplex_connections_total", dimensions: [("route", name)], factory: factory),
+                open: Meter(label: "duplex_connections_open", dimensions: [("route", name), ("transport", transport)], factory: factory),
+                opened: Counter(label: "duplex_connections_total", dimensions: [("route", name), ("transport", transport)], factory: factory),
                 messagesIn: counter("duplex_messages_total", "in"),
                 messagesOut: counter("duplex_messages_total", "out"),
                 bytesIn: counter("duplex_message_bytes_total", "in"),

@@ -63,8 +63,8 @@ struct MetricsRouteTests {
                     let scrape = try await Self.scrape(server.port)
                     #expect(scrape.contentType == "text/plain; version=0.0.4; charset=utf-8")
                     #expect(scrape.text.contains("# TYPE duplex_messages_total counter"))
-                    #expect(scrape[#"duplex_connections_total{route="echo"}"#] == 1)
-                    #expect(scrape[#"duplex_connections_open{route="echo"}"#] == 1)
+                    #expect(scrape[#"duplex_connections_total{route="echo",transport="tcp"}"#] == 1)
+                    #expect(scrape[#"duplex_connections_open{route="echo",transport="tcp"}"#] == 1)
                     #expect(scrape[#"duplex_messages_total{route="echo",direction="in"}"#] == 2)
                     #expect(scrape[#"duplex_messages_total{route="echo",direction="out"}"#] == 2)
                     // "hello" and "wörld": 5 and 6 bytes of UTF-8.
@@ -75,8 +75,8 @@ struct MetricsRouteTests {
                     try await echo.sendClose()
                     _ = try await echo.receiveClose()
                 }
-                let after = try await Self.scrape(server.port) { $0[#"duplex_connections_open{route="echo"}"#] == 0 }
-                #expect(after[#"duplex_connections_total{route="echo"}"#] == 1)
+                let after = try await Self.scrape(server.port) { $0[#"duplex_connections_open{route="echo",transport="tcp"}"#] == 0 }
+                #expect(after[#"duplex_connections_total{route="echo",transport="tcp"}"#] == 1)
                 #expect(after[#"duplex_close_codes_sent_total{code="1000"}"#] == 1, "the server's answer to the client's close")
                 #expect(after[#"duplex_close_codes_received_total{code="1000"}"#] == 1, "the client's close")
             }
@@ -95,7 +95,7 @@ struct MetricsRouteTests {
                         // bob: his welcome, alice's say; alice: her welcome, bob's join, her say, its ack.
                         let scrape = try await Self.scrape(server.port) { ($0[#"duplex_messages_total{route="chat",direction="out"}"#] ?? 0) >= 6 }
                         #expect(scrape[#"duplex_messages_total{route="chat",direction="in"}"#] == 1)
-                        #expect(scrape[#"duplex_connections_open{route="chat"}"#] == 2)
+                        #expect(scrape[#"duplex_connections_open{route="chat",transport="tcp"}"#] == 2)
                     }
                 }
                 // A resend (the same clientMessageId) is a duplicate; a resume with since finds its history.
@@ -114,7 +114,7 @@ struct MetricsRouteTests {
                     for _ in 0..<3 { _ = try await stream.nextEvent() }
                 }
                 let scrape = try await Self.scrape(server.port) { ($0[#"duplex_messages_total{route="events",direction="out"}"#] ?? 0) >= 3 }
-                #expect(scrape[#"duplex_connections_total{route="events"}"#] == 1)
+                #expect(scrape[#"duplex_connections_total{route="events",transport="tcp"}"#] == 1)
             }
         }
     }
@@ -172,7 +172,7 @@ struct MetricsRouteTests {
                     }
                     let live = try JSONDecoder().decode(Live.self, from: Data(events[1].data.utf8))
                     #expect(live.chaos)
-                    #expect(live.samples[#"duplex_connections_open{route="metrics-live"}"#] == 1, "the live stream counts itself")
+                    #expect(live.samples[#"duplex_connections_open{route="metrics-live",transport="tcp"}"#] == 1, "the live stream counts itself")
                     #expect((live.samples[#"duplex_messages_total{route="metrics-live",direction="out"}"#] ?? 0) >= 1, "and the event before")
                 }
                 for bad in ["0", "99", "60001", "soon"] {
