@@ -27,8 +27,8 @@ final class ServerMetrics: Sendable {
     /// The faults the chaos routes inject.
     static let faults = ["drop", "close", "stall", "end-sse", "refuse", "restart"]
 
-    /// One route's counters.
-    struct Route: Sendable {
+    /// One route's counters. A class: a connection keeps one reference to its route's, 8 bytes.
+    final class Route: Sendable {
         /// Connections open now, and opened in all.
         let open: Meter
         let opened: Counter
@@ -40,6 +40,24 @@ final class ServerMetrics: Sendable {
         /// permessage-deflate's bytes, each way, as they went on the wire and uncompressed.
         let compression: Compression
 
+        init(
+            open: Meter,
+            opened: Counter,
+            messagesIn: Counter,
+            messagesOut: Counter,
+            bytesIn: Counter,
+            bytesOut: Counter,
+            compression: Compression
+        ) {
+            self.open = open
+            self.opened = opened
+            self.messagesIn = messagesIn
+            self.messagesOut = messagesOut
+            self.bytesIn = bytesIn
+            self.bytesOut = bytesOut
+            self.compression = compression
+        }
+
         /// One message of `bytes` bytes went out.
         func sent(bytes: Int) {
             messagesOut.increment()
@@ -49,20 +67,20 @@ final class ServerMetrics: Sendable {
         /// Adds what a batch counted, and clears it.
         func add(_ tally: inout MessageTally) {
             if tally.messagesIn > 0 {
-                messagesIn.increment(by: tally.messagesIn)
-                bytesIn.increment(by: tally.bytesIn)
+                messagesIn.increment(by: Int(tally.messagesIn))
+                bytesIn.increment(by: Int(tally.bytesIn))
             }
             if tally.messagesOut > 0 {
-                messagesOut.increment(by: tally.messagesOut)
-                bytesOut.increment(by: tally.bytesOut)
+                messagesOut.increment(by: Int(tally.messagesOut))
+                bytesOut.increment(by: Int(tally.bytesOut))
             }
             if tally.compressedIn > 0 {
-                compression.compressedIn.increment(by: tally.compressedIn)
-                compression.uncompressedIn.increment(by: tally.inflatedIn)
+                compression.compressedIn.increment(by: Int(tally.compressedIn))
+                compression.uncompressedIn.increment(by: Int(tally.inflatedIn))
             }
             if tally.compressedOut > 0 {
-                compression.compressedOut.increment(by: tally.compressedOut)
-                compression.uncompressedOut.increment(by: tally.deflatedOut)
+                compression.compressedOut.increment(by: Int(tally.compressedOut))
+                compression.uncompressedOut.increment(by: Int(tally.deflatedOut))
             }
             tally = MessageTally()
         }
@@ -319,16 +337,56 @@ final class ServerMetrics: Sendable {
 }
 
 /// Messages and payload bytes counted on a hot path between two additions to the metrics
-/// (``ServerMetrics/Route/add(_:)``).
+/// (``ServerMetrics/Route/add(_:)``): one read batch, one drain, one turn of the loop.
+///
+/// 32-bit fields, 32 bytes in every connection: what one batch counts is far below 4 GiB (its
+/// messages are bounded by what one read brings and by the message limit), and additions wrap
+/// rather than trap.
 struct MessageTally: Sendable {
-    var messagesIn = 0
-    var bytesIn = 0
-    var messagesOut = 0
-    var bytesOut = 0
+    var messagesIn: UInt32 = 0
+    var bytesIn: UInt32 = 0
+    var messagesOut: UInt32 = 0
+    var bytesOut: UInt32 = 0
     /// permessage-deflate: the compressed bytes of the messages that came or went compressed,
     /// and the same messages' bytes uncompressed.
-    var compressedIn = 0
-    var inflatedIn = 0
-    var compressedOut = 0
-    var deflatedOut = 0
+    var compressedIn: UInt32 = 0
+    var inflatedIn: UInt32 = 0
+    var compressedOut: UInt32 = 0
+    var deflatedOut: UInt32 = 0
+
+    /// Adds one message of `bytes` bytes read.
+    mutating func read(bytes: Int) {
+        messagesIn &+= 1
+        bytesIn &+= UInt32(truncatingIfNeeded: bytes)
+    }
+
+    /// Adds one message of `bytes` bytes sent.
+    mutating func sent(bytes: Int) {
+        messagesOut &+= 1
+        bytesOut &+= UInt32(truncatingIfNeeded: bytes)
+    }
+
+    /// Adds a message that came compressed in `compressed` bytes and inflated to `inflated`.
+    mutating func inflated(_ compressed: Int, to inflated: Int) {
+        compressedIn &+= UInt32(truncatingIfNeeded: compressed)
+        inflatedIn &+= UInt32(truncatingIfNeeded: inflated)
+    }
+
+    /// Adds a message of `size` bytes that went compressed in `compressed` bytes.
+    mutating func deflated(_ size: Int, to compressed: Int) {
+        deflatedOut &+= UInt32(truncatingIfNeeded: size)
+        compressedOut &+= UInt32(truncatingIfNeeded: compressed)
+    }
+
+    /// Adds what `other` counted.
+    mutating func add(_ other: MessageTally) {
+        messagesIn &+= other.messagesIn
+        bytesIn &+= other.bytesIn
+        messagesOut &+= other.messagesOut
+        bytesOut &+= other.bytesOut
+        compressedIn &+= other.compressedIn
+        inflatedIn &+= other.inflatedIn
+        compressedOut &+= other.compressedOut
+        deflatedOut &+= other.deflatedOut
+    }
 }

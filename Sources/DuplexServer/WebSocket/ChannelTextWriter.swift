@@ -275,11 +275,9 @@ final class ChannelTextWriter: Sendable {
     /// Writes `item`, compressed when it should be (``compressed(_:)``), counting it in `tally`.
     private func write(_ item: Item, to context: ChannelHandlerContext, counting tally: inout MessageTally) {
         let size = ServerTextFrame.payloadLength(of: item.frame)
-        tally.messagesOut += 1
-        tally.bytesOut += size
+        tally.sent(bytes: size)
         if let compressed = compressed(item) {
-            tally.deflatedOut += size
-            tally.compressedOut += ServerTextFrame.payloadLength(of: compressed)
+            tally.deflated(size, to: ServerTextFrame.payloadLength(of: compressed))
             context.write(NIOAny(compressed), promise: nil)
         } else {
             context.write(NIOAny(item.frame), promise: nil)

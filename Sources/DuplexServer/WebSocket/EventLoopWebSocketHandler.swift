@@ -219,8 +219,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         case .deliver(let opcode, let message):
             // Messages still in flight after the server's close frame are not served.
             guard engine.canSend else { return }
-            tally.messagesIn += 1
-            tally.bytesIn += message.readableBytes
+            tally.read(bytes: message.readableBytes)
             if isHeld {
                 held.append((message, opcode))
             } else {
@@ -228,9 +227,9 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
             }
         case .inflate(let opcode, let payload):
             guard deflate != nil else { return }
-            tally.compressedIn += payload.readableBytes
+            let compressedSize = payload.readableBytes
             let inflated = engine.inflate(opcode, payload, with: &deflate!, allocator: context.channel.allocator)
-            if case .deliver(_, let message) = inflated { tally.inflatedIn += message.readableBytes }
+            if case .deliver(_, let message) = inflated { tally.inflated(compressedSize, to: message.readableBytes) }
             perform(inflated, context: context)
         case .sendPong(let payload):
             write(.pong, payload, context: context)
@@ -274,15 +273,11 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     /// threshold; flushed with the read batch. Nothing is sent once the connection is closing.
     func send(_ message: consuming ByteBuffer, opcode: WebSocketOpcode, context: ChannelHandlerContext) {
         guard engine.canSend else { return }
-        tally.messagesOut += 1
-        tally.bytesOut += message.readableBytes
+        tally.sent(bytes: message.readableBytes)
         if deflate != nil {
             let size = message.readableBytes
             let (payload, compressed) = deflate!.deflate(message, allocator: context.channel.allocator)
-            if compressed {
-                tally.deflatedOut += size
-                tally.compressedOut += payload.readableBytes
-            }
+            if compressed { tally.deflated(size, to: payload.readableBytes) }
             write(opcode, payload, rsv1: compressed, context: context)
         } else {
             write(opcode, consume message, context: context)

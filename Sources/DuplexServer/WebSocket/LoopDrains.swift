@@ -48,10 +48,7 @@ final class LoopDrains: Sendable {
 
     /// On the loop: a writer wrote what `tally` counts.
     func wrote(_ tally: MessageTally) {
-        tick.value.written.messagesOut += tally.messagesOut
-        tick.value.written.bytesOut += tally.bytesOut
-        tick.value.written.compressedOut += tally.compressedOut
-        tick.value.written.deflatedOut += tally.deflatedOut
+        tick.value.written.add(tally)
         endTurnSoon()
     }
 
