@@ -12,12 +12,15 @@ final class LoopDrains: Sendable {
     let zlib = LoopZlib()
     private let pending = NIOLockedValueBox<(writers: [ChannelTextWriter], scheduled: Bool)>(([], false))
     /// How many writers may still drain at once in this turn of the loop, and what they wrote in
-    /// it; only touched on the loop (`NIOLoopBoundBox` checks that).
-    private let tick: NIOLoopBoundBox<Tick>
+    /// it.
+    private let tick = Tick()
     /// Where what the writers wrote is counted: the chat route's metrics.
     private let metrics: ServerMetrics.Route
 
-    private struct Tick {
+    /// This turn's state: touched only on the loop, several times per member of a fan-out, so
+    /// the loop is checked in debug builds only (`assertInEventLoop`), not on every access as
+    /// `NIOLoopBoundBox` does (measured: 6% more CPU per delivery at 1,000 members with it).
+    private final class Tick: @unchecked Sendable {
         var budget = LoopDrains.immediateDrainsPerTick
         var resetScheduled = false
         var written = MessageTally()
@@ -33,35 +36,37 @@ final class LoopDrains: Sendable {
     init(eventLoop: any EventLoop, metrics: ServerMetrics.Route) {
         self.eventLoop = eventLoop
         self.metrics = metrics
-        self.tick = .makeBoxSendingValue(Tick(), eventLoop: eventLoop)
     }
 
     /// On the loop: whether a writer may drain at once rather than in the loop's next batch.
     /// Takes one from this turn's budget, which is full again once the loop has run the jobs
     /// queued behind this turn.
     func mayDrainNow() -> Bool {
-        guard tick.value.budget > 0 else { return false }
-        tick.value.budget -= 1
+        eventLoop.assertInEventLoop()
+        guard tick.budget > 0 else { return false }
+        tick.budget -= 1
         endTurnSoon()
         return true
     }
 
     /// On the loop: a writer wrote what `tally` counts.
     func wrote(_ tally: MessageTally) {
-        tick.value.written.add(tally)
+        eventLoop.assertInEventLoop()
+        tick.written.add(tally)
         endTurnSoon()
     }
 
     /// Queues the end of this turn behind the jobs already queued: the budget fills again, and
     /// what was written is added to the metrics, once.
     private func endTurnSoon() {
-        guard !tick.value.resetScheduled else { return }
-        tick.value.resetScheduled = true
-        let (tick, metrics) = (self.tick, self.metrics)
+        guard !tick.resetScheduled else { return }
+        tick.resetScheduled = true
+        let (tick, metrics, eventLoop) = (self.tick, self.metrics, self.eventLoop)
         eventLoop.execute {
-            metrics.add(&tick.value.written)
-            tick.value.budget = Self.immediateDrainsPerTick
-            tick.value.resetScheduled = false
+            eventLoop.assertInEventLoop()
+            metrics.add(&tick.written)
+            tick.budget = Self.immediateDrainsPerTick
+            tick.resetScheduled = false
         }
     }
 
