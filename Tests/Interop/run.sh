@@ -15,18 +15,22 @@ trap cleanup EXIT
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-# Starts the server on a free port with extra flags; sets $pid and $port.
+# Starts the server on a free port with extra flags; sets $pid and $port. It says how long the
+# server took to listen; a server that has not listened within 30 s fails with its output.
 start_server() {
+    local started=$(date +%s%N)
     "$server_bin" --port 0 --log-level warning "$@" >"$work/out" 2>"$work/err" &
     pid=$!
-    for _ in $(seq 1 100); do
+    for _ in $(seq 1 300); do
         if grep -q "listening on" "$work/out"; then break; fi
         kill -0 "$pid" 2>/dev/null || fail "duplex-server exited: $(cat "$work/err")"
         sleep 0.1
     done
-    line=$(head -n 1 "$work/out")
-    [[ "$line" =~ ^duplex-server\ listening\ on\ http://127\.0\.0\.1:([0-9]+)$ ]] || fail "listening line: '$line'"
+    line=$(grep -m1 "listening on" "$work/out" || true)
+    [[ "$line" =~ ^duplex-server\ listening\ on\ http://127\.0\.0\.1:([0-9]+)$ ]] \
+        || fail "no listening line after $(( ($(date +%s%N) - started) / 1000000 )) ms; stdout: '$(cat "$work/out")'; stderr: '$(cat "$work/err")'"
     port=${BASH_REMATCH[1]}
+    echo "duplex-server $* listening on port $port after $(( ($(date +%s%N) - started) / 1000000 )) ms"
 }
 
 # Sends SIGTERM and checks the server exits 0 within 15 s.
@@ -40,7 +44,6 @@ stop_server() {
 }
 
 start_server --max-message-bytes 4096
-echo "duplex-server on port $port"
 
 health=$(curl -sS --max-time 5 "http://127.0.0.1:$port/health")
 [ "$health" = '{"status":"ok","store":{"kind":"memory","rooms":0}}' ] || fail "health: $health"
