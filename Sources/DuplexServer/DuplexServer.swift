@@ -41,6 +41,8 @@ public final class DuplexServer: Service, Sendable {
     let logger: Logger
     /// What the server counts, for `GET /metrics`.
     let metrics: ServerMetrics
+    /// `GET /metrics/live`'s subscribers, and their timers.
+    let liveMetrics: LiveMetricsFeed
     let connections: ConnectionRegistry
     /// Per event loop: the chat members' writers with frames to write, and the zlib streams
     /// the connections that compress share.
@@ -70,6 +72,8 @@ public final class DuplexServer: Service, Sendable {
         self.logger = logger
         let metrics = ServerMetrics(transport: configuration.tls == nil ? "tcp" : "tls")
         self.metrics = metrics
+        let chaos = configuration.chaos
+        self.liveMetrics = LiveMetricsFeed { metrics.liveJSON(chaos: chaos) }
         switch configuration.store {
         case .memory:
             self.rooms = ChatRooms(

@@ -10,7 +10,8 @@ extension DuplexServer {
     /// `GET /metrics/live[?interval=MS]`: the metrics as SSE, for the demo page's live view:
     /// `event: metrics`, `data: {"chaos":BOOL,"samples":{SERIES:VALUE,…}}` at once and then every
     /// interval (1,000 ms by default, 100 to 60,000), each series as `GET /metrics` writes it. The
-    /// page computes rates from consecutive events.
+    /// page computes rates from consecutive events. Subscribers of one interval share each
+    /// rendering (``LiveMetricsFeed``).
     func liveMetricsStream(_ request: Request, _ context: DuplexRequestContext) -> Response {
         var interval = Self.liveMetricsInterval.default
         if let text = request.uri.queryParameters.get("interval") {
@@ -26,16 +27,9 @@ extension DuplexServer {
             }
             interval = value
         }
-        let (metrics, chaos, eventLoop, period) = (self.metrics, configuration.chaos, context.channel.eventLoop, interval)
+        let (feed, eventLoop, period) = (liveMetrics, context.channel.eventLoop, interval)
         return EventStreamResponse(server: self).response(info: .init(kind: .eventStream, route: "metrics-live"), channel: context.channel) { sink in
-            let task = eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: .milliseconds(period)) { task in
-                let event = ServerSentEvent(event: "metrics", data: metrics.liveJSON(chaos: chaos))
-                guard let text = try? event.encoded(), EventStreamResponse.yield(text, to: sink) else {
-                    task.cancel()
-                    return
-                }
-            }
-            return { task.cancel() }
+            feed.subscribe(sink, every: period, on: eventLoop)
         }
     }
 }
