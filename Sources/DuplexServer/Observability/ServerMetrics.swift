@@ -135,11 +135,12 @@ final class ServerMetrics: Sendable {
         let reconnections: Counter
         /// Events read back from the table to catch a room up (after a gap, a reconnection).
         let caughtUpEvents: Counter
+        /// From the database sending a notification to this server applying its events.
+        let notifyLag: CoreMetrics.Timer
 
         /// A group commit of `messages` took `duration` (failed ones included).
         func committed(messages: Int, in duration: Duration) {
-            let (seconds, attoseconds) = duration.components
-            commitDuration.recordNanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+            commitDuration.recordNanoseconds(Self.nanoseconds(duration))
             commitMessages.record(messages)
         }
 
@@ -151,6 +152,16 @@ final class ServerMetrics: Sendable {
         /// `count` events were read back from the table to catch a room up.
         func caughtUp(_ count: Int) {
             caughtUpEvents.increment(by: count)
+        }
+
+        /// A notification's events were applied `lag` after the database sent it.
+        func applied(lag: Duration) {
+            notifyLag.recordNanoseconds(Self.nanoseconds(lag))
+        }
+
+        private static func nanoseconds(_ duration: Duration) -> Int64 {
+            let (seconds, attoseconds) = duration.components
+            return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
         }
     }
 
@@ -231,7 +242,8 @@ final class ServerMetrics: Sendable {
             commitDuration: CoreMetrics.Timer(label: "duplex_store_commit_seconds", preferredDisplayUnit: .seconds, factory: factory),
             commitMessages: Recorder(label: "duplex_store_commit_messages", factory: factory),
             reconnections: Counter(label: "duplex_store_reconnections_total", factory: factory),
-            caughtUpEvents: Counter(label: "duplex_store_caught_up_events_total", factory: factory)
+            caughtUpEvents: Counter(label: "duplex_store_caught_up_events_total", factory: factory),
+            notifyLag: CoreMetrics.Timer(label: "duplex_store_notify_lag_seconds", preferredDisplayUnit: .seconds, factory: factory)
         )
         closeCodesReceivedByCode = Dictionary(
             uniqueKeysWithValues: Self.closeCodes.map {

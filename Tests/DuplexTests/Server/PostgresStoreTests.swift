@@ -104,6 +104,15 @@ struct PostgresStoreTests {
                     }
                     #expect(Set(views.map { $0.joined(separator: "|") }).count == 1, "every member saw the same order")
                 }
+                // Each node applied the others' messages from notifications, and timed it against
+                // the database's clock: seconds, not the clocks' difference since 1970.
+                for (_, port) in nodes {
+                    let metrics = try await HTTPProbe.get(port: port, "/metrics")
+                    let lags = try #require(Self.sample("duplex_store_notify_lag_seconds_count", in: metrics), "\(metrics)")
+                    let sum = try #require(Self.sample("duplex_store_notify_lag_seconds_sum", in: metrics))
+                    #expect(lags > 0, "\(metrics)")
+                    #expect(sum >= 0 && sum / lags < 10, "\(metrics)")
+                }
                 for member in members {
                     #expect(await member.waitForDelivery(timeout: .seconds(20)))
                     await member.leave()

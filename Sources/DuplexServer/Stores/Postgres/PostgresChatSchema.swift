@@ -12,16 +12,20 @@ import PostgresNIO
 /// - `duplex_nodes`: the servers and the last renewal of their lease.
 ///
 /// `duplex_append` numbers and records an event in one round trip, and notifies every server on
-/// the channel `duplex_events` with `ROOM\tSEQ\tCAUSE\tTYPE[\tJSON]` (the JSON when it fits in a
-/// notification). `duplex_append_batch` does the same for a batch of messages, of any rooms, in
-/// one transaction (group commit, version 2). `duplex_leave` removes a member and records its
-/// `left` event.
+/// the channel `duplex_events` with `@MICROS\nROOM\tSEQ\tCAUSE\tTYPE[\tJSON]`: the database's
+/// clock when it sent the notification (microseconds since 1970, for the apply lag; version 3),
+/// then the event (the JSON when it fits in a notification). `duplex_append_batch` does the same
+/// for a batch of messages, of any rooms, in one transaction (group commit, version 2), one line
+/// per event after the clock. `duplex_leave` removes a member and records its `left` event.
 enum PostgresChatSchema {
     /// The notification channel.
     static let channel = "duplex_events"
 
+    /// The first line of every notification: `@` and the database's clock in microseconds.
+    static let clockLine = "'@' || (extract(epoch FROM clock_timestamp()) * 1000000)::bigint || E'\\n'"
+
     /// The schema version this code writes; recorded in `duplex_schema`.
-    static let version = 2
+    static let version = 3
 
     /// The key of the advisory lock held while migrating.
     static let migrationLock = 0x6475_706C_6578  // "duplex"
@@ -114,7 +118,7 @@ enum PostgresChatSchema {
             IF octet_length(v_payload) + octet_length(v_json) < 7900 THEN
                 v_payload := v_payload || E'\\t' || v_json;
             END IF;
-            PERFORM pg_notify('duplex_events', v_payload);
+            PERFORM pg_notify('duplex_events', \(unescaped: clockLine) || v_payload);
         END
         $$
         """,
@@ -168,14 +172,14 @@ enum PostgresChatSchema {
                     v_line := v_line || E'\\t' || v_json;
                 END IF;
                 IF v_chunk <> '' AND octet_length(v_chunk) + octet_length(v_line) + 1 > 7900 THEN
-                    PERFORM pg_notify('duplex_events', v_chunk);
+                    PERFORM pg_notify('duplex_events', \(unescaped: clockLine) || v_chunk);
                     v_chunk := '';
                 END IF;
                 v_chunk := CASE WHEN v_chunk = '' THEN v_line ELSE v_chunk || E'\\n' || v_line END;
                 RETURN NEXT;
             END LOOP;
             IF v_chunk <> '' THEN
-                PERFORM pg_notify('duplex_events', v_chunk);
+                PERFORM pg_notify('duplex_events', \(unescaped: clockLine) || v_chunk);
             END IF;
             -- The history kept: each room of the batch trimmed once.
             FOR v_room IN SELECT DISTINCT unnest(p_rooms) LOOP

@@ -24,6 +24,7 @@ extension PostgresChatStore {
                 // Closed however listening ends: a connection must be closed before it is released.
                 let ended: Result<Void, any Error>
                 do {
+                    try await clock.measure(on: connection, logger: logger)
                     try await withTaskCancellationHandler {
                         try await connection.listen(on: PostgresChatSchema.channel) { notifications in
                             self.listening()
@@ -82,28 +83,40 @@ extension PostgresChatStore {
         }
     }
 
-    /// Applies a notification `ROOM\tSEQ\tCAUSE\tTYPE[\tJSON]` to the room's replica, if this
-    /// server holds one.
-    /// A notification: one event, or a batch's events, one per line (`duplex_append_batch`).
+    /// Applies a notification to the replicas this server holds: `@MICROS`, the database's clock
+    /// when it sent it, then one event per line, `ROOM\tSEQ\tCAUSE\tTYPE[\tJSON]`
+    /// (``PostgresChatSchema``). When it applied any, records how long after it was sent.
     func received(_ payload: String) {
-        guard payload.contains("\n") else { return receivedEvent(Substring(payload)) }
-        for line in payload.split(separator: "\n") { receivedEvent(line) }
+        var lines = payload.split(separator: "\n")[...]
+        var sent: Int64?
+        if let first = lines.first, first.hasPrefix("@") {
+            sent = Int64(first.dropFirst())
+            lines = lines.dropFirst()
+        }
+        var applied = false
+        for line in lines where receivedEvent(line) { applied = true }
+        if applied, let sent {
+            metrics.applied(lag: clock.lag(sinceDatabaseMicroseconds: sent))
+        }
     }
 
-    private func receivedEvent(_ payload: Substring) {
+    /// Applies one event of a notification; whether it was applied here.
+    private func receivedEvent(_ payload: Substring) -> Bool {
         let fields = payload.split(separator: "\t", maxSplits: 4, omittingEmptySubsequences: false)
         guard fields.count >= 4, let seq = Int(fields[1]) else {
             logger.warning("a notification that is not an event; ignored", metadata: ["payload": "\(payload.prefix(100))"])
-            return
+            return false
         }
         let name = String(fields[0])
-        guard let room = loadedReplica(name) else { return }
+        guard let room = loadedReplica(name) else { return false }
         guard fields.count == 5, seq == room.latestSeq + 1 else {
             if seq > room.latestSeq { requestCatchUp(name) }
-            return
+            return false
         }
         let event = Self.event(seq: seq, type: String(fields[3]), json: String(fields[4]), cause: String(fields[2]), epoch: room.epoch)
-        if !room.apply([event]) { requestCatchUp(name) }
+        if room.apply([event]) { return true }
+        requestCatchUp(name)
+        return false
     }
 
     /// Renews the lease; removes the members of servers whose lease ran out, and this server's

@@ -71,6 +71,8 @@ final class PostgresChatStore: ChatStore {
     let state = NIOLockedValueBox(State())
     /// The says waiting for the next group commit.
     let batcher = PostgresSayBatcher()
+    /// The database's clock, which notifications carry.
+    let clock = DatabaseClock()
 
     init(
         configuration: PostgresStoreConfiguration,
