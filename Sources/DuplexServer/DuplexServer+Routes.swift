@@ -14,6 +14,7 @@ extension DuplexServer {
     /// `error` body.
     func makeRouter() -> Router<DuplexRequestContext> {
         let router = Router(context: DuplexRequestContext.self)
+        router.add(middleware: RequestTracingMiddleware { [weak self] in self?.activeTracer })
         router.get("/") { _, _ -> Response in
             DemoPage.response()
         }

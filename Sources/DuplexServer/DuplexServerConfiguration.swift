@@ -91,9 +91,10 @@ public struct DuplexServerConfiguration: Sendable {
     /// if it asks for them. ``DuplexServerTLS/selfSigned(hosts:)`` makes a CA and a certificate.
     public var tls: DuplexServerTLS?
     /// Where each WebSocket connection and SSE stream reports a span, from its upgrade or request
-    /// to its end (with its route and close code), a child of the trace context the request
-    /// carried as the tracer reads it (swift-otel's propagator reads W3C `traceparent`). Default
-    /// nil: `InstrumentationSystem.tracer`, none until the application bootstraps one.
+    /// to its end (with its route and close code), and each other HTTP request one (with its
+    /// route and status), a child of the trace context the request carried as the tracer reads
+    /// it (swift-otel's propagator reads W3C `traceparent`). Default nil:
+    /// `InstrumentationSystem.tracer`, none until the application bootstraps one.
     public var tracer: (any Tracer)? = nil
 
     /// Creates a configuration; every argument has a default.

@@ -1,6 +1,8 @@
 import DuplexTesting
+import Foundation
 import InMemoryTracing
 import Logging
+import NIOCore
 import Tracing
 import Testing
 
@@ -55,7 +57,7 @@ struct TraceLoggingTests {
         }
     }
 
-    @Test("with a tracer: each WebSocket and SSE stream reports a span, a child of the request's context, with its route and close codes")
+    @Test("with a tracer: each WebSocket and SSE stream reports a span, a child of the request's context, with its route and close codes; each plain HTTP request one with its route and status")
     func spans() async throws {
         try await withTimeout {
             let tracer = InMemoryTracer()
@@ -81,6 +83,33 @@ struct TraceLoggingTests {
                 _ = try await lines.first(within: .seconds(10)) { $0.message == "event stream ended" }
                 let events = try #require(tracer.finishedSpans.first { $0.operationName == "events" })
                 #expect(events.parentSpanID == nil, "no context in the request: a root span")
+
+                // Plain HTTP requests, pipelined on one connection: the server answers them in
+                // order and closes after the last, so each one's span has ended once it closes.
+                let requests = [
+                    "GET /health?token=secret HTTP/1.1\r\nHost: x\r\n\(parent.joined(separator: "\r\n"))\r\n\r\n",
+                    "GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n",
+                    "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                ]
+                let answers = try await withRawConnection(port: server.port) { inbound, outbound in
+                    try await outbound.write(ByteBuffer(string: requests.joined()))
+                    var text = ""
+                    for try await chunk in inbound { text += String(buffer: chunk) }
+                    return text
+                }
+                #expect(answers.components(separatedBy: "HTTP/1.1 ").count == 4, "\(answers)")
+                let health = try #require(tracer.finishedSpans.first { $0.operationName == "/health" }, "\(tracer.finishedSpans.map(\.operationName))")
+                #expect(health.kind == .server)
+                #expect(health.traceID == "trace-1" && health.parentSpanID == "span-1", "a child of the client's span")
+                #expect(health.attributes["http.request.method"]?.toSpanAttribute() == "GET")
+                #expect(health.attributes["url.path"]?.toSpanAttribute() == "/health")
+                #expect(health.attributes["http.route"]?.toSpanAttribute() == "/health")
+                #expect(health.attributes["http.response.status_code"]?.toSpanAttribute() == 200)
+                #expect(health.attributes["url.query"] == nil, "the query can carry a token: not recorded")
+                let missing = try #require(tracer.finishedSpans.first { $0.operationName == "NotFound" }, "Hummingbird's name for a path no route matches: \(tracer.finishedSpans.map(\.operationName))")
+                #expect(missing.attributes["http.response.status_code"]?.toSpanAttribute() == 404)
+                #expect(tracer.finishedSpans.contains { $0.operationName == "/metrics" })
+                #expect(!tracer.finishedSpans.contains { $0.operationName == "/events" }, "an SSE stream has its own span, not two")
                 #expect(tracer.activeSpans.isEmpty, "every span ended")
             }
         }
