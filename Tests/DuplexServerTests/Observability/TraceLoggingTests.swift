@@ -106,7 +106,8 @@ struct TraceLoggingTests {
                 #expect(health.attributes["http.route"]?.toSpanAttribute() == "/health")
                 #expect(health.attributes["http.response.status_code"]?.toSpanAttribute() == 200)
                 #expect(health.attributes["url.query"] == nil, "the query can carry a token: not recorded")
-                let missing = try #require(tracer.finishedSpans.first { $0.operationName == "NotFound" }, "Hummingbird's name for a path no route matches: \(tracer.finishedSpans.map(\.operationName))")
+                // NotFound: Hummingbird's name for a path no route matches.
+                let missing = try #require(tracer.finishedSpans.first { $0.operationName == "NotFound" }, "\(tracer.finishedSpans.map(\.operationName))")
                 #expect(missing.attributes["http.response.status_code"]?.toSpanAttribute() == 404)
                 #expect(tracer.finishedSpans.contains { $0.operationName == "/metrics" })
                 #expect(!tracer.finishedSpans.contains { $0.operationName == "/events" }, "an SSE stream has its own span, not two")
