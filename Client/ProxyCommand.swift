@@ -14,9 +14,13 @@ struct ProxyCommand: AsyncParsableCommand {
         abstract: "Run a TCP proxy that injects network faults (latency, bandwidth, blackhole, resets).",
         discussion: """
             Forwards every connection to --listen on to --upstream, applying the toxics set by \
-            the flags to the --direction given. Prints two lines when ready:
+            the flags to the --direction given. Prints three lines when ready:
               duplex proxy listening on HOST:PORT, forwarding to HOST:PORT
+              duplex proxy seed N (--seed N makes the same random choices again)
               duplex proxy control on http://HOST:PORT
+            Every random choice (jitter, slice sizes, whether a toxic with a toxicity below 1 \
+            applies to a connection) comes from the seed, per connection in the order they are \
+            accepted: the same seed and the same traffic make the same choices.
             Control endpoint (loopback by default), to change toxics while it runs:
               GET    /toxics                list the toxics, and the connection count
               POST   /toxics?type=T&...     add one: type=latency&ms=M[&jitter=M],
@@ -24,6 +28,8 @@ struct ProxyCommand: AsyncParsableCommand {
                                             type=reset-peer, type=close-after&bytes=N,
                                             type=slicer&size=N[&variation=N][&delay=MS];
                                             each with [&direction=both|upstream|downstream]
+                                            and [&toxicity=P], the probability (0 to 1) that
+                                            it applies to a connection
               DELETE /toxics/ID             remove one
               DELETE /toxics                remove all: the path heals
               POST   /drop                  close every proxied connection
@@ -69,6 +75,15 @@ struct ProxyCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Milliseconds between slices.", valueName: "ms"))
     var sliceDelay: Int = 0
 
+    @Option(help: ArgumentHelp("Vary slice sizes by up to ± this many bytes.", valueName: "bytes"))
+    var sliceVariation: Int = 0
+
+    @Option(help: ArgumentHelp("The probability, from 0 to 1, that the flags' toxics apply to a connection.", valueName: "p"))
+    var toxicity: Double = 1
+
+    @Option(help: ArgumentHelp("The seed of every random choice; printed at start (a random one when not given).", valueName: "n"))
+    var seed: UInt64?
+
     func validate() throws {
         guard ToxicSpec.direction(direction) != nil else { throw ValidationError("--direction must be both, upstream or downstream") }
         do {
@@ -86,7 +101,10 @@ struct ProxyCommand: AsyncParsableCommand {
         if blackhole { specs.append(["type": "blackhole"]) }
         if resetPeer { specs.append(["type": "reset-peer"]) }
         if let closeAfter { specs.append(["type": "close-after", "bytes": "\(closeAfter)"]) }
-        if let slice { specs.append(["type": "slicer", "size": "\(slice)", "delay": "\(sliceDelay)"]) }
+        if let slice { specs.append(["type": "slicer", "size": "\(slice)", "variation": "\(sliceVariation)", "delay": "\(sliceDelay)"]) }
+        if toxicity != 1 {
+            for index in specs.indices { specs[index]["toxicity"] = "\(toxicity)" }
+        }
         return try specs.map { (try ToxicSpec.toxic($0), $0) }
     }
 
@@ -97,7 +115,13 @@ struct ProxyCommand: AsyncParsableCommand {
             let controlAt = try parseAddress(control, option: "--control")
             let proxy: FaultProxy
             do {
-                proxy = try await FaultProxy.start(host: listenAt.host, port: listenAt.port, upstreamHost: upstreamAt.host, upstreamPort: upstreamAt.port)
+                proxy = try await FaultProxy.start(
+                    host: listenAt.host,
+                    port: listenAt.port,
+                    upstreamHost: upstreamAt.host,
+                    upstreamPort: upstreamAt.port,
+                    seed: seed
+                )
             } catch {
                 throw Failure(.unreachable, "cannot listen on \(listen): \(error)")
             }
@@ -116,6 +140,7 @@ struct ProxyCommand: AsyncParsableCommand {
             let port = server.localAddress?.port ?? controlAt.port
             let shown = controlAt.host.contains(":") ? "[\(controlAt.host)]" : controlAt.host
             printOut("duplex proxy listening on \(listenAt.host):\(proxy.port), forwarding to \(upstreamAt.host):\(upstreamAt.port)")
+            printOut("duplex proxy seed \(proxy.seed) (--seed \(proxy.seed) makes the same random choices again)")
             printOut("duplex proxy control on http://\(shown):\(port)")
             // Runs until SIGTERM or SIGINT.
             for await _ in await UnixSignalsSequence(trapping: .sigterm, .sigint) { break }
@@ -140,7 +165,17 @@ enum ToxicSpec {
         }
     }
 
+    /// The toxic `fields` describe, with its `toxicity` when given.
     static func toxic(_ fields: [String: String]) throws -> FaultProxy.Toxic {
+        let toxic = try kind(fields)
+        guard let text = fields["toxicity"] else { return toxic }
+        guard let toxicity = Double(text), (0...1).contains(toxicity) else {
+            throw Invalid(message: "toxicity must be a number from 0 to 1, not \"\(text)\"")
+        }
+        return toxic.toxicity(toxicity)
+    }
+
+    private static func kind(_ fields: [String: String]) throws -> FaultProxy.Toxic {
         func number(_ key: String, default value: Int? = nil, minimum: Int = 0) throws -> Int {
             guard let text = fields[key] else {
                 if let value { return value }
@@ -243,10 +278,10 @@ final class ToxicRegistry: Sendable {
     private func listing() -> [String: Any] {
         let toxics = entries.withLockedValue { $0.byID }.sorted { $0.key < $1.key }.map { number, entry -> [String: Any] in
             var object: [String: Any] = ["id": number]
-            for (key, value) in entry.fields { object[key] = Int(value) ?? value as Any }
+            for (key, value) in entry.fields { object[key] = Int(value).map { $0 as Any } ?? Double(value).map { $0 as Any } ?? value }
             return object
         }
-        return ["toxics": toxics, "connections": proxy.connectionCount]
+        return ["toxics": toxics, "connections": proxy.connectionCount, "seed": "\(proxy.seed)"]
     }
 
     private func json(_ status: HTTPResponseStatus, _ object: [String: Any]) -> ControlServer.Reply {

@@ -17,6 +17,12 @@ import NIOPosix
 ///
 /// Bytes are never reordered: each chunk is released no earlier than the one before it. Data held
 /// back by latency, bandwidth or slicing is buffered without limit, so keep such tests small.
+///
+/// **Reproducible.** Every random choice (jitter, slice sizes, whether a toxic with a
+/// ``Toxic/toxicity(_:)`` below 1 applies to a connection) comes from a ``SeededGenerator``
+/// derived from ``seed``: per connection (numbered in the order they are accepted) and per
+/// direction, so that decisions on one connection do not depend on another's timing. The same
+/// seed and the same traffic make the same decisions.
 public final class FaultProxy: Sendable {
     /// Which way the data flows.
     public enum Direction: Sendable, Hashable {
@@ -42,6 +48,21 @@ public final class FaultProxy: Sendable {
         }
 
         let kind: Kind
+        /// The probability that the toxic applies to a connection, from 0 to 1.
+        public private(set) var toxicity = 1.0
+
+        init(kind: Kind) {
+            self.kind = kind
+        }
+
+        /// The same toxic, applying to each connection with probability `toxicity` (from 0 to 1;
+        /// 1, the default, applies to all), as toxiproxy's `toxicity` does. Decided once per
+        /// connection and toxic, from the proxy's ``FaultProxy/seed``.
+        public func toxicity(_ toxicity: Double) -> Toxic {
+            var toxic = self
+            toxic.toxicity = toxicity.isNaN ? 1 : min(max(toxicity, 0), 1)
+            return toxic
+        }
 
         /// Delays each chunk by `delay`, ± up to `jitter`.
         public static func latency(_ delay: Duration, jitter: Duration = .zero) -> Toxic {
@@ -75,9 +96,16 @@ public final class FaultProxy: Sendable {
         let value: UInt64
     }
 
+    /// An added toxic.
+    struct Active {
+        let id: ToxicID
+        let toxic: Toxic
+        let direction: Direction
+    }
+
     private struct State {
         var nextID: UInt64 = 0
-        var toxics: [(id: ToxicID, toxic: Toxic, direction: Direction)] = []
+        var toxics: [Active] = []
         var links: [ObjectIdentifier: ProxyLink] = [:]
         var connections = 0
     }
@@ -88,15 +116,19 @@ public final class FaultProxy: Sendable {
     public let host: String
     /// The port clients connect to.
     public let port: Int
+    /// The seed of every random choice: the one given to ``start(host:port:upstreamHost:upstreamPort:seed:)``,
+    /// or one picked at random. Start another proxy with it to make the same choices again.
+    public let seed: UInt64
     private let upstream: NIOLockedValueBox<(host: String, port: Int)>
     /// Where new connections are forwarded.
     public var upstreamHost: String { upstream.withLockedValue { $0.host } }
     /// Where new connections are forwarded.
     public var upstreamPort: Int { upstream.withLockedValue { $0.port } }
 
-    private init(host: String, port: Int, upstreamHost: String, upstreamPort: Int) {
+    private init(host: String, port: Int, upstreamHost: String, upstreamPort: Int, seed: UInt64) {
         self.host = host
         self.port = port
+        self.seed = seed
         self.upstream = NIOLockedValueBox((upstreamHost, upstreamPort))
     }
 
@@ -106,12 +138,14 @@ public final class FaultProxy: Sendable {
         upstream.withLockedValue { $0 = (host, port) }
     }
 
-    /// Starts a proxy on `host`:`port` (0 picks a free one) forwarding to the upstream.
+    /// Starts a proxy on `host`:`port` (0 picks a free one) forwarding to the upstream, making
+    /// its random choices from `seed` (nil: a random one; read it back from ``seed``).
     public static func start(
         host: String = "127.0.0.1",
         port: Int = 0,
         upstreamHost: String = "127.0.0.1",
-        upstreamPort: Int
+        upstreamPort: Int,
+        seed: UInt64? = nil
     ) async throws -> FaultProxy {
         let box = NIOLockedValueBox<FaultProxy?>(nil)
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -123,7 +157,13 @@ public final class FaultProxy: Sendable {
             }
             .bind(host: host, port: port)
             .get()
-        let proxy = FaultProxy(host: host, port: channel.localAddress?.port ?? port, upstreamHost: upstreamHost, upstreamPort: upstreamPort)
+        let proxy = FaultProxy(
+            host: host,
+            port: channel.localAddress?.port ?? port,
+            upstreamHost: upstreamHost,
+            upstreamPort: upstreamPort,
+            seed: seed ?? .random(in: .min ... .max)
+        )
         proxy.listener.withLockedValue { $0 = channel }
         box.withLockedValue { $0 = proxy }
         return proxy
@@ -135,11 +175,11 @@ public final class FaultProxy: Sendable {
         let (id, links) = state.withLockedValue { state in
             state.nextID += 1
             let id = ToxicID(value: state.nextID)
-            state.toxics.append((id, toxic, direction))
+            state.toxics.append(Active(id: id, toxic: toxic, direction: direction))
             return (id, Array(state.links.values))
         }
         if toxic.kind == .resetPeer {
-            for link in links { link.reset() }
+            for link in links where link.suffers(id, toxic) { link.reset() }
         }
         return id
     }
@@ -169,8 +209,8 @@ public final class FaultProxy: Sendable {
         try? await channel?.close()
     }
 
-    func toxics(for direction: Direction) -> [Toxic] {
-        state.withLockedValue { state in state.toxics.filter { $0.direction.includes(direction) }.map(\.toxic) }
+    func toxics(for direction: Direction) -> [Active] {
+        state.withLockedValue { state in state.toxics.filter { $0.direction.includes(direction) } }
     }
 
     private func accept(_ client: any Channel) -> EventLoopFuture<Void> {
@@ -178,14 +218,19 @@ public final class FaultProxy: Sendable {
         let connected = ClientBootstrap(group: client.eventLoop)
             .channelOption(ChannelOptions.autoRead, value: false)
             .connect(host: upstreamHost, port: upstreamPort)
+        // Numbered in the order accepted, for its random choices.
+        let index = state.withLockedValue { state in
+            defer { state.connections += 1 }
+            return UInt64(state.connections)
+        }
         return connected.flatMap { upstream in
-            let link = ProxyLink(proxy: self, client: client, upstream: upstream)
+            let link = ProxyLink(proxy: self, index: index, client: client, upstream: upstream)
             let key = ObjectIdentifier(link)
-            let reset = self.state.withLockedValue { state -> Bool in
+            let toxics = self.state.withLockedValue { state in
                 state.links[key] = link
-                state.connections += 1
-                return state.toxics.contains { $0.toxic.kind == .resetPeer }
+                return state.toxics
             }
+            let reset = toxics.contains { $0.toxic.kind == .resetPeer && link.suffers($0.id, $0.toxic) }
             client.closeFuture.and(upstream.closeFuture).whenComplete { _ in
                 self.state.withLockedValue { _ = $0.links.removeValue(forKey: key) }
             }
@@ -204,6 +249,8 @@ public final class FaultProxy: Sendable {
 /// One proxied connection: the client side and the upstream side, on one event loop.
 final class ProxyLink: Sendable {
     let proxy: FaultProxy
+    /// The connection's number, in the order the proxy accepted them.
+    let index: UInt64
     let client: any Channel
     let upstream: any Channel
     private let loop: NIOLoopBoundBox<Timing>
@@ -213,13 +260,29 @@ final class ProxyLink: Sendable {
         var forwarded: [FaultProxy.Direction: Int] = [:]
         /// Pieces scheduled and not yet written, per direction.
         var pending: [FaultProxy.Direction: Int] = [:]
+        /// Each direction's random choices (jitter, slice sizes), in the order its data passes.
+        var random: [FaultProxy.Direction: SeededGenerator]
     }
 
-    init(proxy: FaultProxy, client: any Channel, upstream: any Channel) {
+    init(proxy: FaultProxy, index: UInt64, client: any Channel, upstream: any Channel) {
         self.proxy = proxy
+        self.index = index
         self.client = client
         self.upstream = upstream
-        self.loop = NIOLoopBoundBox(Timing(), eventLoop: client.eventLoop)
+        let random: [FaultProxy.Direction: SeededGenerator] = [
+            .upstream: SeededGenerator(seed: proxy.seed, stream: index, 0),
+            .downstream: SeededGenerator(seed: proxy.seed, stream: index, 1),
+        ]
+        self.loop = NIOLoopBoundBox(Timing(random: random), eventLoop: client.eventLoop)
+    }
+
+    /// Whether the toxic `id` applies to this connection: always at a toxicity of 1, otherwise
+    /// with that probability, decided from the seed, the connection's number and the toxic's, so
+    /// the same whenever it is asked.
+    func suffers(_ id: FaultProxy.ToxicID, _ toxic: FaultProxy.Toxic) -> Bool {
+        guard toxic.toxicity < 1 else { return true }
+        var decision = SeededGenerator(seed: proxy.seed, stream: index, 2, id.value)
+        return decision.unit() < toxic.toxicity
     }
 
     func target(of direction: FaultProxy.Direction) -> any Channel {
@@ -245,7 +308,7 @@ final class ProxyLink: Sendable {
 
     /// Runs on the event loop: applies the toxics to `data` and forwards what is left.
     func forward(_ data: ByteBuffer, direction: FaultProxy.Direction) {
-        let toxics = proxy.toxics(for: direction)
+        let toxics = proxy.toxics(for: direction).filter { suffers($0.id, $0.toxic) }.map(\.toxic)
         var data = data
         var delay = Duration.zero
         var rate: Int?
@@ -271,7 +334,7 @@ final class ProxyLink: Sendable {
                 var extra = Duration.zero
                 if jitter > .zero {
                     let range = Double(jitter.components.seconds) + Double(jitter.components.attoseconds) / 1e18
-                    extra = .nanoseconds(Int64(Double.random(in: -range...range) * 1e9))
+                    extra = .nanoseconds(Int64(Double.random(in: -range...range, using: &loop.value.random[direction]!) * 1e9))
                 }
                 delay += max(base + extra, .zero)
             case .bandwidth(let bytesPerSecond):
@@ -284,7 +347,7 @@ final class ProxyLink: Sendable {
         var pieces: [ByteBuffer] = []
         if let slices {
             while data.readableBytes > 0 {
-                let size = max(1, average(slices.average, variation: slices.variation))
+                let size = max(1, average(slices.average, variation: slices.variation, direction: direction))
                 pieces.append(data.readSlice(length: min(size, data.readableBytes))!)
             }
         } else {
@@ -301,8 +364,8 @@ final class ProxyLink: Sendable {
         target.eventLoop.scheduleTask(deadline: release + .milliseconds(1)) { target.close(promise: nil) }
     }
 
-    private func average(_ average: Int, variation: Int) -> Int {
-        variation == 0 ? average : Int.random(in: (average - variation)...(average + variation))
+    private func average(_ average: Int, variation: Int, direction: FaultProxy.Direction) -> Int {
+        variation == 0 ? average : Int.random(in: (average - variation)...(average + variation), using: &loop.value.random[direction]!)
     }
 
     /// Writes the pieces at their release times, never out of order: a piece goes out at once

@@ -376,12 +376,13 @@ struct CLITests {
 
     // MARK: proxy
 
-    @Test("proxy forwards, applies flag toxics, and its control endpoint adds, lists and removes toxics")
+    @Test("proxy forwards, applies flag toxics, and its control endpoint adds, lists and removes toxics; it prints its seed, and takes one")
     func proxy() async throws {
         try await withTimeout(Self.limit) {
             try await withDuplexServer { server in
-                let proxy = try duplex("proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:\(server.port)", "--latency", "1")
+                let proxy = try duplex("proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:\(server.port)", "--latency", "1", "--seed", "1234")
                 let ready = try await proxy.waitForStdout("duplex proxy control on http://")
+                #expect(ready.stdout.contains("duplex proxy seed 1234 (--seed 1234 makes the same random choices again)"), "\(ready.stdout)")
                 let listenPort = try #require(Self.port(after: "listening on 127.0.0.1:", in: ready.stdout))
                 let controlPort = try #require(Self.port(after: "control on http://127.0.0.1:", in: ready.stdout))
                 let control = "http://127.0.0.1:\(controlPort)"
@@ -389,6 +390,7 @@ struct CLITests {
                 let listed = try await Self.http("GET", "\(control)/toxics")
                 #expect(listed.status == 200)
                 #expect(listed.body.contains(#""type":"latency""#) && listed.body.contains(#""ms":1"#), "\(listed.body)")
+                #expect(listed.body.contains(#""seed":"1234""#), "\(listed.body)")
 
                 let socket = WebSocket(url: URL(string: "ws://127.0.0.1:\(listenPort)/echo")!)
                 let messages = socket.messages
@@ -405,6 +407,11 @@ struct CLITests {
 
                 let bad = try await Self.http("POST", "\(control)/toxics?type=latency")
                 #expect(bad.status == 400 && bad.body.contains("needs ms"), "\(bad.body)")
+                let tooToxic = try await Self.http("POST", "\(control)/toxics?type=blackhole&toxicity=1.5")
+                #expect(tooToxic.status == 400 && tooToxic.body.contains("toxicity must be a number from 0 to 1"), "\(tooToxic.body)")
+                let half = try await Self.http("POST", "\(control)/toxics?type=latency&ms=5&toxicity=0.5")
+                #expect(half.status == 201, "\(half.body)")
+                #expect(try await Self.http("GET", "\(control)/toxics").body.contains(#""toxicity":0.5"#))
                 let unknown = try await Self.http("DELETE", "\(control)/toxics/999")
                 #expect(unknown.status == 404)
 

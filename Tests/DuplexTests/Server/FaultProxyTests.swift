@@ -144,6 +144,54 @@ struct FaultProxyTests {
     }
 }
 
+/// Every random choice of the proxy comes from its seed.
+@Suite("FaultProxy: seeded")
+struct SeededFaultProxyTests {
+    @Test("SplitMix64: the published sequence for seed 0, and streams that differ from each other and repeat for the same seed")
+    func generator() {
+        var zero = SeededGenerator(seed: 0)
+        #expect([zero.next(), zero.next(), zero.next()] == [0xE220_A839_7B1D_CDAF, 0x6E78_9E6A_A1B9_65F4, 0x06C4_5D18_8009_454F])
+        func draws(_ generator: SeededGenerator) -> [UInt64] {
+            var generator = generator
+            return (0..<8).map { _ in generator.next() }
+        }
+        #expect(draws(SeededGenerator(seed: 42, stream: 3, 0)) == draws(SeededGenerator(seed: 42, stream: 3, 0)))
+        #expect(draws(SeededGenerator(seed: 42, stream: 3, 0)) != draws(SeededGenerator(seed: 42, stream: 3, 1)))
+        #expect(draws(SeededGenerator(seed: 42, stream: 3, 0)) != draws(SeededGenerator(seed: 43, stream: 3, 0)))
+    }
+
+    @Test("toxicity: a toxic applies to each connection with its probability, decided from the seed: the same seed picks the same connections, another seed others")
+    func toxicityIsSeeded() async throws {
+        try await withTimeout(.seconds(60)) {
+            try await withDuplexServer { server in
+                /// Which of 24 connections, opened one after another, a toxic of toxicity 0.5 that
+                /// closes the connection before the handshake's answer hit.
+                func hit(seed: UInt64) async throws -> [Int] {
+                    let proxy = try await FaultProxy.start(upstreamPort: server.port, seed: seed)
+                    #expect(proxy.seed == seed)
+                    proxy.add(FaultProxy.Toxic.closeAfter(bytes: 0).toxicity(0.5), direction: .downstream)
+                    var hit: [Int] = []
+                    for index in 0..<24 {
+                        let socket = WebSocket(url: URL(string: "ws://127.0.0.1:\(proxy.port)/echo")!)
+                        do {
+                            try await socket.connect()
+                        } catch let error as WebSocketError where error.code == .connectionFailed {
+                            hit.append(index)
+                        }
+                        await socket.terminate()
+                    }
+                    await proxy.stop()
+                    return hit
+                }
+                let first = try await hit(seed: 7)
+                #expect(!first.isEmpty && first.count < 24, "about half: \(first)")
+                #expect(try await hit(seed: 7) == first, "the same seed, the same connections")
+                #expect(try await hit(seed: 8) != first, "another seed, others")
+            }
+        }
+    }
+}
+
 @Suite("server stall")
 struct ServerStallTests {
     @Test("a server stall is caught by pings after exactly maxPingFailures misses, then the client reconnects")
