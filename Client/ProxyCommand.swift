@@ -34,6 +34,9 @@ struct ProxyCommand: AsyncParsableCommand {
               DELETE /toxics                remove all: the path heals
               POST   /drop                  close every proxied connection
             Example: curl -X POST 'http://127.0.0.1:9001/toxics?type=latency&ms=300'
+            --scenario FILE applies a timeline of faults (docs/scenarios.md), one line each:
+              duplex proxy scenario 2 s: step 1: add latency 300 ms (downstream), for 5 s
+            and exits with status 1 if a step fails (a chaos step the server refused).
 
             \(Failure.exitStatusHelp)
             """
@@ -81,16 +84,28 @@ struct ProxyCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The probability, from 0 to 1, that the flags' toxics apply to a connection.", valueName: "p"))
     var toxicity: Double = 1
 
-    @Option(help: ArgumentHelp("The seed of every random choice; printed at start (a random one when not given).", valueName: "n"))
+    @Option(help: ArgumentHelp("The seed of every random choice; printed at start (the scenario's, or a random one, when not given).", valueName: "n"))
     var seed: UInt64?
 
+    @Option(help: ArgumentHelp("Apply a scenario file's timeline of faults (docs/scenarios.md); each step prints a line as it takes effect.", valueName: "file"))
+    var scenario: String?
+
     func validate() throws {
-        guard ToxicSpec.direction(direction) != nil else { throw ValidationError("--direction must be both, upstream or downstream") }
+        guard FaultProxy.Direction(name: direction) != nil else { throw ValidationError("--direction must be both, upstream or downstream") }
         do {
             _ = try flagToxics()
-        } catch let error as ToxicSpec.Invalid {
+        } catch let error as FaultProxy.InvalidToxic {
             throw ValidationError(error.message)
         }
+        do {
+            _ = try loadScenario()
+        } catch let error as FaultScenario.Invalid {
+            throw ValidationError("--scenario: \(error.message)")
+        }
+    }
+
+    func loadScenario() throws -> FaultScenario? {
+        try scenario.map { try FaultScenario(contentsOf: $0) }
     }
 
     /// The toxics the flags ask for, with their description.
@@ -105,7 +120,7 @@ struct ProxyCommand: AsyncParsableCommand {
         if toxicity != 1 {
             for index in specs.indices { specs[index]["toxicity"] = "\(toxicity)" }
         }
-        return try specs.map { (try ToxicSpec.toxic($0), $0) }
+        return try specs.map { (try FaultProxy.Toxic(fields: $0), $0) }
     }
 
     func run() async throws {
@@ -113,6 +128,7 @@ struct ProxyCommand: AsyncParsableCommand {
             let listenAt = try parseAddress(listen, option: "--listen")
             let upstreamAt = try parseAddress(upstream, option: "--upstream")
             let controlAt = try parseAddress(control, option: "--control")
+            let scenario = try loadScenario()
             let proxy: FaultProxy
             do {
                 proxy = try await FaultProxy.start(
@@ -120,13 +136,13 @@ struct ProxyCommand: AsyncParsableCommand {
                     port: listenAt.port,
                     upstreamHost: upstreamAt.host,
                     upstreamPort: upstreamAt.port,
-                    seed: seed
+                    seed: seed ?? scenario?.seed
                 )
             } catch {
                 throw Failure(.unreachable, "cannot listen on \(listen): \(error)")
             }
             let registry = ToxicRegistry(proxy: proxy)
-            let flagDirection = ToxicSpec.direction(direction) ?? .both
+            let flagDirection = FaultProxy.Direction(name: direction) ?? .both
             for (toxic, fields) in try flagToxics() {
                 registry.add(toxic, direction: flagDirection, fields: fields)
             }
@@ -142,69 +158,33 @@ struct ProxyCommand: AsyncParsableCommand {
             printOut("duplex proxy listening on \(listenAt.host):\(proxy.port), forwarding to \(upstreamAt.host):\(upstreamAt.port)")
             printOut("duplex proxy seed \(proxy.seed) (--seed \(proxy.seed) makes the same random choices again)")
             printOut("duplex proxy control on http://\(shown):\(port)")
-            // Runs until SIGTERM or SIGINT.
-            for await _ in await UnixSignalsSequence(trapping: .sigterm, .sigint) { break }
+            // Runs until SIGTERM or SIGINT, or until the scenario fails; a scenario that ends
+            // leaves the proxy running with what it left in place.
+            let ended: Result<Void, any Error>
+            do {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask {
+                        for await _ in await UnixSignalsSequence(trapping: .sigterm, .sigint) { break }
+                    }
+                    if let scenario {
+                        group.addTask {
+                            try await scenario.run(on: proxy) { printOut("duplex proxy \($0)") }
+                            // Then the proxy serves on, until a signal.
+                            try await Task.sleep(for: .seconds(100 * 365 * 86_400))
+                        }
+                    }
+                    try await group.next()
+                    group.cancelAll()
+                }
+                ended = .success(())
+            } catch {
+                ended = .failure(error)
+            }
             try? await server.close()
             await proxy.stop()
-        }
-    }
-}
-
-/// Toxics described by name and parameters, as the flags and the control endpoint give them.
-enum ToxicSpec {
-    struct Invalid: Error {
-        var message: String
-    }
-
-    static func direction(_ text: String) -> FaultProxy.Direction? {
-        switch text {
-        case "both": .both
-        case "upstream", "up": .upstream
-        case "downstream", "down": .downstream
-        default: nil
-        }
-    }
-
-    /// The toxic `fields` describe, with its `toxicity` when given.
-    static func toxic(_ fields: [String: String]) throws -> FaultProxy.Toxic {
-        let toxic = try kind(fields)
-        guard let text = fields["toxicity"] else { return toxic }
-        guard let toxicity = Double(text), (0...1).contains(toxicity) else {
-            throw Invalid(message: "toxicity must be a number from 0 to 1, not \"\(text)\"")
-        }
-        return toxic.toxicity(toxicity)
-    }
-
-    private static func kind(_ fields: [String: String]) throws -> FaultProxy.Toxic {
-        func number(_ key: String, default value: Int? = nil, minimum: Int = 0) throws -> Int {
-            guard let text = fields[key] else {
-                if let value { return value }
-                throw Invalid(message: "\(fields["type"] ?? "the toxic") needs \(key)=N")
+            if case .failure(let error) = ended {
+                throw Failure(.failed, "scenario: \(error)")
             }
-            guard let parsed = Int(text), parsed >= minimum else {
-                throw Invalid(message: "\(key) must be an integer of at least \(minimum), not \"\(text)\"")
-            }
-            return parsed
-        }
-        switch fields["type"] {
-        case "latency":
-            return .latency(.milliseconds(try number("ms")), jitter: .milliseconds(try number("jitter", default: 0)))
-        case "bandwidth":
-            return .bandwidth(bytesPerSecond: try number("rate", minimum: 1))
-        case "blackhole":
-            return .blackhole
-        case "reset-peer":
-            return .resetPeer
-        case "close-after":
-            return .closeAfter(bytes: try number("bytes"))
-        case "slicer":
-            return .slicer(
-                averageSize: try number("size", minimum: 1),
-                sizeVariation: try number("variation", default: 0),
-                delay: .milliseconds(try number("delay", default: 0))
-            )
-        case let other:
-            throw Invalid(message: "type must be latency, bandwidth, blackhole, reset-peer, close-after or slicer, not \(other.map { "\"\($0)\"" } ?? "missing")")
         }
     }
 }
@@ -239,14 +219,14 @@ final class ToxicRegistry: Sendable {
         case (.POST, ["toxics"]):
             var fields: [String: String] = [:]
             for (key, value) in request.query { fields[key] = value }
-            guard let direction = ToxicSpec.direction(fields["direction"] ?? "both") else {
+            guard let direction = FaultProxy.Direction(name: fields["direction"] ?? "both") else {
                 return json(.badRequest, ["error": "direction must be both, upstream or downstream"])
             }
             do {
-                let toxic = try ToxicSpec.toxic(fields)
+                let toxic = try FaultProxy.Toxic(fields: fields)
                 fields["direction"] = nil
                 return json(.created, ["id": add(toxic, direction: direction, fields: fields)])
-            } catch let error as ToxicSpec.Invalid {
+            } catch let error as FaultProxy.InvalidToxic {
                 return json(.badRequest, ["error": error.message])
             } catch {
                 return json(.badRequest, ["error": "\(error)"])

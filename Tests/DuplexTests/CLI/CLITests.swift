@@ -376,6 +376,41 @@ struct CLITests {
 
     // MARK: proxy
 
+    @Test("proxy --scenario: each step prints a line as it takes effect, the scenario's seed is the proxy's; a step the server refuses ends it with status 1; a wrong file is refused before it starts")
+    func proxyScenario() async throws {
+        try await withTimeout(Self.limit) {
+            try await withDuplexServer { server in
+                let directory = FileManager.default.temporaryDirectory.appendingPathComponent("duplex-scenario-\(UUID().uuidString)")
+                try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+                defer { try? FileManager.default.removeItem(at: directory) }
+                func file(_ name: String, _ json: String) throws -> String {
+                    let url = directory.appendingPathComponent(name)
+                    try Data(json.utf8).write(to: url)
+                    return url.path
+                }
+                let good = try file("good.json", #"{"seed": 9, "steps": [{"at": 0, "add": {"type": "latency", "ms": 1}}, {"at": 0.3, "heal": true}]}"#)
+                let proxy = try duplex("proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:\(server.port)", "--scenario", good)
+                let done = try await proxy.waitForStdout("duplex proxy scenario: done after 300 ms")
+                #expect(done.stdout.contains("duplex proxy seed 9 "), "\(done)")
+                #expect(done.stdout.contains("duplex proxy scenario 0 s: step 1: add latency 1 ms (both)\n"), "\(done)")
+                #expect(done.stdout.contains("duplex proxy scenario 300 ms: step 2: heal (every toxic removed)\n"), "\(done)")
+                proxy.signal(SIGTERM)
+                #expect(try await proxy.waitForExit().status == 0, "the proxy serves on after its scenario, until a signal")
+
+                // This server has no /_chaos/ routes.
+                let refused = try file("refused.json", #"{"steps": [{"at": 0, "chaos": "drop"}]}"#)
+                let failing = try await duplex("proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:\(server.port)", "--scenario", refused).waitForExit()
+                #expect(failing.status == 1, "\(failing)")
+                #expect(failing.stderr.contains("scenario: step 1 failed: chaos drop: the server answered 404 (is it running with --chaos?)"), "\(failing)")
+
+                let wrong = try file("wrong.json", #"{"steps": [{"at": 0, "heal": false}]}"#)
+                let invalid = try await duplex("proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:\(server.port)", "--scenario", wrong).waitForExit()
+                #expect(invalid.status == 64, "\(invalid)")
+                #expect(invalid.stderr.contains("--scenario: \(wrong): step 1: heal takes true"), "\(invalid)")
+            }
+        }
+    }
+
     @Test("proxy forwards, applies flag toxics, and its control endpoint adds, lists and removes toxics; it prints its seed, and takes one")
     func proxy() async throws {
         try await withTimeout(Self.limit) {

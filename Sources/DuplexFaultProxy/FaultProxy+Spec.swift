@@ -1,0 +1,106 @@
+extension FaultProxy.Direction {
+    /// The direction `name` names: `both`, `upstream` (or `up`), `downstream` (or `down`).
+    public init?(name: String) {
+        switch name {
+        case "both": self = .both
+        case "upstream", "up": self = .upstream
+        case "downstream", "down": self = .downstream
+        default: return nil
+        }
+    }
+
+    /// The name ``init(name:)`` reads.
+    public var name: String {
+        switch self {
+        case .both: "both"
+        case .upstream: "upstream"
+        case .downstream: "downstream"
+        }
+    }
+}
+
+extension FaultProxy.Toxic: CustomStringConvertible {
+    /// A toxic described by name and parameters, as `duplex proxy`'s control endpoint and
+    /// scenario files give them: `type=latency&ms=M[&jitter=M]`, `type=bandwidth&rate=BYTES_PER_S`,
+    /// `type=blackhole`, `type=reset-peer`, `type=close-after&bytes=N`,
+    /// `type=slicer&size=N[&variation=N][&delay=MS]`, each with `[&toxicity=P]`. Other fields
+    /// (`direction`, a name) are left to the caller.
+    /// - Throws: ``FaultProxy/InvalidToxic``, saying which field is wrong and why.
+    public init(fields: [String: String]) throws {
+        func number(_ key: String, default value: Int? = nil, minimum: Int = 0) throws -> Int {
+            guard let text = fields[key] else {
+                if let value { return value }
+                throw FaultProxy.InvalidToxic(message: "\(fields["type"] ?? "the toxic") needs \(key)=N")
+            }
+            guard let parsed = Int(text), parsed >= minimum else {
+                throw FaultProxy.InvalidToxic(message: "\(key) must be an integer of at least \(minimum), not \"\(text)\"")
+            }
+            return parsed
+        }
+        var toxic: Self
+        switch fields["type"] {
+        case "latency":
+            toxic = .latency(.milliseconds(try number("ms")), jitter: .milliseconds(try number("jitter", default: 0)))
+        case "bandwidth":
+            toxic = .bandwidth(bytesPerSecond: try number("rate", minimum: 1))
+        case "blackhole":
+            toxic = .blackhole
+        case "reset-peer":
+            toxic = .resetPeer
+        case "close-after":
+            toxic = .closeAfter(bytes: try number("bytes"))
+        case "slicer":
+            toxic = .slicer(
+                averageSize: try number("size", minimum: 1),
+                sizeVariation: try number("variation", default: 0),
+                delay: .milliseconds(try number("delay", default: 0))
+            )
+        case let other:
+            throw FaultProxy.InvalidToxic(
+                message: "type must be latency, bandwidth, blackhole, reset-peer, close-after or slicer, not \(other.map { "\"\($0)\"" } ?? "missing")"
+            )
+        }
+        if let text = fields["toxicity"] {
+            guard let toxicity = Double(text), (0...1).contains(toxicity) else {
+                throw FaultProxy.InvalidToxic(message: "toxicity must be a number from 0 to 1, not \"\(text)\"")
+            }
+            toxic = toxic.toxicity(toxicity)
+        }
+        self = toxic
+    }
+
+    /// The toxic in words, as scenario logs show it: `latency 300 ms ± 50 ms`,
+    /// `blackhole (toxicity 0.5)`.
+    public var description: String {
+        let text: String
+        switch kind {
+        case .latency(let delay, let jitter):
+            text = "latency \(Self.milliseconds(delay)) ms" + (jitter > .zero ? " ± \(Self.milliseconds(jitter)) ms" : "")
+        case .bandwidth(let rate):
+            text = "bandwidth \(rate) bytes/s"
+        case .blackhole:
+            text = "blackhole"
+        case .resetPeer:
+            text = "reset-peer"
+        case .closeAfter(let bytes):
+            text = "close-after \(bytes) bytes"
+        case .slicer(let size, let variation, let delay):
+            text = "slicer \(size)" + (variation > 0 ? " ± \(variation)" : "") + " bytes, \(Self.milliseconds(delay)) ms apart"
+        }
+        return toxicity < 1 ? "\(text) (toxicity \(toxicity))" : text
+    }
+
+    private static func milliseconds(_ duration: Duration) -> Int64 {
+        let (seconds, attoseconds) = duration.components
+        return seconds * 1_000 + attoseconds / 1_000_000_000_000_000
+    }
+}
+
+extension FaultProxy {
+    /// A toxic described wrongly (``Toxic/init(fields:)``).
+    public struct InvalidToxic: Error, CustomStringConvertible, Sendable {
+        /// What is wrong, for a person.
+        public var message: String
+        public var description: String { message }
+    }
+}
