@@ -9,6 +9,9 @@ import DuplexSchema
 struct ClientMetrics: Sendable {
     /// `websocket` or `sse`.
     let kind: String
+    /// Whether anything is counted: false with swift-metrics' no-op factory (no backend
+    /// bootstrapped), so that each message costs nothing then.
+    private let counting: Bool
     private let factory: any MetricsFactory
     private let attempts: Counter
     private let reconnects: Counter
@@ -26,6 +29,7 @@ struct ClientMetrics: Sendable {
         self.kind = kind
         let factory = factory ?? MetricsSystem.factory
         self.factory = factory
+        self.counting = !(factory is NOOPMetricsHandler)
         let byKind = [("kind", kind)]
         func counter(_ label: String, _ dimensions: [(String, String)] = []) -> Counter {
             Counter(label: label, dimensions: byKind + dimensions, factory: factory)
@@ -64,12 +68,14 @@ struct ClientMetrics: Sendable {
 
     /// A message (an SSE event) of `bytes` bytes arrived.
     func received(bytes: Int) {
+        guard counting else { return }
         messagesIn.increment()
         bytesIn.increment(by: bytes)
     }
 
     /// A message of `bytes` bytes was handed to the connection.
     func sent(bytes: Int) {
+        guard counting else { return }
         messagesOut.increment()
         bytesOut.increment(by: bytes)
     }
