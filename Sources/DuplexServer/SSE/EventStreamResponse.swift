@@ -56,8 +56,9 @@ struct EventStreamResponse {
             registry.logger.debug("event stream opened", metadata: trace.metadata(route: info.route))
             defer {
                 trace?.end()
-                registry.logger.debug("event stream ended", metadata: trace.metadata(route: info.route))
+                // Unregistered, and every event written counted, before the line says so.
                 registry.remove(registration)
+                registry.logger.debug("event stream ended", metadata: trace.metadata(route: info.route))
             }
             let heartbeat = Heartbeat(every: configuration.heartbeatInterval, sink: sink, eventLoop: channel.eventLoop)
             defer { heartbeat.stop() }

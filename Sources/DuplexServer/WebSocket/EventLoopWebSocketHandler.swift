@@ -173,8 +173,9 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         routeMetrics.add(&tally)
         if let registration {
             trace?.end()
-            registry.logger.debug("WebSocket closed", metadata: trace.metadata(route: service.connectionInfo.route))
+            // Unregistered (and so counted closed in the metrics) before the line says so.
             registry.remove(registration)
+            registry.logger.debug("WebSocket closed", metadata: trace.metadata(route: service.connectionInfo.route))
             self.registration = nil
             service.end()
         }

@@ -1,6 +1,8 @@
 import DuplexSchema
 import DuplexTesting
 import Foundation
+import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import Testing
@@ -41,20 +43,17 @@ struct MetricsRouteTests {
         }
     }
 
-    /// Scrapes until `condition` holds (what is counted after the bytes went out, such as an SSE
-    /// event, may show a moment after the client read it); the caller's timeout bounds it.
-    static func scrape(_ port: Int, until condition: (Scrape) -> Bool) async throws -> Scrape {
-        while true {
-            let scrape = try await scrape(port)
-            if condition(scrape) { return scrape }
-            try await Task.sleep(for: .milliseconds(20))
-        }
+    /// The next line `lines` logs with `message` on `route`: the server logs a connection's end
+    /// once it is counted closed ("WebSocket closed", "event stream ended").
+    static func logged(_ message: String, route: String, in lines: AsyncStream<WatchedLogger.Line>) async throws {
+        _ = try await lines.first(within: .seconds(10)) { $0.message == message && $0.metadata["route"] == route }
     }
 
     @Test("an echo connection's messages and bytes each way, and the connection itself, in Prometheus' text format")
     func echoCounted() async throws {
         try await withTimeout {
-            try await withDuplexServer { server in
+            let (logger, lines) = WatchedLogger.make(level: .debug)
+            try await withDuplexServer(logger: logger) { server in
                 try await TestWebSocket.with(port: server.port, path: "/echo") { echo in
                     try await echo.sendText("hello")
                     try await echo.sendText("wörld")
@@ -75,7 +74,9 @@ struct MetricsRouteTests {
                     try await echo.sendClose()
                     _ = try await echo.receiveClose()
                 }
-                let after = try await Self.scrape(server.port) { $0[#"duplex_connections_open{route="echo",transport="tcp"}"#] == 0 }
+                try await Self.logged("WebSocket closed", route: "echo", in: lines)
+                let after = try await Self.scrape(server.port)
+                #expect(after[#"duplex_connections_open{route="echo",transport="tcp"}"#] == 0)
                 #expect(after[#"duplex_connections_total{route="echo",transport="tcp"}"#] == 1)
                 #expect(after[#"duplex_close_codes_sent_total{code="1000"}"#] == 1, "the server's answer to the client's close")
                 #expect(after[#"duplex_close_codes_received_total{code="1000"}"#] == 1, "the client's close")
@@ -86,23 +87,55 @@ struct MetricsRouteTests {
     @Test("chat: what a room fans out is counted per member it reached; SSE events are counted as written")
     func chatAndEventsCounted() async throws {
         try await withTimeout {
-            try await withDuplexServer { server in
-                try await TestWebSocket.with(port: server.port, path: "/chat/metrics?name=alice") { alice in
-                    _ = try await alice.receiveText()  // welcome
-                    try await TestWebSocket.with(port: server.port, path: "/chat/metrics?name=bob") { bob in
-                        _ = try await bob.receiveText()  // welcome
-                        try await alice.sendText(#"{"type":"say","clientMessageId":"a1","text":"hi"}"#)
-                        // bob: his welcome, alice's say; alice: her welcome, bob's join, her say, its ack.
-                        let scrape = try await Self.scrape(server.port) { ($0[#"duplex_messages_total{route="chat",direction="out"}"#] ?? 0) >= 6 }
-                        #expect(scrape[#"duplex_messages_total{route="chat",direction="in"}"#] == 1)
-                        #expect(scrape[#"duplex_connections_open{route="chat",transport="tcp"}"#] == 2)
+            let (logger, lines) = WatchedLogger.make(level: .debug)
+            try await withDuplexServer(logger: logger) { server in
+                // Every text frame each member reads, until the server's close: what was written to it.
+                let received = NIOLockedValueBox(0)
+                func read(_ member: TestWebSocket, until match: String? = nil) async throws {
+                    while true {
+                        let frame = try await member.receiveFrame()
+                        if frame.close != nil { return }
+                        guard let text = frame.text else { continue }
+                        received.withLockedValue { $0 += 1 }
+                        if let match, text.contains(match) { return }
                     }
                 }
+                try await TestWebSocket.with(port: server.port, path: "/chat/metrics?name=alice") { alice in
+                    try await read(alice, until: #""type":"welcome""#)
+                    try await TestWebSocket.with(port: server.port, path: "/chat/metrics?name=bob") { bob in
+                        try await read(bob, until: #""type":"welcome""#)
+                        try await read(alice, until: #""name":"bob""#)  // bob joined
+                        let open = try await Self.scrape(server.port)
+                        #expect(open[#"duplex_connections_open{route="chat",transport="tcp"}"#] == 2, "counted from the welcome on")
+                        try await alice.sendText(#"{"type":"say","clientMessageId":"a1","text":"hi"}"#)
+                        try await read(bob, until: #""text":"hi""#)
+                        try await bob.sendClose()
+                        try await read(bob)
+                    }
+                    try await read(alice, until: #""type":"left""#)
+                    try await alice.sendClose()
+                    try await read(alice)
+                }
+                // A connection's counts are added at the latest at the end of the event loop's
+                // turn that wrote them; its close is read in a later turn of the same loop.
+                try await Self.logged("WebSocket closed", route: "chat", in: lines)
+                try await Self.logged("WebSocket closed", route: "chat", in: lines)
+                let scrape = try await Self.scrape(server.port)
+                let written = received.withLockedValue { $0 }
+                #expect(written >= 7, "bob: his welcome, alice's say; alice: her welcome, bob's join, her say, its ack, bob's departure")
+                #expect(scrape[#"duplex_messages_total{route="chat",direction="out"}"#] == Double(written))
+                #expect(scrape[#"duplex_messages_total{route="chat",direction="in"}"#] == 1)
+                #expect(scrape[#"duplex_connections_open{route="chat",transport="tcp"}"#] == 0)
                 // A resend (the same clientMessageId) is a duplicate; a resume with since finds its history.
                 try await TestWebSocket.with(port: server.port, path: "/chat/metrics?name=carol&since=0") { carol in
                     _ = try await carol.receiveText()  // welcome
                     for _ in 0..<2 { try await carol.sendText(#"{"type":"say","clientMessageId":"c1","text":"once"}"#) }
-                    let scrape = try await Self.scrape(server.port) { ($0["duplex_chat_duplicate_says_total"] ?? 0) >= 1 }
+                    // Each say is counted before its ack is written: after the second ack, both are.
+                    var acks = 0
+                    while acks < 2 {
+                        if try await carol.receiveText().contains(#""type":"ack""#) { acks += 1 }
+                    }
+                    let scrape = try await Self.scrape(server.port)
                     #expect(scrape["duplex_chat_messages_recorded_total"] == 2, "alice's and carol's first")
                     #expect(scrape["duplex_chat_duplicate_says_total"] == 1)
                     #expect(scrape[#"duplex_chat_resumes_total{recovered="true"}"#] == 1)
@@ -113,8 +146,12 @@ struct MetricsRouteTests {
                 try await TestHTTPResponse.get(port: server.port, "/events?interval=10") { stream in
                     for _ in 0..<3 { _ = try await stream.nextEvent() }
                 }
-                let scrape = try await Self.scrape(server.port) { ($0[#"duplex_messages_total{route="events",direction="out"}"#] ?? 0) >= 3 }
-                #expect(scrape[#"duplex_connections_total{route="events",transport="tcp"}"#] == 1)
+                // The stream counts each event after writing it, and is counted ended after the last.
+                try await Self.logged("event stream ended", route: "events", in: lines)
+                let events = try await Self.scrape(server.port)
+                #expect((events[#"duplex_messages_total{route="events",direction="out"}"#] ?? 0) >= 3)
+                #expect(events[#"duplex_connections_total{route="events",transport="tcp"}"#] == 1)
+                #expect(events[#"duplex_connections_open{route="events",transport="tcp"}"#] == 0)
             }
         }
     }
