@@ -24,7 +24,8 @@ extension FaultProxy.Toxic: CustomStringConvertible {
     /// scenario files give them: `type=latency&ms=M[&jitter=M]`, `type=bandwidth&rate=BYTES_PER_S`,
     /// `type=blackhole`, `type=reset-peer`, `type=close-after&bytes=N`,
     /// `type=slicer&size=N[&variation=N][&delay=MS]`, each with `[&toxicity=P]`. Other fields
-    /// (`direction`, a name) are left to the caller.
+    /// (`direction`, a name) are left to the caller. Times are at most a day (86,400,000 ms),
+    /// sizes and rates at most 2^31 - 1.
     /// - Throws: ``FaultProxy/InvalidToxic``, saying which field is wrong and why.
     public init(fields: [String: String]) throws {
         func number(_ key: String, default value: Int? = nil, minimum: Int = 0) throws -> Int {
@@ -32,8 +33,9 @@ extension FaultProxy.Toxic: CustomStringConvertible {
                 if let value { return value }
                 throw FaultProxy.InvalidToxic(message: "\(fields["type"] ?? "the toxic") needs \(key)=N")
             }
-            guard let parsed = Int(text), parsed >= minimum else {
-                throw FaultProxy.InvalidToxic(message: "\(key) must be an integer of at least \(minimum), not \"\(text)\"")
+            let maximum = ["ms", "jitter", "delay"].contains(key) ? Self.maximumMilliseconds : Int(Int32.max)
+            guard let parsed = Int(text), (minimum...maximum).contains(parsed) else {
+                throw FaultProxy.InvalidToxic(message: "\(key) must be an integer from \(minimum) to \(maximum), not \"\(text)\"")
             }
             return parsed
         }
@@ -89,6 +91,9 @@ extension FaultProxy.Toxic: CustomStringConvertible {
         }
         return toxicity < 1 ? "\(text) (toxicity \(toxicity))" : text
     }
+
+    /// The longest time a toxic's fields take: a day.
+    static let maximumMilliseconds = 86_400_000
 
     private static func milliseconds(_ duration: Duration) -> Int64 {
         let (seconds, attoseconds) = duration.components

@@ -333,7 +333,7 @@ final class ProxyLink: Sendable {
             case .latency(let base, let jitter):
                 var extra = Duration.zero
                 if jitter > .zero {
-                    let range = Double(jitter.components.seconds) + Double(jitter.components.attoseconds) / 1e18
+                    let range = min(Double(jitter.components.seconds) + Double(jitter.components.attoseconds) / 1e18, 86_400)
                     extra = .nanoseconds(Int64(Double.random(in: -range...range, using: &loop.value.random[direction]!) * 1e9))
                 }
                 delay += max(base + extra, .zero)
@@ -401,9 +401,12 @@ final class ProxyLink: Sendable {
         loop.value.nextRelease[direction] = max(release, loop.value.nextRelease[direction] ?? release)
     }
 
+    /// `duration` in nanoseconds, at most about 290 years: a toxic given an absurd time in code
+    /// holds data that long rather than trapping.
     private func nanoseconds(_ duration: Duration) -> Int64 {
         let (seconds, attoseconds) = duration.components
-        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+        guard seconds < 9_000_000_000 else { return 9_000_000_000 * 1_000_000_000 }
+        return max(seconds, 0) * 1_000_000_000 + attoseconds / 1_000_000_000
     }
 }
 

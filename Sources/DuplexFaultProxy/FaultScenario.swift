@@ -87,10 +87,14 @@ public struct FaultScenario: Sendable, Equatable {
         var names: [String: Duration] = [:]
         for (index, step) in steps.enumerated() {
             let number = index + 1
-            guard step.at >= .zero else { throw Invalid(message: "step \(number): at must be 0 or more") }
+            guard step.at >= .zero, step.at <= Self.maximumDuration else {
+                throw Invalid(message: "step \(number): at must be from 0 to a year")
+            }
             switch step.action {
             case .add(_, _, let name, let duration):
-                if let duration, duration <= .zero { throw Invalid(message: "step \(number): for must be more than 0 seconds") }
+                if let duration, duration <= .zero || duration > Self.maximumDuration {
+                    throw Invalid(message: "step \(number): for must be more than 0 seconds and at most a year")
+                }
                 if let name {
                     guard names[name] == nil else { throw Invalid(message: "step \(number): the name \"\(name)\" is already used by an earlier step") }
                     names[name] = step.at
@@ -151,14 +155,17 @@ public struct FaultScenario: Sendable, Equatable {
 
     private static let actions = ["add", "remove", "heal", "drop", "chaos"]
 
+    /// The latest time and longest `for` a file may give: a year, in seconds.
+    private static let maximumSeconds = 31_536_000.0
+
     private static func step(_ value: Any, number: Int) throws -> Step {
         func invalid(_ message: String) -> Invalid { Invalid(message: "step \(number): \(message)") }
         guard let fields = value as? [String: Any] else { throw invalid("a step is an object, as {\"at\": 2, \"heal\": true}") }
         if let unknown = Set(fields.keys).subtracting(["at", "for", "name"] + actions).sorted().first {
             throw invalid("unknown field \"\(unknown)\"; a step has at, and one of add (with for and name), remove, heal, drop or chaos")
         }
-        guard let atNumber = fields["at"] as? NSNumber, !isBool(atNumber), atNumber.doubleValue.isFinite, atNumber.doubleValue >= 0 else {
-            throw invalid("at must be a number of seconds, 0 or more")
+        guard let atNumber = fields["at"] as? NSNumber, !isBool(atNumber), (0...maximumSeconds).contains(atNumber.doubleValue) else {
+            throw invalid("at must be a number of seconds from 0 to \(Int(maximumSeconds)) (a year)")
         }
         let at = seconds(atNumber.doubleValue)
         let given = actions.filter { fields[$0] != nil }
@@ -193,8 +200,8 @@ public struct FaultScenario: Sendable, Equatable {
             }
             var duration: Duration?
             if let value = fields["for"] {
-                guard let number = value as? NSNumber, !isBool(number), number.doubleValue.isFinite, number.doubleValue > 0 else {
-                    throw invalid("for must be a number of seconds, more than 0")
+                guard let number = value as? NSNumber, !isBool(number), number.doubleValue > 0, number.doubleValue <= maximumSeconds else {
+                    throw invalid("for must be a number of seconds, more than 0 and at most \(Int(maximumSeconds)) (a year)")
                 }
                 duration = seconds(number.doubleValue)
             }
@@ -220,6 +227,8 @@ public struct FaultScenario: Sendable, Equatable {
             return Step(at: at, .chaos(path))
         }
     }
+
+    private static let maximumDuration = Duration.seconds(31_536_000)
 
     private static func seconds(_ value: Double) -> Duration {
         .nanoseconds(Int64((value * 1e9).rounded()))

@@ -442,6 +442,8 @@ struct CLITests {
 
                 let bad = try await Self.http("POST", "\(control)/toxics?type=latency")
                 #expect(bad.status == 400 && bad.body.contains("needs ms"), "\(bad.body)")
+                let tooLong = try await Self.http("POST", "\(control)/toxics?type=latency&ms=99999999999999999")
+                #expect(tooLong.status == 400 && tooLong.body.contains("ms must be an integer from 0 to 86400000"), "\(tooLong.body)")
                 let tooToxic = try await Self.http("POST", "\(control)/toxics?type=blackhole&toxicity=1.5")
                 #expect(tooToxic.status == 400 && tooToxic.body.contains("toxicity must be a number from 0 to 1"), "\(tooToxic.body)")
                 let half = try await Self.http("POST", "\(control)/toxics?type=latency&ms=5&toxicity=0.5")

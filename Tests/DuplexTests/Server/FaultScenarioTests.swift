@@ -74,7 +74,7 @@ struct FaultScenarioTests {
             (#"{"steps": []}"#, "steps must be a list of at least one step"),
             (#"{"seed": "x", "steps": [{"at": 0, "heal": true}]}"#, "seed must be a whole number"),
             (#"{"steps": [{"heal": true}]}"#, "step 1: at must be a number of seconds"),
-            (#"{"steps": [{"at": -1, "heal": true}]}"#, "step 1: at must be a number of seconds, 0 or more"),
+            (#"{"steps": [{"at": -1, "heal": true}]}"#, "step 1: at must be a number of seconds from 0"),
             (#"{"steps": [{"at": 0, "heal": true}, {"at": 1}]}"#, "step 2: a step does one thing: add, remove, heal, drop or chaos (found none)"),
             (#"{"steps": [{"at": 0, "heal": true, "drop": true}]}"#, "step 1: a step does one thing: add, remove, heal, drop or chaos (found heal, drop)"),
             (#"{"steps": [{"at": 0, "heal": false}]}"#, "step 1: heal takes true"),
@@ -87,6 +87,12 @@ struct FaultScenarioTests {
             (#"{"steps": [{"at": 0, "add": {"type": "blackhole"}, "for": 0}]}"#, "step 1: for must be a number of seconds, more than 0"),
             (#"{"steps": [{"at": 1, "remove": "lag"}]}"#, #"step 1: remove "lag", but no step before it adds a toxic of that name"#),
             (#"{"steps": [{"at": 0, "chaos": "/_chaos/"}]}"#, "step 1: chaos takes the fault's path"),
+            // Values that would overflow a time: refused, not trapped on.
+            (#"{"steps": [{"at": 1e12, "heal": true}]}"#, "step 1: at must be a number of seconds from 0 to 31536000 (a year)"),
+            (#"{"steps": [{"at": 0, "add": {"type": "blackhole"}, "for": 1e300}]}"#, "step 1: for must be a number of seconds, more than 0 and at most 31536000"),
+            (#"{"steps": [{"at": 0, "add": {"type": "latency", "ms": 1e18}}]}"#, "step 1: ms must be an integer from 0 to 86400000"),
+            (#"{"steps": [{"at": 0, "add": {"type": "latency", "ms": 1e30}}]}"#, "step 1: ms must be an integer from 0 to 86400000"),
+            (#"{"steps": [{"at": 0, "add": {"type": "slicer", "size": 99999999999}}]}"#, "step 1: size must be an integer from 1 to 2147483647"),
         ]
         for (json, reason) in cases {
             #expect(throws: FaultScenario.Invalid.self, "\(json)") { try FaultScenario(json: Data(json.utf8)) }
@@ -133,6 +139,14 @@ struct FaultScenarioTests {
                 let metrics = try await HTTPProbe.get(port: server.port, "/metrics")
                 #expect(metrics.contains(#"duplex_faults_injected_total{fault="drop"} 2"#), "each run's chaos step reached the server: \(metrics)")
             }
+        }
+    }
+
+    @Test("a scenario built in code with a time past a year is refused")
+    func refusesLongTimesInCode() {
+        #expect(throws: FaultScenario.Invalid.self) { try FaultScenario(steps: [.init(at: .seconds(40_000_000), .heal)]) }
+        #expect(throws: FaultScenario.Invalid.self) {
+            try FaultScenario(steps: [.init(at: .zero, .add(.blackhole, direction: .both, duration: .seconds(Int64.max)))])
         }
     }
 
