@@ -159,8 +159,10 @@ final class ServerMetrics: Sendable {
             notifyLag.recordNanoseconds(Self.nanoseconds(lag))
         }
 
+        /// `duration` in nanoseconds, saturating at about 290 years.
         private static func nanoseconds(_ duration: Duration) -> Int64 {
             let (seconds, attoseconds) = duration.components
+            guard seconds < 9_000_000_000 else { return 9_000_000_000 * 1_000_000_000 }
             return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
         }
     }

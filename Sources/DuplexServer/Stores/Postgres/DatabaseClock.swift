@@ -30,9 +30,12 @@ final class DatabaseClock: Sendable {
         offset.withLockedValue { $0 = database - (before + after) / 2 }
     }
 
-    /// How long ago the database's clock read `sent` (never negative).
+    /// How long ago the database's clock read `sent`: from 0 to a day, whatever a notification
+    /// says (anyone who may `NOTIFY` on the channel can write one).
     func lag(sinceDatabaseMicroseconds sent: Int64) -> Duration {
-        let now = Self.localMicroseconds() + offset.withLockedValue { $0 }
-        return .microseconds(max(now - sent, 0))
+        let (now, late) = Self.localMicroseconds().addingReportingOverflow(offset.withLockedValue { $0 })
+        let (lag, wrapped) = now.subtractingReportingOverflow(sent)
+        guard !late, !wrapped else { return .zero }
+        return .microseconds(min(max(lag, 0), 86_400_000_000))
     }
 }
