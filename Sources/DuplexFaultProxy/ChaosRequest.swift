@@ -15,14 +15,24 @@ public enum ChaosRequest {
         }
     }
 
+    /// How large an answer's body may be: a chaos endpoint answers with a line of JSON.
+    static let maxBodyBytes = 64 * 1024
+
     /// Sends `POST /_chaos/PATH` (`PATH` is what follows `/_chaos/`, with its query: `drop?route=echo`)
     /// to `host`:`port` and returns the answer's body.
-    /// - Throws: ``Refused`` when the status is not 200; the connection's error when there is none.
+    /// - Throws: ``Refused`` when the status is not 200, the answer takes longer than `timeout`
+    ///   or its body is larger than 64 KiB; the connection's error when there is none.
     @discardableResult
-    public static func post(host: String, port: Int, _ path: String) async throws -> String {
+    public static func post(host: String, port: Int, _ path: String, timeout: Duration = .seconds(10)) async throws -> String {
+        let (seconds, attoseconds) = timeout.components
+        let limit = TimeAmount.nanoseconds(min(max(seconds, 0), 86_400) * 1_000_000_000 + attoseconds / 1_000_000_000)
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connect(host: host, port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    // A server that does not answer in time: the connection is closed, and the
+                    // answer ends unfinished.
+                    let deadline = channel.eventLoop.scheduleTask(in: limit) { channel.close(promise: nil) }
+                    channel.closeFuture.whenComplete { _ in deadline.cancel() }
                     try channel.pipeline.syncOperations.addHTTPClientHandlers()
                     return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(wrappingChannelSynchronously: channel)
                 }
@@ -39,13 +49,17 @@ public enum ChaosRequest {
             for try await part in inbound {
                 switch part {
                 case .head(let head): status = Int(head.status.code)
-                case .body(let buffer): body += String(buffer: buffer)
+                case .body(let buffer):
+                    guard body.utf8.count + buffer.readableBytes <= maxBodyBytes else {
+                        throw Refused(status: status, body: "(an answer of more than \(maxBodyBytes) bytes)")
+                    }
+                    body += String(buffer: buffer)
                 case .end:
                     guard status == 200 else { throw Refused(status: status, body: body) }
                     return body
                 }
             }
-            throw Refused(status: status, body: body.isEmpty ? "(the connection closed before the answer ended)" : body)
+            throw Refused(status: status, body: "(the connection closed before the answer ended, or it took longer than \(timeout))")
         }
     }
 }

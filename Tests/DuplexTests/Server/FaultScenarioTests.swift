@@ -3,6 +3,8 @@ import DuplexServer
 import DuplexTesting
 import Foundation
 import Logging
+import NIOCore
+import NIOPosix
 import NIOConcurrencyHelpers
 import Testing
 
@@ -197,12 +199,63 @@ struct FaultScenarioTests {
                 let chaos = try FaultScenario(steps: [.init(at: .zero, .chaos("drop"))])
                 await #expect {
                     try await withScenario(chaos, upstreamPort: server.port, clock: InstantClock()) { _ in
-                        try await Task.sleep(for: .seconds(3600))
+                        // Waits for nothing but the cancellation the failing step brings.
+                        let (never, keep) = AsyncStream<Void>.makeStream()
+                        for await _ in never {}
+                        keep.finish()
+                        try Task.checkCancellation()
                     }
                 } throws: { error in
                     let text = "\(error)"
                     return error is FaultScenario.StepFailed && text.contains("step 1 failed: chaos drop: the server answered 404 (is it running with --chaos?)")
                 }
+            }
+        }
+    }
+}
+
+/// `ChaosRequest` against servers that do not answer as a chaos endpoint does.
+@Suite("ChaosRequest")
+struct ChaosRequestTests {
+    /// A server on a free loopback port that answers each connection's first bytes with `answer`
+    /// (nothing: it stays silent).
+    final class Answer: ChannelInboundHandler, Sendable {
+        typealias InboundIn = ByteBuffer
+        let bytes: [UInt8]
+        init(_ bytes: [UInt8]) { self.bytes = bytes }
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            guard !bytes.isEmpty else { return }
+            context.writeAndFlush(NIOAny(ByteBuffer(bytes: bytes)), promise: nil)
+        }
+    }
+
+    static func withServer(answering answer: [UInt8], _ body: (Int) async throws -> Void) async throws {
+        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .childChannelInitializer { $0.pipeline.addHandler(Answer(answer)) }
+            .bind(host: "127.0.0.1", port: 0)
+            .get()
+        do {
+            try await body(server.localAddress?.port ?? 0)
+            try await server.close()
+        } catch {
+            try? await server.close()
+            throw error
+        }
+    }
+
+    @Test("a server that never answers is given up on after the timeout; an answer past 64 KiB is refused, not kept")
+    func boundedAnswers() async throws {
+        try await withTimeout(.seconds(30)) {
+            try await Self.withServer(answering: []) { port in
+                await #expect {
+                    try await ChaosRequest.post(host: "127.0.0.1", port: port, "drop", timeout: .milliseconds(200))
+                } throws: { "\($0)".contains("took longer than 0.2 seconds") }
+            }
+            let huge = Array("HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n".utf8) + [UInt8](repeating: 0x61, count: 1_000_000)
+            try await Self.withServer(answering: huge) { port in
+                await #expect {
+                    try await ChaosRequest.post(host: "127.0.0.1", port: port, "drop")
+                } throws: { "\($0)".contains("an answer of more than 65536 bytes") }
             }
         }
     }
