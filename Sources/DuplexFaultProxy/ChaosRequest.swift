@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -7,11 +8,12 @@ import NIOPosix
 public enum ChaosRequest {
     /// A chaos endpoint that did not answer 200.
     public struct Refused: Error, CustomStringConvertible, Sendable {
-        /// The status, and the server's answer.
+        /// The status (0 when no answer came in time), and the server's answer.
         public var status: Int
         public var body: String
         public var description: String {
-            "the server answered \(status)\(status == 404 ? " (is it running with --chaos?)" : ""): \(body)"
+            guard status != 0 else { return body }
+            return "the server answered \(status)\(status == 404 ? " (is it running with --chaos?)" : ""): \(body)"
         }
     }
 
@@ -26,18 +28,40 @@ public enum ChaosRequest {
     public static func post(host: String, port: Int, _ path: String, timeout: Duration = .seconds(10)) async throws -> String {
         let (seconds, attoseconds) = timeout.components
         let limit = TimeAmount.nanoseconds(min(max(seconds, 0), 86_400) * 1_000_000_000 + attoseconds / 1_000_000_000)
-        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .connect(host: host, port: port) { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    // A server that does not answer in time: the connection is closed, and the
-                    // answer ends unfinished.
-                    let deadline = channel.eventLoop.scheduleTask(in: limit) { channel.close(promise: nil) }
-                    channel.closeFuture.whenComplete { _ in deadline.cancel() }
-                    try channel.pipeline.syncOperations.addHTTPClientHandlers()
-                    return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(wrappingChannelSynchronously: channel)
+        let timedOut = NIOLockedValueBox(false)
+        let tookTooLong = Refused(status: 0, body: "no answer: it took longer than \(timeout)")
+        do {
+            let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .connect(host: host, port: port) { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        // A server that does not answer in time (or a connection that is not
+                        // made in time): the channel is closed, and the answer ends unfinished.
+                        let deadline = channel.eventLoop.scheduleTask(in: limit) {
+                            timedOut.withLockedValue { $0 = true }
+                            channel.close(promise: nil)
+                        }
+                        channel.closeFuture.whenComplete { _ in deadline.cancel() }
+                        try channel.pipeline.syncOperations.addHTTPClientHandlers()
+                        return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(wrappingChannelSynchronously: channel)
+                    }
                 }
-            }
-        return try await channel.executeThenClose { inbound, outbound in
+            return try await exchange(channel, host: host, port: port, path: path)
+        } catch {
+            // Once the deadline closed the channel, whatever failed (the connection, the request's
+            // write on a closed channel, or the answer's end) failed because it took too long.
+            if timedOut.withLockedValue({ $0 }) { throw tookTooLong }
+            throw error
+        }
+    }
+
+    /// Writes the request on `channel` and reads its answer, then closes the channel.
+    private static func exchange(
+        _ channel: NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>,
+        host: String,
+        port: Int,
+        path: String
+    ) async throws -> String {
+        try await channel.executeThenClose { inbound, outbound in
             var head = HTTPRequestHead(version: .http1_1, method: .POST, uri: "/_chaos/" + path)
             head.headers.add(name: "Host", value: host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)")
             head.headers.add(name: "Content-Length", value: "0")
@@ -59,7 +83,7 @@ public enum ChaosRequest {
                     return body
                 }
             }
-            throw Refused(status: status, body: "(the connection closed before the answer ended, or it took longer than \(timeout))")
+            throw Refused(status: status, body: "(the connection closed before the answer ended)")
         }
     }
 }
