@@ -12,9 +12,10 @@ import Testing
 struct DataPathTests {
     static func url(_ peer: ScriptedPeer) -> URL { URL(string: "ws://127.0.0.1:\(peer.port)/")! }
 
-    /// More bytes than the kernel can hold between a client and a server that reads nothing:
-    /// Linux grows a socket's send buffer up to `tcp_wmem`'s maximum (4 MiB by default), and the
-    /// server's receive buffer holds 128 KiB more; 2 MiB beyond that leaves no doubt.
+    /// More bytes than the kernel can hold between a peer that writes and one that reads nothing:
+    /// Linux grows the writer's send buffer up to `tcp_wmem`'s maximum (4 MiB by default; a
+    /// machine where it grew that far took a 3 MiB flood whole), and the reader's receive buffer
+    /// holds 128 KiB more, more once it has read a little; 2 MiB beyond that leaves no doubt.
     static let moreThanTheKernelHolds: Int = {
         let sendBufferLimit =
             (try? String(contentsOfFile: "/proc/sys/net/ipv4/tcp_wmem", encoding: .utf8))
@@ -29,7 +30,7 @@ struct DataPathTests {
 
     @Test("a reader that stops reading holds the server back through TCP (its channel becomes unwritable), then gets every message in order")
     func slowReaderLosesNothing() async throws {
-        let total = 3_000  // 3 MiB: more than the socket buffers hold while nobody reads
+        let total = Self.moreThanTheKernelHolds / 1024  // more than the socket buffers hold while nobody reads
         let peer = try await ScriptedPeer.start { _ in .init(echo: false, flood: (total, 1024)) }
         var configuration = WebSocketConfiguration()
         configuration.streamBufferLimit = 64
@@ -63,7 +64,7 @@ struct DataPathTests {
 
     @Test("ReconnectingWebSocket: a reader that stops reading holds the server back too, then gets every message in order")
     func reconnectingSlowReader() async throws {
-        let total = 3_000
+        let total = Self.moreThanTheKernelHolds / 1024
         let peer = try await ScriptedPeer.start { _ in .init(echo: false, flood: (total, 1024)) }
         let inner = WebSocketConfiguration(streamBufferLimit: 64)
         let url = Self.url(peer)
@@ -94,7 +95,7 @@ struct DataPathTests {
 
     @Test("while the socket holds back its reads for a slow reader, unanswered pings do not count as a dead connection")
     func pingsExcusedWhileReadsAreHeld() async throws {
-        let total = 3_000
+        let total = Self.moreThanTheKernelHolds / 1024
         let peer = try await ScriptedPeer.start { _ in .init(echo: false, flood: (total, 1024)) }
         var configuration = WebSocketConfiguration()
         configuration.streamBufferLimit = 64
