@@ -204,13 +204,16 @@ let package = Package(
             path: "Server",
             swiftSettings: swiftSettings
         ),
-        // The `duplex` command-line client: chat, echo, ws, listen and proxy.
+        // The `duplex` command-line client: chat, echo, ws, listen, proxy and replay (which
+        // serves a cassette with the server's library).
         .executableTarget(
             name: "duplex",
             dependencies: [
                 "Duplex",
                 "DuplexSchema",
                 "DuplexFaultProxy",
+                "DuplexServer",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

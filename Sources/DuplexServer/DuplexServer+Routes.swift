@@ -15,6 +15,10 @@ extension DuplexServer {
     func makeRouter() -> Router<DuplexRequestContext> {
         let router = Router(context: DuplexRequestContext.self)
         router.add(middleware: RequestTracingMiddleware { [weak self] in self?.activeTracer })
+        if let replayBook {
+            addReplayRoutes(replayBook, to: router)
+            return router
+        }
         router.get("/") { _, _ -> Response in
             DemoPage.response()
         }
@@ -24,9 +28,7 @@ extension DuplexServer {
         router.get("metrics/live") { request, context -> Response in
             self.liveMetricsStream(request, context)
         }
-        router.get("health") { _, _ -> Response in
-            Self.json(status: .ok, #"{"status":"ok","store":\#(self.rooms.healthJSON)}"#)
-        }
+        addHealthRoute(to: router)
         router.get("tls-faults") { _, _ -> Response in
             self.tlsFaultsResponse()
         }
@@ -60,6 +62,13 @@ extension DuplexServer {
         return router
     }
 
+    /// `GET /health`: `{"status":"ok","store":…}`.
+    func addHealthRoute(to router: Router<DuplexRequestContext>) {
+        router.get("health") { _, _ -> Response in
+            Self.json(status: .ok, #"{"status":"ok","store":\#(self.rooms.healthJSON)}"#)
+        }
+    }
+
     /// `GET /tls-faults`: each TLS fault's base URL, by name, in ``TLSFault`` order; 404 when
     /// the server runs without them.
     func tlsFaultsResponse() -> Response {
@@ -90,6 +99,7 @@ extension DuplexServer {
     func webSocketService(for request: Request) -> (HTTPFields, WebSocketService)? {
         let path = request.uri.path
         let requestHeaders = request.headers
+        if let replayBook { return replayWebSocketService(replayBook, for: request) }
         if path == "/echo" {
             let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: configuration.echoSubprotocols)
             return (

@@ -52,6 +52,8 @@ public final class DuplexServer: Service, Sendable {
     let ticks = TickClock()
     let refusal = RefusalGate()
     let channels: ChannelTracker
+    /// The sessions replayed, when the server replays a cassette.
+    let replayBook: ReplayBook?
     /// Closes every connection still open when a graceful shutdown passes its deadline.
     private let shutdownDeadline = NIOLockedValueBox<Task<Void, Never>?>(nil)
     private let lifecycle = NIOLockedValueBox(Lifecycle())
@@ -94,6 +96,7 @@ public final class DuplexServer: Service, Sendable {
             )
         }
         self.channels = ChannelTracker(limit: configuration.maxConnections)
+        self.replayBook = configuration.replay.map(ReplayBook.init)
         self.connections = ConnectionRegistry(metrics: metrics, logger: logger)
         self.writerDrains = WriterDrains(metrics: metrics.route("chat"))
         metrics.roomSource.withLockedValue { $0 = rooms }

@@ -96,6 +96,9 @@ public struct DuplexServerConfiguration: Sendable {
     /// it (swift-otel's propagator reads W3C `traceparent`). Default nil:
     /// `InstrumentationSystem.tracer`, none until the application bootstraps one.
     public var tracer: (any Tracer)? = nil
+    /// A cassette to replay (``ReplayConfiguration``): the server then serves its recorded
+    /// sessions, at their paths, instead of echo, chat and the tick stream. Default nil.
+    public var replay: ReplayConfiguration? = nil
 
     /// Creates a configuration; every argument has a default.
     public init(

@@ -1,3 +1,3 @@
-// `FaultProxy` lives in a target of its own, so that the `duplex` CLI can use it without linking
-// the server; `import DuplexTesting` still brings it.
+// `FaultProxy` lives in a target of its own (it needs no HTTP server); `import DuplexTesting`
+// still brings it.
 @_exported public import DuplexFaultProxy

@@ -333,6 +333,12 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         }
     }
 
+    /// Flushes what was sent outside a read (from a timer, say): sends made while a read is
+    /// handled are flushed with the read batch.
+    func flush(context: ChannelHandlerContext) {
+        flushIfNeeded(context: context)
+    }
+
     private func flushIfNeeded(context: ChannelHandlerContext) {
         routeMetrics.add(&tally)
         if needsFlush {

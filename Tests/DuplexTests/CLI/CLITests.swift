@@ -411,6 +411,53 @@ struct CLITests {
         }
     }
 
+    // MARK: replay
+
+    @Test("replay serves a cassette: duplex echo gets the recorded reply; a mismatch is printed with both sides and makes the exit status 1; a wrong file is refused with its line")
+    func replay() async throws {
+        try await withTimeout(Self.limit) {
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("duplex-replay-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            func file(_ name: String, _ text: String) throws -> String {
+                let url = directory.appendingPathComponent(name)
+                try Data(text.utf8).write(to: url)
+                return url.path
+            }
+            let good = try file(
+                "echo.cassette",
+                """
+                {"duplex-cassette":1}
+                {"open":{"kind":"websocket","path":"/echo"},"session":1}
+                {"at":0.01,"from":"client","session":1,"text":"hello"}
+                {"at":0.02,"from":"server","session":1,"text":"hello"}
+                {"at":0.03,"close":{"code":1000,"reason":""},"from":"client","session":1}
+
+                """
+            )
+            let replay = try duplex("replay", good, "--listen", "127.0.0.1:0", "--no-delays")
+            let ready = try await replay.waitForStdout("duplex replay listening on 127.0.0.1:")
+            #expect(ready.stdout.contains(": 1 session (WebSocket /echo)\n"), "\(ready)")
+            let port = try #require(ready.stdout.split(separator: ":").dropFirst().first.flatMap { Int($0) })
+            let echoed = try await duplex("echo", "ws://127.0.0.1:\(port)/echo", "hello").waitForExit()
+            #expect(echoed.status == 0, "\(echoed)")
+            #expect(echoed.stdout == "hello\n")
+            let wrong = try await duplex("echo", "ws://127.0.0.1:\(port)/echo", "hullo").waitForExit()
+            #expect(wrong.status != 0)
+            let report = try await replay.waitForStderr("received: client text \"hullo\"")
+            #expect(report.stderr.contains("replay mismatch in session 1 (/echo), step 1:\n  recorded: client text \"hello\"\n"), "\(report)")
+            replay.signal(SIGTERM)
+            let ended = try await replay.waitForExit()
+            #expect(ended.status == 1, "\(ended)")
+            #expect(ended.stderr.contains("duplex: 1 replay mismatch"), "\(ended)")
+
+            let bad = try file("bad.cassette", "{\"duplex-cassette\":1}\n{\"at\":0,\"session\":1,\"from\":\"client\",\"text\":\"x\"}\n")
+            let invalid = try await duplex("replay", bad, "--listen", "127.0.0.1:0").waitForExit()
+            #expect(invalid.status == 64, "\(invalid)")
+            #expect(invalid.stderr.contains("\(bad): cassette line 2: session 1 has a step before its open line"), "\(invalid)")
+        }
+    }
+
     @Test("proxy forwards, applies flag toxics, and its control endpoint adds, lists and removes toxics; it prints its seed, and takes one")
     func proxy() async throws {
         try await withTimeout(Self.limit) {

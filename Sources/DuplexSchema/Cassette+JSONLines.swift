@@ -1,0 +1,238 @@
+import Foundation
+
+/// The cassette file format, version 1: JSON lines (`docs/cassettes.md`).
+///
+/// ```text
+/// {"duplex-cassette":1}
+/// {"open":{"kind":"websocket","path":"/echo","headers":[["Host","127.0.0.1:8080"]]},"session":1}
+/// {"at":0.0012,"from":"client","session":1,"text":"hello"}
+/// {"at":0.0013,"from":"server","session":1,"text":"hello"}
+/// {"at":0.004,"close":{"code":1000,"reason":""},"from":"client","session":1}
+/// ```
+extension Cassette {
+    /// The longest time into a session a step may be at: a year.
+    static let maxSeconds: Double = 366 * 86_400
+
+    /// One line of the file.
+    struct Line: Codable {
+        var version: Int?
+        var session: Int?
+        var open: Open?
+        var at: Double?
+        var from: Side?
+        var text: String?
+        var binary: String?
+        var event: ServerSentEvent?
+        var close: Close?
+        var end: Bool?
+
+        enum CodingKeys: String, CodingKey {
+            case version = "duplex-cassette"
+            case session, open, at, from, text, binary, event, close, end
+        }
+    }
+
+    struct Open: Codable {
+        var kind: Session.Kind
+        var path: String
+        var query: String?
+        var headers: [[String]]?
+        var subprotocol: String?
+        var extensions: String?
+    }
+
+    struct Close: Codable {
+        var code: UInt16?
+        var reason: String?
+    }
+
+    /// The cassette as JSON lines: a header line, then each session's opening line and its
+    /// steps' lines, session after session. Sessions are numbered from 1 in order.
+    public func encoded() -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        var lines = [Self.json(Line(version: Self.formatVersion), encoder)]
+        for (index, session) in sessions.enumerated() {
+            let number = index + 1
+            let open = Open(
+                kind: session.kind,
+                path: session.path,
+                query: session.query,
+                headers: session.headers.isEmpty ? nil : session.headers.map { [$0.name, $0.value] },
+                subprotocol: session.subprotocol,
+                extensions: session.extensions
+            )
+            lines.append(Self.json(Line(session: number, open: open), encoder))
+            for step in session.steps {
+                lines.append(Self.json(Self.line(for: step, session: number), encoder))
+            }
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// One step's line.
+    static func line(for step: Step, session: Int) -> Line {
+        var line = Line(session: session, at: seconds(step.at))
+        switch step.action {
+        case .message(let side, .text(let text)):
+            line.from = side
+            line.text = text
+        case .message(let side, .binary(let data)):
+            line.from = side
+            line.binary = data.base64EncodedString()
+        case .event(let event):
+            line.from = .server
+            line.event = event
+        case .close(let side, let code, let reason):
+            line.from = side
+            line.close = Close(code: code, reason: reason)
+        case .disconnect(let side):
+            line.from = side
+            line.end = true
+        }
+        return line
+    }
+
+    /// One step as the line the format gives it, without its newline: what a recorder appends.
+    public static func jsonLine(for step: Step, session: Int) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return json(line(for: step, session: session), encoder)
+    }
+
+    private static func json(_ line: Line, _ encoder: JSONEncoder) -> String {
+        // A Line holds strings, numbers and Data only: encoding it cannot fail.
+        (try? encoder.encode(line)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        let (seconds, attoseconds) = duration.components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
+
+    /// Reads a cassette written in JSON lines (``encoded()``, or by `duplex record`).
+    /// - Throws: ``FormatError`` naming the line: not a cassette or another version, a line
+    ///   that is not JSON or not one of the format's, a step of a session that was not opened,
+    ///   a time that is negative, goes back, or is beyond a year, a step of the wrong kind for
+    ///   its session (an SSE event in a WebSocket session), or bad base64.
+    public init(jsonLines text: String) throws(FormatError) {
+        let decoder = JSONDecoder()
+        var sessions: [Session] = []
+        var numbers: [Int: Int] = [:]
+        var sawHeader = false
+        var lineNumber = 0
+        // CRLF is one Character in Swift: a line ends at either.
+        for content in text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" }) {
+            lineNumber += 1
+            guard !content.allSatisfy({ $0 == " " || $0 == "\t" }) else { continue }
+            let line: Line
+            do {
+                line = try decoder.decode(Line.self, from: Data(content.utf8))
+            } catch {
+                throw FormatError(line: lineNumber, "not a line of the cassette format (\(Self.reason(error)))")
+            }
+            guard sawHeader else {
+                guard let version = line.version else {
+                    throw FormatError(line: lineNumber, #"not a Duplex cassette: the first line must be {"duplex-cassette":1}"#)
+                }
+                guard version == Self.formatVersion else {
+                    throw FormatError(line: lineNumber, "cassette format version \(version) is not one this reads (\(Self.formatVersion))")
+                }
+                sawHeader = true
+                continue
+            }
+            guard let number = line.session, number >= 1 else {
+                throw FormatError(line: lineNumber, #"a line needs "session": a number from 1"#)
+            }
+            if let open = line.open {
+                guard numbers[number] == nil else {
+                    throw FormatError(line: lineNumber, "session \(number) is opened twice")
+                }
+                guard open.path.hasPrefix("/") else {
+                    throw FormatError(line: lineNumber, "session \(number)'s path must begin with / (got \(open.path))")
+                }
+                var headers: [Header] = []
+                for pair in open.headers ?? [] {
+                    guard pair.count == 2 else {
+                        throw FormatError(line: lineNumber, "a header is a [name, value] pair (got \(pair.count) strings)")
+                    }
+                    headers.append(Header(pair[0], pair[1]))
+                }
+                numbers[number] = sessions.count
+                sessions.append(
+                    Session(
+                        kind: open.kind,
+                        path: open.path,
+                        query: open.query,
+                        headers: headers,
+                        subprotocol: open.subprotocol,
+                        extensions: open.extensions
+                    )
+                )
+                continue
+            }
+            guard let index = numbers[number] else {
+                throw FormatError(line: lineNumber, "session \(number) has a step before its open line")
+            }
+            let step = try Self.step(line, session: sessions[index], number: number, lineNumber: lineNumber)
+            sessions[index].steps.append(step)
+        }
+        guard sawHeader else {
+            throw FormatError(line: max(lineNumber, 1), #"not a Duplex cassette: it is empty (the first line must be {"duplex-cassette":1})"#)
+        }
+        self.init(sessions: sessions)
+    }
+
+    /// A step line, checked against its session.
+    private static func step(_ line: Line, session: Session, number: Int, lineNumber: Int) throws(FormatError) -> Step {
+        guard let at = line.at, at.isFinite, at >= 0, at <= maxSeconds else {
+            throw FormatError(line: lineNumber, #"a step needs "at": seconds since its session began, from 0 to a year"#)
+        }
+        if let last = session.steps.last, seconds(last.at) > at {
+            throw FormatError(line: lineNumber, "session \(number)'s steps go back in time (\(at) s after \(seconds(last.at)) s)")
+        }
+        let kinds = [line.text != nil, line.binary != nil, line.event != nil, line.close != nil, line.end == true].filter { $0 }.count
+        guard kinds == 1 else {
+            throw FormatError(line: lineNumber, #"a step has exactly one of "text", "binary", "event", "close" or "end": true"#)
+        }
+        guard let side = line.from ?? (line.event != nil ? .server : nil) else {
+            throw FormatError(line: lineNumber, #"a step needs "from": "client" or "server""#)
+        }
+        let action: Step.Action
+        if let event = line.event {
+            guard session.kind == .eventStream, side == .server else {
+                throw FormatError(line: lineNumber, "an SSE event belongs to an SSE session, from the server (session \(number) is \(session.kind.rawValue))")
+            }
+            action = .event(event)
+        } else if line.end == true {
+            action = .disconnect(side)
+        } else {
+            guard session.kind == .webSocket else {
+                throw FormatError(line: lineNumber, "messages and close frames belong to a WebSocket session (session \(number) is sse)")
+            }
+            if let text = line.text {
+                action = .message(side, .text(text))
+            } else if let base64 = line.binary {
+                guard let data = Data(base64Encoded: base64) else {
+                    throw FormatError(line: lineNumber, #""binary" is not base64"#)
+                }
+                action = .message(side, .binary(data))
+            } else {
+                let close = line.close ?? Close()
+                action = .close(side, code: close.code, reason: close.reason ?? "")
+            }
+        }
+        return Step(at: .seconds(at), action)
+    }
+
+    private static func reason(_ error: any Error) -> String {
+        switch error {
+        case DecodingError.dataCorrupted(let context): context.debugDescription
+        case DecodingError.typeMismatch(_, let context), DecodingError.valueNotFound(_, let context):
+            "\(context.codingPath.map(\.stringValue).joined(separator: ".")): \(context.debugDescription)"
+        case DecodingError.keyNotFound(let key, let context):
+            "\((context.codingPath + [key]).map(\.stringValue).joined(separator: ".")) is missing"
+        default: "\(error)"
+        }
+    }
+}

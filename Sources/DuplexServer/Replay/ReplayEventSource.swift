@@ -1,0 +1,74 @@
+import DuplexSchema
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// Replays one recorded SSE session into a stream's sink, from a timer on the connection's event
+/// loop: each event at its recorded delay after the one before it (divided by the speed), from
+/// the event after the one `Last-Event-ID` names when the recording has it. The stream ends
+/// where the server ended it; where the client did, it stays open (with heartbeats).
+final class ReplayEventSource: Sendable {
+    private let steps: [Cassette.Step]
+    private let replay: ReplayConfiguration
+    private let sink: OutboundQueue
+    private let eventLoop: any EventLoop
+    private let state = NIOLockedValueBox((next: 0, timer: Scheduled<Void>?.none, stopped: false))
+    /// When the replay began here, and the recorded time it began at.
+    private let began = NIODeadline.now()
+    private let base: Duration
+
+    init(session: Cassette.Session, lastEventID: String?, replay: ReplayConfiguration, sink: OutboundQueue, eventLoop: any EventLoop) {
+        self.steps = session.steps
+        self.replay = replay
+        self.sink = sink
+        self.eventLoop = eventLoop
+        // After the event the client saw last, when the recording has it.
+        let resumed = lastEventID.flatMap { id in
+            session.steps.firstIndex { step in
+                if case .event(let event) = step.action { return event.id == id }
+                return false
+            }
+        }
+        base = resumed.map { session.steps[$0].at } ?? .zero
+        state.withLockedValue { $0.next = resumed.map { $0 + 1 } ?? 0 }
+        eventLoop.execute { self.fire() }
+    }
+
+    /// No more events.
+    @Sendable func stop() {
+        state.withLockedValue { state in
+            state.stopped = true
+            state.timer?.cancel()
+            state.timer = nil
+        }
+    }
+
+    /// Puts every step that is due in the sink, then waits for the next.
+    private func fire() {
+        while true {
+            let next = state.withLockedValue { $0.stopped ? nil : $0.next }
+            guard let next, steps.indices.contains(next) else { return }
+            let step = steps[next]
+            let due = began + TimeAmount(replay.scaled(step.at - base))
+            guard due <= .now() else {
+                state.withLockedValue { state in
+                    guard !state.stopped else { return }
+                    state.timer = eventLoop.scheduleTask(deadline: due) { self.fire() }
+                }
+                return
+            }
+            state.withLockedValue { $0.next = next + 1 }
+            switch step.action {
+            case .event(let event):
+                let text = (try? event.encoded()) ?? ""
+                guard EventStreamResponse.yield(text, to: sink) else { return }
+            case .disconnect(.server):
+                sink.finish()
+                return
+            case .disconnect(.client), .message, .close:
+                // The client left here, or a step an SSE session does not have: the stream
+                // stays open until the client goes.
+                return
+            }
+        }
+    }
+}
