@@ -130,6 +130,8 @@ let package = Package(
         .target(
             name: "DuplexServer",
             dependencies: [
+                // A recording server forwards to the recorded one with the client library.
+                "Duplex",
                 "DuplexSchema",
                 "DuplexWire",
                 .product(name: "Hummingbird", package: "hummingbird"),

@@ -51,23 +51,39 @@ extension Cassette {
     public func encoded() -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        var lines = [Self.json(Line(version: Self.formatVersion), encoder)]
+        var lines = [Self.headerLine]
         for (index, session) in sessions.enumerated() {
             let number = index + 1
-            let open = Open(
-                kind: session.kind,
-                path: session.path,
-                query: session.query,
-                headers: session.headers.isEmpty ? nil : session.headers.map { [$0.name, $0.value] },
-                subprotocol: session.subprotocol,
-                extensions: session.extensions
-            )
-            lines.append(Self.json(Line(session: number, open: open), encoder))
+            lines.append(Self.json(Self.openLine(for: session, number: number), encoder))
             for step in session.steps {
                 lines.append(Self.json(Self.line(for: step, session: number), encoder))
             }
         }
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// The first line of a cassette: `{"duplex-cassette":1}`.
+    public static let headerLine = #"{"duplex-cassette":\#(formatVersion)}"#
+
+    /// The line that opens session `number` (without its steps).
+    static func openLine(for session: Session, number: Int) -> Line {
+        let open = Open(
+            kind: session.kind,
+            path: session.path,
+            query: session.query,
+            headers: session.headers.isEmpty ? nil : session.headers.map { [$0.name, $0.value] },
+            subprotocol: session.subprotocol,
+            extensions: session.extensions
+        )
+        return Line(session: number, open: open)
+    }
+
+    /// The line that opens `session` as number `number`, without its newline and without its
+    /// steps: what a recorder appends when a session begins.
+    public static func jsonLine(opening session: Session, number: Int) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return json(openLine(for: session, number: number), encoder)
     }
 
     /// One step's line.
@@ -105,9 +121,10 @@ extension Cassette {
         (try? encoder.encode(line)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
     }
 
+    /// A duration in seconds, to the microsecond: what a line holds.
     static func seconds(_ duration: Duration) -> Double {
         let (seconds, attoseconds) = duration.components
-        return Double(seconds) + Double(attoseconds) / 1e18
+        return Double(seconds) + (Double(attoseconds) / 1e12).rounded() / 1e6
     }
 
     /// Reads a cassette written in JSON lines (``encoded()``, or by `duplex record`).

@@ -19,6 +19,10 @@ extension DuplexServer {
             addReplayRoutes(replayBook, to: router)
             return router
         }
+        if let record = configuration.record {
+            addRecordRoutes(record, to: router)
+            return router
+        }
         router.get("/") { _, _ -> Response in
             DemoPage.response()
         }
@@ -100,6 +104,7 @@ extension DuplexServer {
         let path = request.uri.path
         let requestHeaders = request.headers
         if let replayBook { return replayWebSocketService(replayBook, for: request) }
+        if let record = configuration.record { return recordWebSocketService(record, for: request) }
         if path == "/echo" {
             let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: configuration.echoSubprotocols)
             return (

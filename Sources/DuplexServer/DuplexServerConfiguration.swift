@@ -99,6 +99,10 @@ public struct DuplexServerConfiguration: Sendable {
     /// A cassette to replay (``ReplayConfiguration``): the server then serves its recorded
     /// sessions, at their paths, instead of echo, chat and the tick stream. Default nil.
     public var replay: ReplayConfiguration? = nil
+    /// An upstream to record (``RecordConfiguration``): the server then forwards every WebSocket
+    /// connection and SSE stream to it and records them, instead of serving echo, chat and the
+    /// tick stream. Default nil.
+    public var record: RecordConfiguration? = nil
 
     /// Creates a configuration; every argument has a default.
     public init(

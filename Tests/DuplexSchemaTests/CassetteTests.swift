@@ -48,33 +48,33 @@ struct CassetteTests {
         header + #"{"open":{"kind":"websocket","path":"/"},"session":1}"# + "\n" + lines.joined(separator: "\n")
     }
 
-    @Test(
-        "a file that is not a cassette, or a line the format does not have, is refused with its line and why",
-        arguments: [
-            ("", #"line 1: not a Duplex cassette: it is empty"#),
-            (#"{"open":{"kind":"websocket","path":"/"},"session":1}"#, #"line 1: not a Duplex cassette: the first line must be {"duplex-cassette":1}"#),
-            (#"{"duplex-cassette":2}"#, "line 1: cassette format version 2 is not one this reads (1)"),
-            (header + "not json", "line 2: not a line of the cassette format"),
-            (header + #"{"at":0,"from":"client","session":1,"text":"x"}"#, "line 2: session 1 has a step before its open line"),
-            (header + #"{"open":{"kind":"websocket","path":"echo"},"session":1}"#, "line 2: session 1's path must begin with / (got echo)"),
-            (header + #"{"open":{"kind":"gopher","path":"/"},"session":1}"#, "line 2: not a line of the cassette format"),
-            (webSocket("", #"{"open":{"kind":"sse","path":"/"},"session":1}"#), "line 4: session 1 is opened twice"),
-            (webSocket(#"{"at":-1,"from":"client","session":1,"text":"x"}"#), #"line 3: a step needs "at""#),
-            (webSocket(#"{"at":1e300,"from":"client","session":1,"text":"x"}"#), #"line 3: a step needs "at""#),
-            (
-                webSocket(#"{"at":2,"from":"client","session":1,"text":"x"}"#, #"{"at":1,"from":"server","session":1,"text":"y"}"#),
-                "line 4: session 1's steps go back in time (1.0 s after 2.0 s)"
-            ),
-            (webSocket(#"{"at":0,"from":"client","session":1,"text":"x","binary":""}"#), #"line 3: a step has exactly one of"#),
-            (webSocket(#"{"at":0,"session":1,"text":"x"}"#), #"line 3: a step needs "from""#),
-            (webSocket(#"{"at":0,"event":{"data":"x"},"session":1}"#), "line 3: an SSE event belongs to an SSE session"),
-            (
-                header + #"{"open":{"kind":"sse","path":"/"},"session":1}"# + "\n" + #"{"at":0,"from":"server","session":1,"text":"x"}"#,
-                "line 3: messages and close frames belong to a WebSocket session"
-            ),
-            (webSocket(#"{"at":0,"binary":"%%%","from":"server","session":1}"#), #"line 3: "binary" is not base64"#),
-        ]
-    )
+    /// Files the reader refuses, and the start of what it says.
+    static let refusals: [(text: String, expected: String)] = [
+        ("", #"line 1: not a Duplex cassette: it is empty"#),
+        (#"{"open":{"kind":"websocket","path":"/"},"session":1}"#, #"line 1: not a Duplex cassette: the first line must be {"duplex-cassette":1}"#),
+        (#"{"duplex-cassette":2}"#, "line 1: cassette format version 2 is not one this reads (1)"),
+        (header + "not json", "line 2: not a line of the cassette format"),
+        (header + #"{"at":0,"from":"client","session":1,"text":"x"}"#, "line 2: session 1 has a step before its open line"),
+        (header + #"{"open":{"kind":"websocket","path":"echo"},"session":1}"#, "line 2: session 1's path must begin with / (got echo)"),
+        (header + #"{"open":{"kind":"gopher","path":"/"},"session":1}"#, "line 2: not a line of the cassette format"),
+        (webSocket("", #"{"open":{"kind":"sse","path":"/"},"session":1}"#), "line 4: session 1 is opened twice"),
+        (webSocket(#"{"at":-1,"from":"client","session":1,"text":"x"}"#), #"line 3: a step needs "at""#),
+        (webSocket(#"{"at":1e300,"from":"client","session":1,"text":"x"}"#), #"line 3: a step needs "at""#),
+        (
+            webSocket(#"{"at":2,"from":"client","session":1,"text":"x"}"#, #"{"at":1,"from":"server","session":1,"text":"y"}"#),
+            "line 4: session 1's steps go back in time (1.0 s after 2.0 s)"
+        ),
+        (webSocket(#"{"at":0,"from":"client","session":1,"text":"x","binary":""}"#), #"line 3: a step has exactly one of"#),
+        (webSocket(#"{"at":0,"session":1,"text":"x"}"#), #"line 3: a step needs "from""#),
+        (webSocket(#"{"at":0,"event":{"data":"x"},"session":1}"#), "line 3: an SSE event belongs to an SSE session"),
+        (
+            header + #"{"open":{"kind":"sse","path":"/"},"session":1}"# + "\n" + #"{"at":0,"from":"server","session":1,"text":"x"}"#,
+            "line 3: messages and close frames belong to a WebSocket session"
+        ),
+        (webSocket(#"{"at":0,"binary":"%%%","from":"server","session":1}"#), #"line 3: "binary" is not base64"#),
+    ]
+
+    @Test("a file that is not a cassette, or a line the format does not have, is refused with its line and why", arguments: refusals)
     func refused(text: String, expected: String) {
         #expect {
             try Cassette(jsonLines: text)

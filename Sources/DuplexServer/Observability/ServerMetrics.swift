@@ -19,7 +19,7 @@ import struct Prometheus.PrometheusMetricsFactory
 /// (``MessageTally``), not once per message.
 final class ServerMetrics: Sendable {
     /// The routes whose connections are counted, as ``ConnectionInfo/route`` names them.
-    static let routes = ["echo", "chat", "events", "chat-events", "metrics-live", "replay"]
+    static let routes = ["echo", "chat", "events", "chat-events", "metrics-live", "replay", "record"]
     /// The close codes counted by value; others count as `other`.
     static let closeCodes: [UInt16] = [1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014]
     /// The HTTP statuses of refusals counted by value; others count as `other`.

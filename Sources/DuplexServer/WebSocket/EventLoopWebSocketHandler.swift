@@ -18,8 +18,15 @@ protocol EventLoopWebSocketService: AnyObject {
     func stall(for duration: Duration)
     /// The server sends a close frame now: nothing the service holds may follow it.
     func closing()
+    /// The client started the close handshake with `code` (nil: none) and `reason`; the
+    /// handler answers it.
+    func peerClosed(code: WebSocketCloseCode?, reason: String)
     /// The connection is gone.
     func end()
+}
+
+extension EventLoopWebSocketService {
+    func peerClosed(code: WebSocketCloseCode?, reason: String) {}
 }
 
 /// A WebSocket connection served on its event loop: no task, no stream, no actor per connection.
@@ -236,9 +243,10 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
             write(.pong, payload, context: context)
         case .pongReceived:
             break
-        case .replyToClose(let code, _):
+        case .replyToClose(let code, let reason):
             metrics.receivedClose(code)
             trace?.receivedClose(code)
+            service.peerClosed(code: code, reason: reason)
             closing(context: context)
             closeAfter(writeClose(code, reason: "", context: context), context: context)
         case .closeHandshakeDone(let code, _):

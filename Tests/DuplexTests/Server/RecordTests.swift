@@ -1,0 +1,145 @@
+import Duplex
+import DuplexSchema
+import DuplexServer
+import DuplexTesting
+import Foundation
+import Testing
+
+/// Recording (issue 33): sessions through a recording server into a cassette, then replayed.
+@Suite("record")
+struct RecordTests {
+    static let wait: Duration = .seconds(20)
+
+    /// Runs a recording server in front of `upstream` for the duration of `body`.
+    static func withRecorder<Result: Sendable>(
+        upstream: URL,
+        redact: Set<String> = [],
+        _ body: (RunningDuplexServer, CassetteRecorder) async throws -> Result
+    ) async throws -> Result {
+        let recorder = CassetteRecorder()
+        var configuration = DuplexServerConfiguration()
+        configuration.record = RecordConfiguration(upstream: upstream, recorder: recorder, redact: redact)
+        return try await withDuplexServer(configuration: configuration) { try await body($0, recorder) }
+    }
+
+    /// Sends `a`, `b` and 3 bytes on `socket`, reads the three echoes, and closes with 1000 "bye".
+    static func echoSession(_ socket: WebSocket) async throws -> [WebSocketMessage] {
+        let messages = socket.messages
+        try await socket.connect()
+        try await socket.send("a")
+        try await socket.send("b")
+        try await socket.send(Data([1, 2, 3]))
+        var received: [WebSocketMessage] = []
+        for await message in messages {
+            received.append(message)
+            if received.count == 3 { break }
+        }
+        await socket.disconnect(code: .normalClosure, reason: "bye")
+        return received
+    }
+
+    @Test("a WebSocket session through the recorder: every message each way in order with its time, secrets redacted, the client's close; replayed, the client gets the same")
+    func webSocketRecordAndReplay() async throws {
+        try await withTimeout(Self.wait) {
+            let cassette = try await withDuplexServer { upstream in
+                try await Self.withRecorder(upstream: upstream.webSocketURL("/"), redact: ["X-Token"]) { recorderServer, recorder in
+                    let socket = WebSocket(
+                        request: WebSocketRequest(
+                            url: recorderServer.webSocketURL("/echo"),
+                            additionalHeaders: ["Authorization": "Bearer secret", "X-Token": "t0k3n", "X-Plain": "kept"]
+                        )
+                    )
+                    let echoed = try await Self.echoSession(socket)
+                    #expect(echoed == [.string("a"), .string("b"), .data(Data([1, 2, 3]))])
+                    return recorder.cassette
+                }
+            }
+            let session = try #require(cassette.sessions.first)
+            #expect(cassette.sessions.count == 1)
+            #expect(session.kind == .webSocket && session.path == "/echo")
+            let headers = Dictionary(session.headers.map { ($0.name.lowercased(), $0.value) }) { first, _ in first }
+            #expect(headers["authorization"] == "[redacted]")
+            #expect(headers["x-token"] == "[redacted]")
+            #expect(headers["x-plain"] == "kept")
+            #expect(headers["sec-websocket-key"] == nil)
+            // Each side's messages in order, each echo after the message it answers (the
+            // client may send its next before the echo of the last arrives).
+            let actions = session.steps.map(\.action)
+            let sent: [Cassette.Message] = [.text("a"), .text("b"), .binary(Data([1, 2, 3]))]
+            let fromClient = actions.compactMap { if case .message(.client, let message) = $0 { message } else { nil } }
+            let fromServer = actions.compactMap { if case .message(.server, let message) = $0 { message } else { nil } }
+            #expect(fromClient == sent && fromServer == sent, "\(actions)")
+            for message in sent {
+                let asked = try #require(actions.firstIndex(of: .message(.client, message)))
+                let answered = try #require(actions.firstIndex(of: .message(.server, message)))
+                #expect(asked < answered, "\(actions)")
+            }
+            #expect(zip(session.steps, session.steps.dropFirst()).allSatisfy { $0.at <= $1.at }, "times only go forward")
+            #expect(session.steps.last?.action == .close(.client, code: 1000, reason: "bye"))
+
+            // The cassette as a file holds, and the client meets the recorded server.
+            let replayed = try Cassette(jsonLines: cassette.encoded())
+            #expect(replayed.sessions.map(\.steps.count) == cassette.sessions.map(\.steps.count))
+            try await withReplayServer(replayed) { server in
+                let echoed = try await Self.echoSession(WebSocket(url: server.webSocketURL("/echo")))
+                #expect(echoed == [.string("a"), .string("b"), .data(Data([1, 2, 3]))])
+            }
+        }
+    }
+
+    @Test("an SSE stream through the recorder: its query and events recorded; replayed, the client gets the same events")
+    func eventStreamRecordAndReplay() async throws {
+        try await withTimeout(Self.wait) {
+            let (seen, cassette) = try await withDuplexServer { upstream in
+                try await Self.withRecorder(upstream: upstream.httpURL("/")) { recorderServer, recorder in
+                    let sse = ServerSentEventManager(url: recorderServer.httpURL("/events?interval=20"), retryPolicy: .none)
+                    let events = sse.events
+                    try await sse.connect()
+                    var seen: [ServerSentEvent] = []
+                    for await event in events {
+                        seen.append(event)
+                        if seen.count == 3 { break }
+                    }
+                    await sse.terminate()
+                    return (seen, recorder.cassette)
+                }
+            }
+            let session = try #require(cassette.sessions.first)
+            #expect(session.kind == .eventStream && session.path == "/events" && session.query == "interval=20")
+            let recorded = session.steps.compactMap { if case .event(let event) = $0.action { event } else { nil } }
+            #expect(Array(recorded.prefix(3)) == seen, "the events the client got, as the upstream sent them")
+
+            try await withReplayServer(cassette) { server in
+                let sse = ServerSentEventManager(url: server.httpURL("/events"), retryPolicy: .none)
+                let events = sse.events
+                try await sse.connect()
+                var replayed: [ServerSentEvent] = []
+                for await event in events {
+                    replayed.append(event)
+                    if replayed.count == 3 { break }
+                }
+                #expect(replayed == seen)
+                await sse.terminate()
+            }
+        }
+    }
+
+    @Test("an upstream that cannot be reached: the WebSocket client gets 1014 and the SSE client 502, and nothing is recorded")
+    func unreachableUpstream() async throws {
+        let port = try RefusingPort()
+        try await withTimeout(Self.wait) {
+            try await Self.withRecorder(upstream: URL(string: "ws://127.0.0.1:\(port.port)")!) { server, recorder in
+                let socket = WebSocket(url: server.webSocketURL("/echo"))
+                let events = socket.events
+                try await socket.connect()
+                let closed = try await events.first(within: Self.wait) { if case .disconnected = $0 { true } else { false } }
+                #expect(closed == .disconnected(code: .badGateway, reason: "the recorded server could not be reached"))
+                await socket.terminate()
+                let sse = ServerSentEventManager(url: server.httpURL("/events"), retryPolicy: .none)
+                await #expect { try await sse.connect() } throws: { ($0 as? SSEError)?.status == 502 }
+                await sse.terminate()
+                #expect(recorder.cassette.sessions.isEmpty)
+            }
+        }
+    }
+}
