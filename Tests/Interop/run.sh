@@ -3,7 +3,8 @@
 # (echo, chat, resume, 1009, subprotocols, permessage-deflate and a zip bomb, 1001 on SIGTERM, a
 # close injected by curl through /_chaos/) and
 # `curl -N` (SSE ticks and Last-Event-ID); GET /metrics parsed by Python's prometheus_client, its
-# counters checked against that traffic.
+# counters checked against that traffic; those clients' sessions recorded by `duplex record` and
+# replayed by `duplex replay` (the duplex CLI next to the server binary).
 # Usage: Tests/Interop/run.sh PATH/TO/duplex-server
 set -euo pipefail
 server_bin=${1:?usage: run.sh PATH/TO/duplex-server}
@@ -102,5 +103,44 @@ grep "chaos: ok" "$work/chaos"
 timeout 30 python3 "$here/metrics_check.py" "$port" \
     'duplex_faults_injected_total{fault="close"}>=1' 'duplex_faults_injected_total{fault="drop"}>=1' \
     'duplex_close_codes_sent_total{code="other"}>=1'
+stop_server
+# Record and replay (docs/cassettes.md): the Python client's echo and chat sessions and a curl
+# SSE stream recorded through `duplex record`, then served by `duplex replay` to the same clients,
+# strictly: a message of theirs that differs from the recording fails them and the replay. On a
+# server of its own: the chat's say would be a duplicate in the room the first run used.
+start_server
+duplex_bin="$(dirname "$server_bin")/duplex"
+[ -x "$duplex_bin" ] || fail "no duplex CLI next to $server_bin: build the duplex product too"
+# Waits up to 30 s for a line matching $2 in file $1 from process $3; prints the port after the
+# line's first "127.0.0.1:".
+listening_port() {
+    for _ in $(seq 1 300); do
+        grep -q "$2" "$1" && break
+        kill -0 "$3" 2>/dev/null || fail "$2: the process exited: $(cat "$1")"
+        sleep 0.1
+    done
+    grep -m1 "$2" "$1" | sed -E 's/^[^:]*127\.0\.0\.1:([0-9]+).*/\1/' | grep -E '^[0-9]+$' || fail "no '$2' line: $(cat "$1")"
+}
+"$duplex_bin" record --listen 127.0.0.1:0 --upstream "ws://127.0.0.1:$port" --out "$work/session.cassette" >"$work/record.out" 2>&1 &
+recorder=$!
+record_port=$(listening_port "$work/record.out" "duplex record listening on" "$recorder")
+timeout 30 python3 "$here/websockets_client.py" "$record_port" echo
+timeout 30 python3 "$here/websockets_client.py" "$record_port" chat
+curl -s -N --max-time 1 "http://127.0.0.1:$record_port/events?interval=50" >"$work/recorded-sse" || true
+kill -INT "$recorder"
+wait "$recorder" || fail "duplex record exited $?: $(cat "$work/record.out")"
+sessions=$(grep -c '"open":' "$work/session.cassette")
+[ "$sessions" -eq 5 ] || fail "the cassette has $sessions sessions, not 5 (echo, alice, bob, carol, SSE)"
+"$duplex_bin" replay "$work/session.cassette" --listen 127.0.0.1:0 --no-delays >"$work/replay.out" 2>&1 &
+replayer=$!
+replay_port=$(listening_port "$work/replay.out" "duplex replay listening on" "$replayer")
+timeout 30 python3 "$here/websockets_client.py" "$replay_port" echo
+timeout 30 python3 "$here/websockets_client.py" "$replay_port" chat
+curl -s -N --max-time 1 "http://127.0.0.1:$replay_port/events?interval=50" >"$work/replayed-sse" || true
+[ "$(grep '^id: ' "$work/replayed-sse")" = "$(grep '^id: ' "$work/recorded-sse")" ] \
+    || fail "the replayed SSE ids differ from the recorded ones: $(grep -c '^id: ' "$work/replayed-sse") against $(grep -c '^id: ' "$work/recorded-sse")"
+kill -INT "$replayer"
+wait "$replayer" || fail "duplex replay exited $? (a mismatch?): $(cat "$work/replay.out")"
+echo "record and replay: ok ($sessions sessions, $(grep -c '^id: ' "$work/recorded-sse") SSE events, replayed strictly)"
 stop_server
 echo "interop: all checks passed"

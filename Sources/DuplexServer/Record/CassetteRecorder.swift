@@ -2,7 +2,7 @@ public import DuplexSchema
 import Foundation
 import NIOConcurrencyHelpers
 
-/// Where a recording server (``RecordConfiguration``) puts what it records: a ``Cassette`` kept
+/// Where a recording server (``RecordConfiguration``) puts what it records: a `Cassette` kept
 /// in memory and, when made with a path, appended to that file as it happens, line by line
 /// (`docs/cassettes.md`), so a recording cut short keeps every session and step up to the cut.
 public final class CassetteRecorder: Sendable {

@@ -1,7 +1,7 @@
 public import DuplexSchema
 import Foundation
 
-/// What a server that replays a ``Cassette`` serves, and how (``DuplexServerConfiguration/replay``).
+/// What a server that replays a `Cassette` serves, and how (``DuplexServerConfiguration/replay``).
 ///
 /// The server then serves the cassette's paths only, besides `/health`, `/metrics` and, with
 /// `chaos`, the chaos routes: the n-th connection to a path replays the n-th session recorded

@@ -1,5 +1,6 @@
 import Duplex
 import DuplexSchema
+import DuplexServer
 import DuplexTesting
 import Foundation
 import Testing
@@ -32,6 +33,42 @@ struct PythonInteropTests {
             #expect(try await roundTrips.first(within: .seconds(5)) > .zero)
             await socket.disconnect()
             #expect(socket.state == .disconnected(.manuallyDisconnected))
+        }
+    }
+
+    @Test("a session with the Python websockets server recorded through duplex's recorder, then replayed strictly to the same client")
+    func recordAndReplay() async throws {
+        try await withTimeout(.seconds(30)) {
+            let recorder = CassetteRecorder()
+            var configuration = DuplexServerConfiguration()
+            configuration.record = RecordConfiguration(upstream: Self.url, recorder: recorder)
+            let sent: [WebSocketMessage] = [.string("recorded once"), .data(Data([7, 8, 9])), .string("played forever")]
+            func session(_ url: URL) async throws -> [WebSocketMessage] {
+                let socket = WebSocket(url: url)
+                let messages = socket.messages
+                try await socket.connect()
+                var received: [WebSocketMessage] = []
+                for message in sent {
+                    try await socket.send(message)
+                    for await reply in messages {
+                        received.append(reply)
+                        break
+                    }
+                }
+                await socket.disconnect()
+                return received
+            }
+            let recorded = try await withDuplexServer(configuration: configuration) { server in
+                try await session(server.webSocketURL("/"))
+            }
+            #expect(recorded == sent, "the Python server echoed through the recorder")
+            let cassette = try Cassette(jsonLines: recorder.cassette.encoded())
+            #expect(cassette.sessions.count == 1)
+            #expect(cassette.sessions.first?.steps.filter { if case .message(.server, _) = $0.action { true } else { false } }.count == 3)
+            let replayed = try await withReplayServer(cassette) { server in
+                try await session(server.webSocketURL("/"))
+            }
+            #expect(replayed == sent, "the replay answers as the Python server did")
         }
     }
 
