@@ -3,8 +3,6 @@ import Duplex
 import DuplexServer
 import Foundation
 import Logging
-import ServiceLifecycle
-import UnixSignals
 
 /// `duplex record`: a recording proxy for WebSocket and SSE (``RecordConfiguration``).
 struct RecordCommand: AsyncParsableCommand {
@@ -80,20 +78,9 @@ struct RecordCommand: AsyncParsableCommand {
             var logger = Logger(label: "duplex-record")
             logger.logLevel = .warning
             let server = DuplexServer(configuration: configuration, logger: logger)
-            let group = ServiceGroup(configuration: .init(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-            try await withThrowingTaskGroup(of: Void.self) { tasks in
-                tasks.addTask { try await group.run() }
-                let port: Int
-                do {
-                    port = try await server.port()
-                } catch {
-                    await group.triggerGracefulShutdown()
-                    try? await tasks.waitForAll()
-                    throw Failure(.unreachable, "cannot listen on \(listen): \(error)")
-                }
+            try await serveUntilSignalled(server, listen: listen, logger: logger) { port in
                 let shown = listenAt.host.contains(":") ? "[\(listenAt.host)]" : listenAt.host
                 printOut("duplex record listening on \(shown):\(port), recording \(upstream) to \(out)")
-                try await tasks.waitForAll()
             }
         }
     }

@@ -4,8 +4,6 @@ import DuplexServer
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
-import ServiceLifecycle
-import UnixSignals
 
 /// `duplex replay`: serves a cassette's recorded server side (``ReplayConfiguration``).
 struct ReplayCommand: AsyncParsableCommand {
@@ -81,20 +79,9 @@ struct ReplayCommand: AsyncParsableCommand {
             var logger = Logger(label: "duplex-replay")
             logger.logLevel = .critical
             let server = DuplexServer(configuration: configuration, logger: logger)
-            let group = ServiceGroup(configuration: .init(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-            try await withThrowingTaskGroup(of: Void.self) { tasks in
-                tasks.addTask { try await group.run() }
-                let port: Int
-                do {
-                    port = try await server.port()
-                } catch {
-                    await group.triggerGracefulShutdown()
-                    try? await tasks.waitForAll()
-                    throw Failure(.unreachable, "cannot listen on \(listen): \(error)")
-                }
+            try await serveUntilSignalled(server, listen: listen, logger: logger) { port in
                 let shown = listenAt.host.contains(":") ? "[\(listenAt.host)]" : listenAt.host
                 printOut("duplex replay listening on \(shown):\(port): \(Self.summary(of: cassette))")
-                try await tasks.waitForAll()
             }
             let count = mismatched.withLockedValue { $0 }
             if count > 0 {

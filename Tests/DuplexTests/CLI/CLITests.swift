@@ -380,14 +380,9 @@ struct CLITests {
     func proxyScenario() async throws {
         try await withTimeout(Self.limit) {
             try await withDuplexServer { server in
-                let directory = FileManager.default.temporaryDirectory.appendingPathComponent("duplex-scenario-\(UUID().uuidString)")
-                try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-                defer { try? FileManager.default.removeItem(at: directory) }
-                func file(_ name: String, _ json: String) throws -> String {
-                    let url = directory.appendingPathComponent(name)
-                    try Data(json.utf8).write(to: url)
-                    return url.path
-                }
+                let files = try ScratchFiles("duplex-scenario")
+                defer { files.remove() }
+                let file = files.write
                 let good = try file("good.json", #"{"seed": 9, "steps": [{"at": 0, "add": {"type": "latency", "ms": 1}}, {"at": 0.3, "heal": true}]}"#)
                 let proxy = try duplex("proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:\(server.port)", "--scenario", good)
                 let done = try await proxy.waitForStdout("duplex proxy scenario: done after 300 ms")
@@ -416,14 +411,9 @@ struct CLITests {
     @Test("replay serves a cassette: duplex echo gets the recorded reply; a mismatch is printed with both sides and makes the exit status 1; a wrong file is refused with its line")
     func replay() async throws {
         try await withTimeout(Self.limit) {
-            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("duplex-replay-\(UUID().uuidString)")
-            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-            defer { try? FileManager.default.removeItem(at: directory) }
-            func file(_ name: String, _ text: String) throws -> String {
-                let url = directory.appendingPathComponent(name)
-                try Data(text.utf8).write(to: url)
-                return url.path
-            }
+            let files = try ScratchFiles("duplex-replay")
+            defer { files.remove() }
+            let file = files.write
             let good = try file(
                 "echo.cassette",
                 """
@@ -516,5 +506,26 @@ struct CLITests {
         request.httpMethod = method
         let (data, response) = try await URLSession.shared.data(for: request)
         return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: data, as: UTF8.self))
+    }
+}
+
+/// A directory of its own under the temporary directory, for the files a test hands a command.
+struct ScratchFiles {
+    let directory: URL
+
+    init(_ prefix: String) throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("\(prefix)-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    }
+
+    /// Writes `text` to the file `name` and returns its path.
+    func write(_ name: String, _ text: String) throws -> String {
+        let url = directory.appendingPathComponent(name)
+        try Data(text.utf8).write(to: url)
+        return url.path
+    }
+
+    func remove() {
+        try? FileManager.default.removeItem(at: directory)
     }
 }
