@@ -14,11 +14,12 @@ struct RecordTests {
     static func withRecorder<Result: Sendable>(
         upstream: URL,
         redact: Set<String> = [],
+        tlsTrust: TLSTrust = .systemRoots,
         _ body: (RunningDuplexServer, CassetteRecorder) async throws -> Result
     ) async throws -> Result {
         let recorder = CassetteRecorder()
         var configuration = DuplexServerConfiguration()
-        configuration.record = RecordConfiguration(upstream: upstream, recorder: recorder, redact: redact)
+        configuration.record = RecordConfiguration(upstream: upstream, recorder: recorder, redact: redact, tlsTrust: tlsTrust)
         return try await withDuplexServer(configuration: configuration) { try await body($0, recorder) }
     }
 
@@ -120,6 +121,45 @@ struct RecordTests {
                 }
                 #expect(replayed == seen)
                 await sse.terminate()
+            }
+        }
+    }
+
+    @Test("a TLS upstream (wss:// and https://), trusted through the CA it made: the session and the stream are recorded; an untrusted one is 1014 and 502")
+    func tlsUpstream() async throws {
+        let tls = try DuplexServerTLS.selfSigned()
+        let ca = try #require(tls.certificateAuthorityPEM)
+        var tlsConfiguration = DuplexServerConfiguration(tickInterval: .milliseconds(20))
+        tlsConfiguration.tls = tls
+        let configuration = tlsConfiguration
+        try await withTimeout(Self.wait) {
+            try await withDuplexServer(configuration: configuration) { upstream in
+                let cassette = try await Self.withRecorder(upstream: upstream.webSocketURL("/"), tlsTrust: .certificateAuthority(pem: ca)) { server, recorder in
+                    let echoed = try await Self.echoSession(WebSocket(url: server.webSocketURL("/echo")))
+                    #expect(echoed == [.string("a"), .string("b"), .data(Data([1, 2, 3]))])
+                    let sse = ServerSentEventManager(url: server.httpURL("/events"), retryPolicy: .none)
+                    let events = sse.events
+                    try await sse.connect()
+                    _ = try await events.first(within: Self.wait)
+                    await sse.terminate()
+                    return recorder.cassette
+                }
+                #expect(cassette.sessions.map(\.kind) == [.webSocket, .eventStream])
+                #expect(cassette.sessions.first?.steps.count == 7)
+                #expect(cassette.sessions.last?.steps.contains { if case .event = $0.action { true } else { false } } == true)
+
+                try await Self.withRecorder(upstream: upstream.webSocketURL("/")) { server, recorder in
+                    let socket = WebSocket(url: server.webSocketURL("/echo"))
+                    let states = socket.events
+                    try await socket.connect()
+                    let closed = try await states.first(within: Self.wait) { if case .disconnected = $0 { true } else { false } }
+                    #expect(closed == .disconnected(code: .badGateway, reason: "the recorded server could not be reached"))
+                    await socket.terminate()
+                    let sse = ServerSentEventManager(url: server.httpURL("/events"), retryPolicy: .none)
+                    await #expect { try await sse.connect() } throws: { ($0 as? SSEError)?.status == 502 }
+                    await sse.terminate()
+                    #expect(recorder.cassette.sessions.isEmpty)
+                }
             }
         }
     }
