@@ -2,64 +2,78 @@ public import DuplexSchema
 import Foundation
 import NIOConcurrencyHelpers
 
-/// Where a recording server (``RecordConfiguration``) puts what it records: a `Cassette` kept
-/// in memory and, when made with a path, appended to that file as it happens, line by line
-/// (`docs/cassettes.md`), so a recording cut short keeps every session and step up to the cut.
+/// Where a recording server (``RecordConfiguration``) puts what it records: a `Cassette` kept in
+/// memory, or appended to a file as it happens, line by line (`docs/cassettes.md`), so that a
+/// recording cut short keeps every session and step up to the cut, and a long one holds no
+/// memory.
 public final class CassetteRecorder: Sendable {
     private struct State {
+        /// What was recorded, in memory; for a file, nothing.
         var cassette = Cassette()
-        var file: FileHandle?
+        var sessions = 0
+        var file: (handle: FileHandle, path: String)?
     }
 
     private let state: NIOLockedValueBox<State>
 
-    /// A recorder that keeps the cassette in memory only.
+    /// A recorder that keeps the cassette in memory.
     public init() {
         state = NIOLockedValueBox(State())
     }
 
-    /// A recorder that also writes the cassette to `path`, replacing what is there.
+    /// A recorder that writes the cassette to `path`, replacing what is there, and keeps none of
+    /// it in memory.
     /// - Throws: when the file cannot be created.
     public init(writingTo path: String) throws {
         guard FileManager.default.createFile(atPath: path, contents: Data((Cassette.headerLine + "\n").utf8)) else {
             throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path])
         }
-        let file = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
-        try file.seekToEnd()
-        state = NIOLockedValueBox(State(file: file))
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        try handle.seekToEnd()
+        state = NIOLockedValueBox(State(file: (handle, path)))
     }
 
     deinit {
-        state.withLockedValue { try? $0.file?.close() }
+        state.withLockedValue { try? $0.file?.handle.close() }
     }
 
-    /// What was recorded so far.
-    public var cassette: Cassette {
-        state.withLockedValue { $0.cassette }
+    /// What was recorded so far: for a recorder that writes a file, read back from it.
+    /// - Throws: `Cassette.FormatError` when the file no longer holds a cassette (something
+    ///   else wrote to it), or the error reading it.
+    public func cassette() throws -> Cassette {
+        let (memory, path) = state.withLockedValue { ($0.cassette, $0.file?.path) }
+        guard let path else { return memory }
+        return try Cassette(jsonLines: String(contentsOfFile: path, encoding: .utf8))
     }
 
     /// Begins a session (its steps are left out): numbered in the order sessions begin; its
     /// steps' times count from `start`.
     func begin(_ session: Cassette.Session, at start: ContinuousClock.Instant) -> SessionRecording {
         let number = state.withLockedValue { state in
-            state.cassette.sessions.append(session)
-            let number = state.cassette.sessions.count
-            Self.append(Cassette.jsonLine(opening: session, number: number), to: state.file)
-            return number
+            state.sessions += 1
+            if let file = state.file {
+                Self.append(Cassette.jsonLine(opening: session, number: state.sessions), to: file.handle)
+            } else {
+                state.cassette.sessions.append(session)
+            }
+            return state.sessions
         }
         return SessionRecording(recorder: self, number: number, start: start)
     }
 
     fileprivate func record(_ step: Cassette.Step, session number: Int) {
         state.withLockedValue { state in
-            state.cassette.sessions[number - 1].steps.append(step)
-            Self.append(Cassette.jsonLine(for: step, session: number), to: state.file)
+            if let file = state.file {
+                Self.append(Cassette.jsonLine(for: step, session: number), to: file.handle)
+            } else {
+                state.cassette.sessions[number - 1].steps.append(step)
+            }
         }
     }
 
-    private static func append(_ line: String, to file: FileHandle?) {
+    private static func append(_ line: String, to file: FileHandle) {
         // A small write to a local file: the page cache takes it at once.
-        try? file?.write(contentsOf: Data((line + "\n").utf8))
+        try? file.write(contentsOf: Data((line + "\n").utf8))
     }
 }
 

@@ -62,7 +62,7 @@ struct PythonInteropTests {
                 try await session(server.webSocketURL("/"))
             }
             #expect(recorded == sent, "the Python server echoed through the recorder")
-            let cassette = try Cassette(jsonLines: recorder.cassette.encoded())
+            let cassette = try Cassette(jsonLines: recorder.cassette().encoded())
             #expect(cassette.sessions.count == 1)
             #expect(cassette.sessions.first?.steps.filter { if case .message(.server, _) = $0.action { true } else { false } }.count == 3)
             let replayed = try await withReplayServer(cassette) { server in

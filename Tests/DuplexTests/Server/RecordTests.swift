@@ -15,9 +15,9 @@ struct RecordTests {
         upstream: URL,
         redact: Set<String> = [],
         tlsTrust: TLSTrust = .systemRoots,
+        recorder: CassetteRecorder = CassetteRecorder(),
         _ body: (RunningDuplexServer, CassetteRecorder) async throws -> Result
     ) async throws -> Result {
-        let recorder = CassetteRecorder()
         var configuration = DuplexServerConfiguration()
         configuration.record = RecordConfiguration(upstream: upstream, recorder: recorder, redact: redact, tlsTrust: tlsTrust)
         return try await withDuplexServer(configuration: configuration) { try await body($0, recorder) }
@@ -39,11 +39,15 @@ struct RecordTests {
         return received
     }
 
-    @Test("a WebSocket session through the recorder: every message each way in order with its time, secrets redacted, the client's close; replayed, the client gets the same")
+    @Test("a WebSocket session recorded into a file as it happens: each side's messages in order with their times, secrets redacted, the client's close; replayed, the same")
     func webSocketRecordAndReplay() async throws {
+        let files = try ScratchFiles("duplex-record")
+        defer { files.remove() }
+        let path = files.directory.appendingPathComponent("session.cassette").path
+        let fileRecorder = try CassetteRecorder(writingTo: path)
         try await withTimeout(Self.wait) {
             let cassette = try await withDuplexServer { upstream in
-                try await Self.withRecorder(upstream: upstream.webSocketURL("/"), redact: ["X-Token"]) { recorderServer, recorder in
+                try await Self.withRecorder(upstream: upstream.webSocketURL("/"), redact: ["X-Token"], recorder: fileRecorder) { recorderServer, recorder in
                     let socket = WebSocket(
                         request: WebSocketRequest(
                             url: recorderServer.webSocketURL("/echo"),
@@ -52,7 +56,11 @@ struct RecordTests {
                     )
                     let echoed = try await Self.echoSession(socket)
                     #expect(echoed == [.string("a"), .string("b"), .data(Data([1, 2, 3]))])
-                    return recorder.cassette
+                    // In the file already, while the recorder runs on.
+                    let written = try String(contentsOfFile: path, encoding: .utf8)
+                    #expect(written.hasPrefix(#"{"duplex-cassette":1}"# + "\n"))
+                    #expect(written.contains(#""from":"client","session":1,"text":"b"}"#))
+                    return try recorder.cassette()
                 }
             }
             let session = try #require(cassette.sessions.first)
@@ -102,7 +110,7 @@ struct RecordTests {
                         if seen.count == 3 { break }
                     }
                     await sse.terminate()
-                    return (seen, recorder.cassette)
+                    return (seen, try recorder.cassette())
                 }
             }
             let session = try #require(cassette.sessions.first)
@@ -142,7 +150,7 @@ struct RecordTests {
                     try await sse.connect()
                     _ = try await events.first(within: Self.wait)
                     await sse.terminate()
-                    return recorder.cassette
+                    return try recorder.cassette()
                 }
                 #expect(cassette.sessions.map(\.kind) == [.webSocket, .eventStream])
                 #expect(cassette.sessions.first?.steps.count == 7)
@@ -158,7 +166,7 @@ struct RecordTests {
                     let sse = ServerSentEventManager(url: server.httpURL("/events"), retryPolicy: .none)
                     await #expect { try await sse.connect() } throws: { ($0 as? SSEError)?.status == 502 }
                     await sse.terminate()
-                    #expect(recorder.cassette.sessions.isEmpty)
+                    #expect(try recorder.cassette().sessions.isEmpty)
                 }
             }
         }
@@ -178,7 +186,7 @@ struct RecordTests {
                 let sse = ServerSentEventManager(url: server.httpURL("/events"), retryPolicy: .none)
                 await #expect { try await sse.connect() } throws: { ($0 as? SSEError)?.status == 502 }
                 await sse.terminate()
-                #expect(recorder.cassette.sessions.isEmpty)
+                #expect(try recorder.cassette().sessions.isEmpty)
             }
         }
     }
