@@ -28,16 +28,15 @@ extension DuplexServer {
         let fields = Self.fields(of: request)
         let offered = Self.offeredSubprotocols(request)
         guard let url = record.url(path: request.uri.path, query: request.uri.query, webSocket: true) else { return nil }
-        let session = Cassette.Session(
-            kind: .webSocket,
-            path: request.uri.path,
-            query: request.uri.query,
-            headers: record.recorded(fields),
-            extensions: request.headers[.secWebSocketExtensions]
-        )
+        let session = Cassette.Session(kind: .webSocket, path: request.uri.path, query: request.uri.query, headers: record.recorded(fields))
         var configuration = WebSocketConfiguration()
         configuration.tlsTrust = record.tlsTrust
         configuration.maxMessageBytes = self.configuration.maxMessageBytes
+        // A client that offers compression has the upstream offered it too: what the upstream
+        // agrees to is recorded.
+        if request.headers[values: .secWebSocketExtensions].contains(where: { $0.contains("permessage-deflate") }) {
+            configuration.compression = PerMessageDeflate()
+        }
         let upstream = WebSocket(
             request: WebSocketRequest(url: url, protocols: offered, additionalHeaders: RecordConfiguration.forwarded(fields)),
             configuration: configuration

@@ -9,7 +9,7 @@ import NIOWebSocket
 /// session: on the connection's event loop, in the order things happen there.
 ///
 /// The client's messages are held until the upstream's handshake is done (then the session
-/// begins, with the subprotocol the upstream chose), and each is held until the upstream took
+/// begins, with the subprotocol and extensions the upstream agreed to), and each is held until the upstream took
 /// the one before it, so a client that sends faster than the upstream takes is held back by TCP.
 /// An upstream that cannot be reached closes the client's connection with 1014 (bad gateway).
 final class RecordingWebSocketService: EventLoopWebSocketService {
@@ -49,7 +49,8 @@ final class RecordingWebSocketService: EventLoopWebSocketService {
             }
             let chosen: String? =
                 if case .connected(let subprotocol) = upstream.state { subprotocol } else { nil }
-            loop.execute { bound.value.connected(subprotocol: chosen) }
+            let extensions = upstream.negotiatedExtensions
+            loop.execute { bound.value.connected(subprotocol: chosen, extensions: extensions) }
             for await event in events {
                 switch event {
                 case .message(let message):
@@ -70,9 +71,10 @@ final class RecordingWebSocketService: EventLoopWebSocketService {
         handler.close(code: .badGateway, reason: "the recorded server could not be reached", context: context)
     }
 
-    private func connected(subprotocol: String?) {
+    private func connected(subprotocol: String?, extensions: String?) {
         var session = self.session
         session.subprotocol = subprotocol
+        session.extensions = extensions
         recording = recorder.begin(session, at: start)
         guard let handler, let context else { return }
         handler.release(context: context)

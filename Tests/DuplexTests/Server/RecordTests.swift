@@ -51,8 +51,10 @@ struct RecordTests {
                     let socket = WebSocket(
                         request: WebSocketRequest(
                             url: recorderServer.webSocketURL("/echo"),
+                            protocols: ["first.v1", "second.v1"],
                             additionalHeaders: ["Authorization": "Bearer secret", "X-Token": "t0k3n", "X-Plain": "kept"]
-                        )
+                        ),
+                        configuration: .init(compression: PerMessageDeflate())
                     )
                     let echoed = try await Self.echoSession(socket)
                     #expect(echoed == [.string("a"), .string("b"), .data(Data([1, 2, 3]))])
@@ -66,6 +68,8 @@ struct RecordTests {
             let session = try #require(cassette.sessions.first)
             #expect(cassette.sessions.count == 1)
             #expect(session.kind == .webSocket && session.path == "/echo")
+            #expect(session.subprotocol == "first.v1", "the upstream's choice (/echo picks the first offered)")
+            #expect(session.extensions?.hasPrefix("permessage-deflate") == true, "what the upstream agreed to: \(session.extensions ?? "none")")
             let headers = Dictionary(session.headers.map { ($0.name.lowercased(), $0.value) }) { first, _ in first }
             #expect(headers["authorization"] == "[redacted]")
             #expect(headers["x-token"] == "[redacted]")
