@@ -32,6 +32,10 @@ extension DuplexServer {
         var configuration = WebSocketConfiguration()
         configuration.tlsTrust = record.tlsTrust
         configuration.maxMessageBytes = self.configuration.maxMessageBytes
+        // The recorder passes messages on: it needs no deep buffer, and a shallow one makes a
+        // client that does not read hold the upstream back soon.
+        configuration.streamBufferLimit = 256
+        configuration.streamBufferBytes = 1024 * 1024
         // A client that offers compression has the upstream offered it too: what the upstream
         // agrees to is recorded.
         if request.headers[values: .secWebSocketExtensions].contains(where: { $0.contains("permessage-deflate") }) {

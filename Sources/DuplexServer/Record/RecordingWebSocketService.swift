@@ -23,6 +23,8 @@ final class RecordingWebSocketService: EventLoopWebSocketService {
     private var recording: SessionRecording?
     private var handler: EventLoopWebSocketHandler?
     private var context: ChannelHandlerContext?
+    /// The task that forwards the upstream's messages, waiting for the client to read.
+    private var writableWaiter: CheckedContinuation<Void, Never>?
 
     init(upstream: WebSocket, session: Cassette.Session, recorder: CassetteRecorder, logger: Logger) {
         self.upstream = upstream
@@ -54,7 +56,15 @@ final class RecordingWebSocketService: EventLoopWebSocketService {
             for await event in events {
                 switch event {
                 case .message(let message):
-                    loop.execute { bound.value.fromUpstream(message) }
+                    // A client that does not read holds the upstream back: this stops reading
+                    // its events until the client's channel is writable again, so the Duplex
+                    // client's bounded stream fills and it stops reading the upstream's socket.
+                    let writable = (try? await loop.submit { bound.value.fromUpstream(message) }.get()) ?? true
+                    if !writable {
+                        await withCheckedContinuation { continuation in
+                            loop.execute { bound.value.resumeWhenWritable(continuation) }
+                        }
+                    }
                 case .disconnected(let code, let reason):
                     loop.execute { bound.value.upstreamClosed(code: code, reason: reason ?? "") }
                     return
@@ -80,8 +90,10 @@ final class RecordingWebSocketService: EventLoopWebSocketService {
         handler.release(context: context)
     }
 
-    private func fromUpstream(_ message: WebSocketMessage) {
-        guard let handler, let context else { return }
+    /// Sends the upstream's message to the client, and says whether the channel can take more.
+    private func fromUpstream(_ message: WebSocketMessage) -> Bool {
+        guard let handler, let context else { return true }
+        defer { handler.flush(context: context) }
         switch message {
         case .string(let text):
             recording?.record(.message(.server, .text(text)))
@@ -90,7 +102,21 @@ final class RecordingWebSocketService: EventLoopWebSocketService {
             recording?.record(.message(.server, .binary(data)))
             handler.send(ByteBuffer(bytes: data), opcode: .binary, context: context)
         }
-        handler.flush(context: context)
+        return context.channel.isWritable
+    }
+
+    /// Resumes `continuation` once the client's channel is writable, or the connection ended.
+    private func resumeWhenWritable(_ continuation: CheckedContinuation<Void, Never>) {
+        guard let context, !context.channel.isWritable else {
+            continuation.resume()
+            return
+        }
+        writableWaiter = continuation
+    }
+
+    func writable() {
+        writableWaiter?.resume()
+        writableWaiter = nil
     }
 
     private func upstreamClosed(code: WebSocketCloseCode?, reason: String) {
@@ -149,6 +175,7 @@ final class RecordingWebSocketService: EventLoopWebSocketService {
         recording?.record(.disconnect(.client))
         handler = nil
         context = nil
+        writable()
         let upstream = self.upstream
         Task { await upstream.terminate() }
     }

@@ -21,12 +21,15 @@ protocol EventLoopWebSocketService: AnyObject {
     /// The client started the close handshake with `code` (nil: none) and `reason`; the
     /// handler answers it.
     func peerClosed(code: WebSocketCloseCode?, reason: String)
+    /// The channel is writable again: the client read what was waiting for it.
+    func writable()
     /// The connection is gone.
     func end()
 }
 
 extension EventLoopWebSocketService {
     func peerClosed(code: WebSocketCloseCode?, reason: String) {}
+    func writable() {}
 }
 
 /// A WebSocket connection served on its event loop: no task, no stream, no actor per connection.
@@ -366,7 +369,10 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if context.channel.isWritable { resumeReading(context: context) }
+        if context.channel.isWritable {
+            resumeReading(context: context)
+            service.writable()
+        }
         context.fireChannelWritabilityChanged()
     }
 

@@ -1,9 +1,10 @@
-import Duplex
 import DuplexSchema
 import DuplexServer
 import DuplexTesting
 import Foundation
 import Testing
+
+@testable import Duplex
 
 /// Recording (issue 33): sessions through a recording server into a cassette, then replayed.
 @Suite("record")
@@ -174,6 +175,45 @@ struct RecordTests {
                 }
             }
         }
+    }
+
+    @Test("a client that does not read holds the upstream back through the recorder (TCP on both sides), then gets every message in order")
+    func backpressureThroughTheRecorder() async throws {
+        // More than the kernel holds on both hops, and the recorder's own buffer (1 MiB).
+        let total = (2 * DataPathTests.moreThanTheKernelHolds + 2 * 1024 * 1024) / 1024
+        let peer = try await ScriptedPeer.start { _ in .init(echo: false, flood: (total, 1024)) }
+        try await withTimeout(.seconds(60)) {
+            try await Self.withRecorder(upstream: URL(string: "ws://127.0.0.1:\(peer.port)")!) { server, recorder in
+                let socket = WebSocket(url: server.webSocketURL("/"), configuration: .init(streamBufferLimit: 64, streamBufferBytes: 64 * 1024))
+                let messages = socket.messages
+                try await socket.connect()
+                // Nobody reads: the socket stops reading, the recorder's channel fills, and TCP
+                // stops the upstream.
+                await socket.core.gate.waitUntilClosed()
+                await peer.waitUntilHeldBack()
+                // Held, not merely slowed down: a second on, the upstream still could not write
+                // it all, and the recorder has not taken it all (without the hold it takes the
+                // whole flood within that second and buffers it for the client).
+                try await Task.sleep(for: .seconds(1))
+                #expect(peer.floodedCount < total, "the upstream could not write it all: held back through the recorder")
+                let taken = try recorder.cassette().sessions.first?.steps.count ?? 0
+                #expect(taken < total, "the recorder took \(taken) of \(total) while the client read nothing")
+                var expected = 0
+                for await message in messages {
+                    guard message.text?.hasPrefix("\(expected):") == true else {
+                        Issue.record("message \(expected) is \(message.text?.prefix(12) ?? "binary")")
+                        break
+                    }
+                    expected += 1
+                    if expected == total { break }
+                }
+                #expect(expected == total)
+                let recorded = try recorder.cassette().sessions.first?.steps.count ?? 0
+                #expect(recorded >= total, "every message recorded")
+                await socket.terminate()
+            }
+        }
+        await peer.stop()
     }
 
     @Test("an upstream that cannot be reached: the WebSocket client gets 1014 and the SSE client 502, and nothing is recorded")
