@@ -24,6 +24,21 @@ struct RecordTests {
         return try await withDuplexServer(configuration: configuration) { try await body($0, recorder) }
     }
 
+    /// Checks that a recorder whose upstream cannot be reached (or not trusted) closes a
+    /// WebSocket with 1014, answers an SSE request with 502, and records nothing.
+    static func expectUnreachable(_ server: RunningDuplexServer, _ recorder: CassetteRecorder) async throws {
+        let socket = WebSocket(url: server.webSocketURL("/echo"))
+        let events = socket.events
+        try await socket.connect()
+        let closed = try await events.first(within: Self.wait) { if case .disconnected = $0 { true } else { false } }
+        #expect(closed == .disconnected(code: .badGateway, reason: "the recorded server could not be reached"))
+        await socket.terminate()
+        let sse = ServerSentEventManager(url: server.httpURL("/events"), retryPolicy: .none)
+        await #expect { try await sse.connect() } throws: { ($0 as? SSEError)?.status == 502 }
+        await sse.terminate()
+        #expect(try recorder.cassette().sessions.isEmpty)
+    }
+
     /// Sends `a`, `b` and 3 bytes on `socket`, reads the three echoes, and closes with 1000 "bye".
     static func echoSession(_ socket: WebSocket) async throws -> [WebSocketMessage] {
         let messages = socket.messages
@@ -161,18 +176,7 @@ struct RecordTests {
                 #expect(cassette.sessions.first?.steps.count == 7)
                 #expect(cassette.sessions.last?.steps.contains { if case .event = $0.action { true } else { false } } == true)
 
-                try await Self.withRecorder(upstream: upstream.webSocketURL("/")) { server, recorder in
-                    let socket = WebSocket(url: server.webSocketURL("/echo"))
-                    let states = socket.events
-                    try await socket.connect()
-                    let closed = try await states.first(within: Self.wait) { if case .disconnected = $0 { true } else { false } }
-                    #expect(closed == .disconnected(code: .badGateway, reason: "the recorded server could not be reached"))
-                    await socket.terminate()
-                    let sse = ServerSentEventManager(url: server.httpURL("/events"), retryPolicy: .none)
-                    await #expect { try await sse.connect() } throws: { ($0 as? SSEError)?.status == 502 }
-                    await sse.terminate()
-                    #expect(try recorder.cassette().sessions.isEmpty)
-                }
+                try await Self.withRecorder(upstream: upstream.webSocketURL("/"), Self.expectUnreachable)
             }
         }
     }
@@ -198,16 +202,7 @@ struct RecordTests {
                 #expect(peer.floodedCount < total, "the upstream could not write it all: held back through the recorder")
                 let taken = try recorder.cassette().sessions.first?.steps.count ?? 0
                 #expect(taken < total, "the recorder took \(taken) of \(total) while the client read nothing")
-                var expected = 0
-                for await message in messages {
-                    guard message.text?.hasPrefix("\(expected):") == true else {
-                        Issue.record("message \(expected) is \(message.text?.prefix(12) ?? "binary")")
-                        break
-                    }
-                    expected += 1
-                    if expected == total { break }
-                }
-                #expect(expected == total)
+                #expect(await DataPathTests.countInOrder(messages, upTo: total) == total)
                 let recorded = try recorder.cassette().sessions.first?.steps.count ?? 0
                 #expect(recorded >= total, "every message recorded")
                 await socket.terminate()
@@ -220,18 +215,7 @@ struct RecordTests {
     func unreachableUpstream() async throws {
         let port = try RefusingPort()
         try await withTimeout(Self.wait) {
-            try await Self.withRecorder(upstream: URL(string: "ws://127.0.0.1:\(port.port)")!) { server, recorder in
-                let socket = WebSocket(url: server.webSocketURL("/echo"))
-                let events = socket.events
-                try await socket.connect()
-                let closed = try await events.first(within: Self.wait) { if case .disconnected = $0 { true } else { false } }
-                #expect(closed == .disconnected(code: .badGateway, reason: "the recorded server could not be reached"))
-                await socket.terminate()
-                let sse = ServerSentEventManager(url: server.httpURL("/events"), retryPolicy: .none)
-                await #expect { try await sse.connect() } throws: { ($0 as? SSEError)?.status == 502 }
-                await sse.terminate()
-                #expect(try recorder.cassette().sessions.isEmpty)
-            }
+            try await Self.withRecorder(upstream: URL(string: "ws://127.0.0.1:\(port.port)")!, Self.expectUnreachable)
         }
     }
 }

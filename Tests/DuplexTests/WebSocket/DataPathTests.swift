@@ -28,6 +28,21 @@ struct DataPathTests {
         return head + String(repeating: "x", count: bytes - head.utf8.count)
     }
 
+    /// Reads `"N:…"` messages until `total` or the first out of order (recorded as an issue),
+    /// and returns how many came in order.
+    static func countInOrder(_ messages: AsyncStream<WebSocketMessage>, upTo total: Int) async -> Int {
+        var expected = 0
+        for await message in messages {
+            guard message.text?.hasPrefix("\(expected):") == true else {
+                Issue.record("message \(expected) is \(message.text?.prefix(12) ?? "binary")")
+                break
+            }
+            expected += 1
+            if expected == total { break }
+        }
+        return expected
+    }
+
     @Test("a reader that stops reading holds the server back through TCP (its channel becomes unwritable), then gets every message in order")
     func slowReaderLosesNothing() async throws {
         let total = Self.moreThanTheKernelHolds / 1024  // more than the socket buffers hold while nobody reads
@@ -46,16 +61,7 @@ struct DataPathTests {
             #expect(buffered >= 64, "the reader's buffer filled")
             #expect(buffered < 2_000, "and stayed bounded (\(buffered) unread of \(total))")
             #expect(peer.floodedCount < total, "the server could not write it all: TCP held it back")
-            var expected = 0
-            for await message in messages {
-                guard message.text?.hasPrefix("\(expected):") == true else {
-                    Issue.record("message \(expected) is \(message.text?.prefix(12) ?? "binary")")
-                    break
-                }
-                expected += 1
-                if expected == total { break }
-            }
-            #expect(expected == total)
+            #expect(await Self.countInOrder(messages, upTo: total) == total)
             #expect(socket.core.messages.droppedCount == 0)
         }
         await socket.terminate()
@@ -78,16 +84,7 @@ struct DataPathTests {
             await peer.waitUntilHeldBack()
             #expect(socket.unreadMessages <= 65, "the wrapper's buffer stayed at its limit (\(socket.unreadMessages))")
             #expect(peer.floodedCount < total, "the server could not write it all: TCP held it back")
-            var expected = 0
-            for await message in messages {
-                guard message.text?.hasPrefix("\(expected):") == true else {
-                    Issue.record("message \(expected) is \(message.text?.prefix(12) ?? "binary")")
-                    break
-                }
-                expected += 1
-                if expected == total { break }
-            }
-            #expect(expected == total, "every message, in order")
+            #expect(await Self.countInOrder(messages, upTo: total) == total, "every message, in order")
         }
         await socket.terminate()
         await peer.stop()
@@ -109,13 +106,7 @@ struct DataPathTests {
             await peer.waitForPings(5, onConnection: 1)
             #expect(!socket.core.gate.isOpen, "still held back")
             #expect(socket.state == .connected(protocol: nil), "not torn down by unanswered pings")
-            var expected = 0
-            for await message in messages {
-                guard message.text?.hasPrefix("\(expected):") == true else { break }
-                expected += 1
-                if expected == total { break }
-            }
-            #expect(expected == total)
+            #expect(await Self.countInOrder(messages, upTo: total) == total)
             #expect(peer.connectionCount == 1)
         }
         await socket.terminate()
