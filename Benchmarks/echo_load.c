@@ -37,18 +37,19 @@ typedef struct {
     SSL *ssl;
 #endif
     int upgraded;
-    unsigned char in[1 << 16];
-    size_t inlen;
+    unsigned char *in; /* at least a whole echo and a read more: 64 KiB + S + 14 */
+    size_t inlen, incap;
     uint64_t sent, received;
     uint64_t stamps[256]; /* send time of each message in flight, by sequence mod 256 */
-    unsigned char out[200 * (14 + 65536) > (1 << 20) ? (1 << 20) : 200 * (14 + 65536)];
-    size_t outlen; /* frames built, written in one call per read event */
+    unsigned char *out; /* 1 MiB, or one frame when S is larger */
+    size_t outlen, outcap; /* frames built, written in one call per read event */
 } conn;
 
 static conn *conns;
 static uint64_t hist[BUCKETS + 1];
 static uint64_t total, errors;
 static int S, D;
+static unsigned char *pattern; /* 'a'..'z' repeated over 26 + S bytes: message n is pattern + n % 26 */
 
 static uint64_t now_ns(void) {
     struct timespec t;
@@ -57,7 +58,7 @@ static uint64_t now_ns(void) {
 }
 
 static void fill(unsigned char *p, uint64_t seq, int n) {
-    for (int i = 0; i < n; i++) p[i] = (unsigned char)('a' + (seq + i) % 26);
+    memcpy(p, pattern + seq % 26, n);
 }
 
 /* Writes what send_one built, in one system call; blocking is fine at these sizes. */
@@ -78,16 +79,27 @@ static void flush_out(conn *c) {
 
 /* Builds one masked binary frame into the connection's output buffer. */
 static void send_one(conn *c) {
-    if (c->outlen + 14 + S > sizeof c->out) flush_out(c);
+    if (c->outlen + 14 + S > c->outcap) flush_out(c);
     unsigned char *frame = c->out + c->outlen;
     int h = 0;
     frame[h++] = 0x82;
     if (S < 126) frame[h++] = 0x80 | S;
-    else { frame[h++] = 0x80 | 126; frame[h++] = S >> 8; frame[h++] = S & 0xff; }
+    else if (S < 65536) { frame[h++] = 0x80 | 126; frame[h++] = S >> 8; frame[h++] = S & 0xff; }
+    else { frame[h++] = 0x80 | 127; for (int b = 7; b >= 0; b--) frame[h++] = (unsigned char)((uint64_t)S >> (8 * b)); }
     unsigned char mask[4] = {1, 2, 3, 4};
     memcpy(frame + h, mask, 4); h += 4;
     fill(frame + h, c->sent, S);
-    for (int i = 0; i < S; i++) frame[h + i] ^= mask[i & 3];
+    /* Masked a word at a time: at 1 MiB a byte loop would make the generator the bottleneck. */
+    uint64_t word;
+    memcpy(&word, (unsigned char[8]){1, 2, 3, 4, 1, 2, 3, 4}, 8);
+    int i = 0;
+    for (; i + 8 <= S; i += 8) {
+        uint64_t v;
+        memcpy(&v, frame + h + i, 8);
+        v ^= word;
+        memcpy(frame + h + i, &v, 8);
+    }
+    for (; i < S; i++) frame[h + i] ^= mask[i & 3];
     c->stamps[c->sent & 255] = now_ns();
     c->sent++;
     c->outlen += h + S;
@@ -109,10 +121,14 @@ static void consume(conn *c, uint64_t measure_from) {
         unsigned char *f = c->in + pos;
         size_t len = f[1] & 0x7f, h = 2;
         if (len == 126) { if (c->inlen - pos < 4) break; len = (f[2] << 8) | f[3]; h = 4; }
+        else if (len == 127) {
+            if (c->inlen - pos < 10) break;
+            len = 0;
+            for (int b = 2; b < 10; b++) len = (len << 8) | f[b];
+            h = 10;
+        }
         if (c->inlen - pos < h + len) break;
-        unsigned char expect[65536];
-        fill(expect, c->received, S);
-        if ((f[0] & 0x0f) != 2 || len != (size_t)S || memcmp(f + h, expect, S) != 0) errors++;
+        if ((f[0] & 0x0f) != 2 || len != (size_t)S || memcmp(f + h, pattern + c->received % 26, S) != 0) errors++;
         uint64_t t = now_ns();
         if (t >= measure_from) {
             uint64_t us = (t - c->stamps[c->received & 255]) / 1000;
@@ -140,8 +156,21 @@ int main(int argc, char **argv) {
     D = atoi(argv[3]); S = atoi(argv[4]);
     double seconds = atof(argv[5]);
     const char *path = argc > 6 ? argv[6] : "/echo";
-    if (n > MAXC || D > 200 || S > 65535) { fprintf(stderr, "limits: N<=20000 D<=200 S<=65535\n"); return 64; }
+    if (n > MAXC || D > 200 || S > (16 << 20)) { fprintf(stderr, "limits: N<=20000 D<=200 S<=16777216\n"); return 64; }
+    /* Past 64 KiB, a connection writes its frames while its echoes wait unread: keep one in
+       flight, or both ends can block writing. */
+    if (S > 65535 && D > 1) { fprintf(stderr, "S above 65535 takes D=1\n"); return 64; }
     conns = calloc(n, sizeof(conn));
+    pattern = malloc(26 + (size_t)S);
+    for (int i = 0; i < 26 + S; i++) pattern[i] = (unsigned char)('a' + i % 26);
+    for (int i = 0; i < n; i++) {
+        conns[i].incap = (1 << 16) + (size_t)S + 14;
+        conns[i].in = malloc(conns[i].incap);
+        size_t batch = 200 * (14 + 65536) > (1 << 20) ? (1 << 20) : 200 * (14 + 65536);
+        conns[i].outcap = (size_t)S + 14 > batch ? (size_t)S + 14 : batch;
+        conns[i].out = malloc(conns[i].outcap);
+        if (!conns[i].in || !conns[i].out || !pattern) { fprintf(stderr, "out of memory\n"); return 1; }
+    }
     int ep = epoll_create1(0);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(port)};
     inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
@@ -180,13 +209,13 @@ int main(int argc, char **argv) {
             /* Every record OpenSSL holds is read before going back to epoll, which sees only
                the socket. */
             do {
-                int r = SSL_read(c->ssl, c->in + c->inlen, (int)(sizeof c->in - c->inlen));
+                int r = SSL_read(c->ssl, c->in + c->inlen, (int)(c->incap - c->inlen));
                 if (r <= 0) { fprintf(stderr, "connection %u closed\n", events[e].data.u32); return 1; }
                 c->inlen += r;
                 consume(c, warm);
             } while (SSL_pending(c->ssl) > 0);
 #else
-            ssize_t r = read(c->fd, c->in + c->inlen, sizeof c->in - c->inlen);
+            ssize_t r = read(c->fd, c->in + c->inlen, c->incap - c->inlen);
             if (r <= 0) { fprintf(stderr, "connection %u closed\n", events[e].data.u32); return 1; }
             c->inlen += r;
             consume(c, warm);
