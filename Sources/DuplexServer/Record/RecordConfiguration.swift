@@ -42,15 +42,19 @@ public struct RecordConfiguration: Sendable {
     ]
 
     /// The upstream URL of a request's path and query, with `scheme` (`ws` or `http`, made
-    /// secure when the upstream is).
+    /// secure when the upstream is); nil when they do not make a URL. The path and query are the
+    /// client's, as sent: they are joined as text and parsed, never set on `URLComponents`,
+    /// whose percent-encoded setters trap on bad percent-encoding (`/%ZZ`).
     func url(path: String, query: String?, webSocket: Bool) -> URL? {
         guard var components = URLComponents(url: upstream, resolvingAgainstBaseURL: false) else { return nil }
         let secure = ["wss", "https"].contains(components.scheme?.lowercased() ?? "")
-        components.scheme = webSocket ? (secure ? "wss" : "ws") : (secure ? "https" : "http")
         let base = components.percentEncodedPath.hasSuffix("/") ? String(components.percentEncodedPath.dropLast()) : components.percentEncodedPath
-        components.percentEncodedPath = base + path
-        components.percentEncodedQuery = query
-        return components.url
+        components.scheme = webSocket ? (secure ? "wss" : "ws") : (secure ? "https" : "http")
+        components.path = ""
+        components.query = nil
+        components.fragment = nil
+        guard let origin = components.string, path.hasPrefix("/") else { return nil }
+        return URL(string: origin + base + path + (query.map { "?" + $0 } ?? ""))
     }
 
     /// The request's headers as recorded: secrets and `redact` replaced, and the handshake's

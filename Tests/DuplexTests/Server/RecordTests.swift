@@ -211,6 +211,27 @@ struct RecordTests {
         await peer.stop()
     }
 
+    @Test("a request whose path or query is not valid percent-encoding is answered, not a crash; the recorder serves on")
+    func badPercentEncoding() async throws {
+        try await withTimeout(Self.wait) {
+            try await withDuplexServer { upstream in
+                try await Self.withRecorder(upstream: upstream.webSocketURL("/")) { server, _ in
+                    let upgrade = "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                    for request in [
+                        "GET /%ZZ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                        "GET /a%zz?q=%zz%%% HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                        "GET /%G1?%% HTTP/1.1\r\nHost: x\r\n\(upgrade)\r\n",
+                    ] {
+                        let answer = try await HTTPProbe.send(port: server.port, request)
+                        #expect(answer.hasPrefix("HTTP/1.1 "), "answered: \(answer.prefix(80))")
+                    }
+                    let echoed = try await Self.echoSession(WebSocket(url: server.webSocketURL("/echo")))
+                    #expect(echoed == [.string("a"), .string("b"), .data(Data([1, 2, 3]))], "and it serves on")
+                }
+            }
+        }
+    }
+
     @Test("an upstream that cannot be reached: the WebSocket client gets 1014 and the SSE client 502, and nothing is recorded")
     func unreachableUpstream() async throws {
         let port = try RefusingPort()
