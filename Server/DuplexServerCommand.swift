@@ -124,6 +124,12 @@ struct DuplexServerCommand: AsyncParsableCommand {
     @Flag(help: "With --tls-self-signed: one more listener per TLS fault (expired, wrong-host, self-signed, ...); GET /tls-faults lists their URLs.")
     var tlsFaults = false
 
+    @Flag(help: "With TLS: offer only http/1.1 by ALPN, not h2 (HTTP/2, with WebSockets through extended CONNECT).")
+    var noHttp2 = false
+
+    @Option(help: ArgumentHelp("With TLS and HTTP/2: the most streams one connection may have open at once.", valueName: "count"))
+    var http2MaxStreams = 100
+
     @Option(
         help: ArgumentHelp(
             "Event-loop threads; by default one per CPU the process may use (its affinity mask, as taskset sets it, and its cgroup's cpuset or CPU quota).", valueName: "count"))
@@ -154,6 +160,7 @@ struct DuplexServerCommand: AsyncParsableCommand {
         if tlsFaults, !tlsSelfSigned { throw ValidationError("--tls-faults needs --tls-self-signed: the faults' certificates are issued by the CA the server makes") }
         if tlsClientCa != nil, !tlsSelfSigned, tlsCert == nil { throw ValidationError("--tls-client-ca needs TLS: --tls-self-signed, or --tls-cert and --tls-key") }
         if tlsDirectory != nil, !tlsSelfSigned { throw ValidationError("--tls-directory goes with --tls-self-signed") }
+        guard (1...10_000).contains(http2MaxStreams) else { throw ValidationError("--http2-max-streams must be from 1 to 10000") }
         if let echoSubprotocols, Self.list(echoSubprotocols).isEmpty {
             throw ValidationError("--echo-subprotocols needs at least one name")
         }
@@ -192,6 +199,8 @@ struct DuplexServerCommand: AsyncParsableCommand {
             echoSubprotocols: echoSubprotocols.map(Self.list),
             compression: noCompression ? nil : PerMessageDeflate(minimumBytes: compressionThreshold, maxWindowBits: compressionWindowBits, peerMaxWindowBits: compressionWindowBits)
         )
+        configuration.http2.enabled = !noHttp2
+        configuration.http2.maxConcurrentStreams = http2MaxStreams
         switch try? storeConfiguration {
         case .postgres(var postgres)?:
             postgres.startupTimeout = Self.duration(storeStartupTimeout)

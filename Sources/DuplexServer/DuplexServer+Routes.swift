@@ -69,7 +69,7 @@ extension DuplexServer {
     /// `GET /health`: `{"status":"ok","store":…}`.
     func addHealthRoute(to router: Router<DuplexRequestContext>) {
         router.get("health") { _, _ -> Response in
-            Self.json(status: .ok, #"{"status":"ok","store":\#(self.rooms.healthJSON)}"#)
+            Self.json(status: .ok, #"{"status":"ok","store":\#(self.rooms.healthJSON),"http2":\#(self.metrics.http2.healthJSON)}"#)
         }
     }
 

@@ -28,7 +28,8 @@ import NIOSSL
 /// ```
 ///
 /// Routes:
-/// - `GET /health`: `{"status":"ok","store":{…}}`, the store's kind and state.
+/// - `GET /health`: `{"status":"ok","store":{…},"http2":{…}}`, the store's kind and state, and
+///   the HTTP/2 connections, streams and WebSockets open.
 /// - `GET /metrics`: connections, messages and bytes by route, close codes sent, refusals,
 ///   faults injected and the process' memory, in Prometheus' text exposition format.
 /// - `WS /echo`: every message back, same opcode, in order.
@@ -239,10 +240,16 @@ public final class DuplexServer: Service, Sendable {
 
     /// The listeners the configuration asks for, their TLS contexts made once (certificates
     /// keep through restarts).
-    /// - Throws: ``DuplexServerError/invalidTLSConfiguration(_:)``.
+    /// - Throws: ``DuplexServerError/invalidTLSConfiguration(_:)``, for the certificates or for
+    ///   HTTP/2 limits out of range.
     func makeListeners() throws -> [Listener] {
         guard let tls = configuration.tls else { return [Listener(fault: nil, tls: nil)] }
-        var listeners = [Listener(fault: nil, tls: try Self.context(tls.serverConfiguration()))]
+        var serverTLS = try tls.serverConfiguration()
+        if configuration.http2.enabled {
+            try configuration.http2.validate()
+            serverTLS.applicationProtocols = ["h2", "http/1.1"]
+        }
+        var listeners = [Listener(fault: nil, tls: try Self.context(serverTLS))]
         if tls.faults {
             guard let authority = tls.certificateAuthority else {
                 throw DuplexServerError.invalidTLSConfiguration("the TLS faults are issued by the server's own CA: make the certificate with selfSigned (--tls-self-signed)")
@@ -297,6 +304,9 @@ public final class DuplexServer: Service, Sendable {
                             configuration: channelConfiguration,
                             compression: self.configuration.compression,
                             secure: listener.tls != nil,
+                            http2: listener.tls != nil && fault == nil && self.configuration.http2.enabled
+                                ? .init(settings: self.configuration.http2, refusal: self.refusal, metrics: self.metrics)
+                                : nil,
                             route: self.webSocketService(for:)
                         ),
                         limits: guardLimits,

@@ -90,6 +90,9 @@ public struct DuplexServerConfiguration: Sendable {
     /// TLS only (`https://`, `wss://`), with client certificates and the TLS fault listeners
     /// if it asks for them. ``DuplexServerTLS/selfSigned(hosts:)`` makes a CA and a certificate.
     public var tls: DuplexServerTLS?
+    /// HTTP/2 on the TLS listener (``DuplexServerHTTP2``): offered by ALPN next to HTTP/1.1,
+    /// with its own limits. Default: enabled. Without ``tls`` the server speaks HTTP/1.1 only.
+    public var http2 = DuplexServerHTTP2()
     /// Where each WebSocket connection and SSE stream reports a span, from its upgrade or request
     /// to its end (with its route and close code), and each other HTTP request one (with its
     /// route and status), a child of the trace context the request carried as the tracer reads

@@ -3,6 +3,7 @@ import HummingbirdCore
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import NIOTLS
 
 /// The server's front door: the first handler of every connection, in front of the HTTP decoder.
 ///
@@ -276,6 +277,17 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     private static let lingerTime = TimeAmount.seconds(2)
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let event = event as? TLSUserEvent, case .handshakeCompleted(negotiatedProtocol: "h2") = event {
+            // HTTP/2 keeps its own limits (HTTP2Connection, HTTP2StreamRouter): the guard's are
+            // HTTP/1.1's. A connection it already refused (503 past the connection limit) is
+            // closing: it is not handed on.
+            if case .closed = mode { return }
+            deadline?.cancel()
+            deadline = nil
+            context.fireUserInboundEventTriggered(event)
+            context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
+            return
+        }
         // The peer closed its side while the guard was draining it: close ours.
         if case .closed = mode, let event = event as? ChannelEvent, event == .inputClosed {
             context.close(promise: nil)

@@ -10,6 +10,7 @@ import NIOCore
 import NIOHTTP1
 import NIOHTTPTypes
 import NIOHTTPTypesHTTP1
+import NIOTLS
 import NIOWebSocket
 
 /// How a WebSocket route serves an upgraded connection: the handlers it installs on the
@@ -28,12 +29,32 @@ struct WebSocketService: Sendable {
 /// upgrade. It does what hummingbird-websocket's `HTTP1WebSocketUpgradeChannel` does, except
 /// that every upgraded connection is served on its event loop (``WebSocketService``): the
 /// route is chosen there, `handle(value:)` returns at once, and no task stays behind for it.
+///
+/// On a TLS listener that offers HTTP/2 (``DuplexServerHTTP2``), ALPN chooses first: a
+/// connection that negotiated `h2` is served by ``HTTP2Connection``, whose WebSocket streams
+/// run on the event loop through the same routes and services, and whose HTTP requests this
+/// connection's task serves.
 struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
-    /// What became of the connection once its first request head was read.
+    /// What became of the connection once its first request head was read (HTTP/1.1), or once
+    /// it negotiated HTTP/2.
     enum UpgradeResult: Sendable {
         case servedOnEventLoop
         case notUpgraded(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>)
         case failedUpgrade(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>, Logger)
+        case http2(HTTP2Streams)
+    }
+
+    /// What ALPN chose: HTTP/1.1, whose first request is still to come, or HTTP/2.
+    private enum Negotiated: Sendable {
+        case http1(EventLoopFuture<UpgradeResult>)
+        case http2(HTTP2Streams)
+    }
+
+    /// What an HTTP/2 connection needs besides the routes; nil where `h2` is not offered.
+    struct HTTP2Serving: Sendable {
+        var settings: DuplexServerHTTP2
+        var refusal: RefusalGate
+        var metrics: ServerMetrics
     }
 
     struct Value: ServerChildChannelValue {
@@ -52,15 +73,19 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
     let compression: PerMessageDeflate?
     /// Whether the connection is over TLS (requests are `https`).
     let secure: Bool
+    /// HTTP/2, when the listener's ALPN offers `h2`.
+    let http2: HTTP2Serving?
 
     init(
         responder: @escaping HTTPChannelHandler.Responder,
         configuration: HTTP1WebSocketUpgradeChannel.Configuration,
         compression: PerMessageDeflate?,
         secure: Bool,
+        http2: HTTP2Serving? = nil,
         route: @escaping Router
     ) {
         self.secure = secure
+        self.http2 = http2
         self.responder = Self.upgradeRedirecting(responder)
         self.configuration = configuration
         self.compression = compression
@@ -68,74 +93,109 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
     }
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
-        channel.eventLoop.makeCompletedFuture {
-            let upgradeAttempted = NIOLoopBoundBox(false, eventLoop: channel.eventLoop)
-            let chosen = NIOLoopBoundBox<(service: WebSocketService, deflate: DeflateAgreement?)?>(nil, eventLoop: channel.eventLoop)
-            let configuration = self.configuration
-            let compression = self.compression
-            let route = self.route
-            let secure = self.secure
-            let upgrader = NIOTypedWebSocketServerUpgrader<UpgradeResult>(
-                maxFrameSize: configuration.ws.maxFrameSize,
-                // Frames the decoder refuses are answered by the connection's handler, once
-                // (EventLoopWebSocketHandler.errorCaught).
-                enableAutomaticErrorHandling: false,
-                shouldUpgrade: { channel, head in
-                    upgradeAttempted.value = true
-                    let request: Request
-                    do {
-                        request = Request(head: try HTTPRequest(head, secure: secure, splitCookie: false), body: .init(buffer: .init()))
-                    } catch {
-                        return channel.eventLoop.makeFailedFuture(error)
-                    }
-                    guard let (headers, service) = route(request) else {
-                        return channel.eventLoop.makeSucceededFuture(nil)
-                    }
-                    var responseHeaders = headers
-                    let deflate = compression.flatMap {
-                        PerMessageDeflateNegotiation.answer(offers: request.headers[values: .secWebSocketExtensions], settings: $0)
-                    }
-                    if let deflate { responseHeaders[.secWebSocketExtensions] = deflate.answer }
-                    chosen.value = (service, deflate?.agreement)
-                    return channel.eventLoop.makeSucceededFuture(HTTPHeaders(responseHeaders))
-                },
-                upgradePipelineHandler: { channel, _ in
-                    channel.eventLoop.makeCompletedFuture {
-                        guard let (service, deflate) = chosen.value else {
-                            preconditionFailure("an upgrade always follows a chosen service")
-                        }
-                        try service.install(channel, deflate)
-                        return .servedOnEventLoop
-                    }
-                }
-            )
-            let serverUpgradeConfiguration = NIOTypedHTTPServerUpgradeConfiguration(
-                upgraders: [upgrader],
-                notUpgradingCompletionHandler: { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        try channel.pipeline.syncOperations.addHandler(HTTP1ToHTTPServerCodec(secure: secure))
-                        try channel.pipeline.syncOperations.addHandlers(configuration.http1.additionalChannelHandlers())
-                        try channel.pipeline.syncOperations.addHandler(
-                            HTTPConnectionStateHandler(idleTimeout: configuration.http1.idleTimeout.map { .init($0) }, logger: logger)
+        guard let http2 else {
+            return channel.eventLoop.makeCompletedFuture {
+                Value(upgradeResult: try setupHTTP1(channel: channel, logger: logger), channel: channel)
+            }
+        }
+        // ALPN's answer comes with the TLS handshake: until then the handler holds the bytes read.
+        let negotiation = NIOTypedApplicationProtocolNegotiationHandler<Negotiated> { result in
+            channel.eventLoop.makeCompletedFuture {
+                if case .negotiated("h2") = result {
+                    return .http2(
+                        try HTTP2Connection.configure(
+                            channel,
+                            settings: http2.settings,
+                            route: route,
+                            compression: compression,
+                            refusal: http2.refusal,
+                            metrics: http2.metrics
                         )
-                        let asyncChannel = try NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>(
-                            wrappingChannelSynchronously: channel,
-                            configuration: .init(isOutboundHalfClosureEnabled: true)
-                        )
-                        return upgradeAttempted.value ? .failedUpgrade(asyncChannel, logger) : .notUpgraded(asyncChannel)
-                    }
+                    )
                 }
-            )
-            var pipeline = NIOUpgradableHTTPServerPipelineConfiguration<UpgradeResult>(upgradeConfiguration: serverUpgradeConfiguration)
-            pipeline.enablePipelining = false  // NIOAsyncChannel pipelines HTTP
-            pipeline.enableErrorHandling = false  // Hummingbird answers errors
-            pipeline.enableResponseHeaderValidation = false  // swift-http-types validates
-            pipeline.decoderConfiguration.maxHeaderFieldSize = configuration.http1.httpDecoder.maxHeaderFieldSize
-            pipeline.decoderConfiguration.maxHeaderListSize = configuration.http1.httpDecoder.maxHeaderListSize
-            pipeline.decoderConfiguration.maxHeaderFieldCount = configuration.http1.httpDecoder.maxHeaderFieldCount
-            let result = try channel.pipeline.syncOperations.configureUpgradableHTTPServerPipeline(configuration: pipeline)
+                return .http1(try setupHTTP1(channel: channel, logger: logger))
+            }
+        }
+        return channel.eventLoop.makeCompletedFuture {
+            try channel.pipeline.syncOperations.addHandler(negotiation)
+            let result = negotiation.protocolNegotiationResult.flatMap { negotiated -> EventLoopFuture<UpgradeResult> in
+                switch negotiated {
+                case .http1(let upgrade): upgrade
+                case .http2(let streams): channel.eventLoop.makeSucceededFuture(.http2(streams))
+                }
+            }
             return Value(upgradeResult: result, channel: channel)
         }
+    }
+
+    /// Configures `channel` for HTTP/1.1 with WebSocket upgrades.
+    /// - Returns: what becomes of the connection once its first request head is read.
+    private func setupHTTP1(channel: any Channel, logger: Logger) throws -> EventLoopFuture<UpgradeResult> {
+        let upgradeAttempted = NIOLoopBoundBox(false, eventLoop: channel.eventLoop)
+        let chosen = NIOLoopBoundBox<(service: WebSocketService, deflate: DeflateAgreement?)?>(nil, eventLoop: channel.eventLoop)
+        let configuration = self.configuration
+        let compression = self.compression
+        let route = self.route
+        let secure = self.secure
+        let upgrader = NIOTypedWebSocketServerUpgrader<UpgradeResult>(
+            maxFrameSize: configuration.ws.maxFrameSize,
+            // Frames the decoder refuses are answered by the connection's handler, once
+            // (EventLoopWebSocketHandler.errorCaught).
+            enableAutomaticErrorHandling: false,
+            shouldUpgrade: { channel, head in
+                upgradeAttempted.value = true
+                let request: Request
+                do {
+                    request = Request(head: try HTTPRequest(head, secure: secure, splitCookie: false), body: .init(buffer: .init()))
+                } catch {
+                    return channel.eventLoop.makeFailedFuture(error)
+                }
+                guard let (headers, service) = route(request) else {
+                    return channel.eventLoop.makeSucceededFuture(nil)
+                }
+                var responseHeaders = headers
+                let deflate = compression.flatMap {
+                    PerMessageDeflateNegotiation.answer(offers: request.headers[values: .secWebSocketExtensions], settings: $0)
+                }
+                if let deflate { responseHeaders[.secWebSocketExtensions] = deflate.answer }
+                chosen.value = (service, deflate?.agreement)
+                return channel.eventLoop.makeSucceededFuture(HTTPHeaders(responseHeaders))
+            },
+            upgradePipelineHandler: { channel, _ in
+                channel.eventLoop.makeCompletedFuture {
+                    guard let (service, deflate) = chosen.value else {
+                        preconditionFailure("an upgrade always follows a chosen service")
+                    }
+                    try service.install(channel, deflate)
+                    return .servedOnEventLoop
+                }
+            }
+        )
+        let serverUpgradeConfiguration = NIOTypedHTTPServerUpgradeConfiguration(
+            upgraders: [upgrader],
+            notUpgradingCompletionHandler: { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(HTTP1ToHTTPServerCodec(secure: secure))
+                    try channel.pipeline.syncOperations.addHandlers(configuration.http1.additionalChannelHandlers())
+                    try channel.pipeline.syncOperations.addHandler(
+                        HTTPConnectionStateHandler(idleTimeout: configuration.http1.idleTimeout.map { .init($0) }, logger: logger)
+                    )
+                    let asyncChannel = try NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>(
+                        wrappingChannelSynchronously: channel,
+                        configuration: .init(isOutboundHalfClosureEnabled: true)
+                    )
+                    return upgradeAttempted.value ? .failedUpgrade(asyncChannel, logger) : .notUpgraded(asyncChannel)
+                }
+            }
+        )
+        var pipeline = NIOUpgradableHTTPServerPipelineConfiguration<UpgradeResult>(upgradeConfiguration: serverUpgradeConfiguration)
+        pipeline.enablePipelining = false  // NIOAsyncChannel pipelines HTTP
+        pipeline.enableErrorHandling = false  // Hummingbird answers errors
+        pipeline.enableResponseHeaderValidation = false  // swift-http-types validates
+        pipeline.decoderConfiguration.maxHeaderFieldSize = configuration.http1.httpDecoder.maxHeaderFieldSize
+        pipeline.decoderConfiguration.maxHeaderListSize = configuration.http1.httpDecoder.maxHeaderListSize
+        pipeline.decoderConfiguration.maxHeaderFieldCount = configuration.http1.httpDecoder.maxHeaderFieldCount
+        return try channel.pipeline.syncOperations.configureUpgradableHTTPServerPipeline(configuration: pipeline)
     }
 
     func handle(value: Value, logger: Logger) async {
@@ -148,6 +208,14 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
             case .failedUpgrade(let http1, let logger):
                 logger.debug("WebSocket upgrade refused")
                 await refuseUpgrade(http1)
+            case .http2(let streams):
+                // Each HTTP request on the connection is a child task; WebSocket streams are
+                // served on the event loop and never come here.
+                await withDiscardingTaskGroup { group in
+                    for await stream in streams {
+                        group.addTask { await handleHTTP(asyncChannel: stream, logger: logger) }
+                    }
+                }
             }
         } catch let error as ChannelError where error == .inputClosed {
             logger.trace("the connection closed before its first request")

@@ -169,6 +169,8 @@ final class ServerMetrics: Sendable {
 
     let chat: Chat
     let store: Store
+    /// HTTP/2 connections and streams.
+    let http2: HTTP2Metrics
 
     /// The registry `GET /metrics` writes out.
     let registry = PrometheusCollectorRegistry()
@@ -258,6 +260,7 @@ final class ServerMetrics: Sendable {
         openFiles = Gauge(label: "duplex_process_open_fds", factory: factory)
         rooms = Gauge(label: "duplex_chat_rooms", factory: factory)
         historyBytes = Gauge(label: "duplex_chat_history_bytes", factory: factory)
+        http2 = HTTP2Metrics(factory: factory)
     }
 
     /// The counters of `route` (``ConnectionInfo/route``); `other` for a route not in ``routes``.

@@ -309,7 +309,8 @@ struct WriterDeflate: Sendable {
 
 /// Where pre-encoded WebSocket frames enter a connection's pipeline: ahead of the
 /// ``ConnectionGuard`` (which only reads) and of swift-nio's frame encoder, so that they go to
-/// the socket as they are, with no handler between. It tells the connection's writer when the
+/// the socket as they are, with no handler between (over HTTP/2, the stream's
+/// ``HTTP2WebSocketStream`` is between, which makes them DATA frames). It tells the connection's writer when the
 /// channel is writable again.
 final class RawFrameOutlet: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
@@ -335,6 +336,9 @@ final class RawFrameOutlet: ChannelDuplexHandler, RemovableChannelHandler {
         let outlet = RawFrameOutlet()
         if let guardHandler = try? pipeline.handler(type: ConnectionGuard.self) {
             try pipeline.addHandler(outlet, position: .before(guardHandler))
+        } else if let stream = try? pipeline.handler(type: HTTP2WebSocketStream.self) {
+            // A WebSocket over HTTP/2: its frames go out through the stream's DATA frames.
+            try pipeline.addHandler(outlet, position: .after(stream))
         } else {
             try pipeline.addHandler(outlet, position: .before(try pipeline.handler(type: WebSocketFrameEncoder.self)))
         }

@@ -1,0 +1,83 @@
+import NIOCore
+import NIOHTTP2
+
+/// Counts an HTTP/2 connection's open streams, and closes the connection, after GOAWAY, once it
+/// has had none for ``DuplexServerHTTP2/idleTimeout``: what HTTP/1.1's idle timeout does for a
+/// keep-alive connection, and what keeps a client that completes the TLS handshake and sends
+/// nothing from holding a connection. It also closes the connection when the client closes its
+/// side.
+final class HTTP2IdleMonitor: ChannelInboundHandler {
+    typealias InboundIn = HTTP2Frame
+    typealias OutboundOut = HTTP2Frame
+
+    private let idleTimeout: TimeAmount
+    private let metrics: HTTP2Metrics
+    private var openStreams = 0
+    /// The highest stream the client opened: GOAWAY's last stream.
+    private var lastStream = HTTP2StreamID(0)
+    private var timer: Scheduled<Void>?
+    private var context: ChannelHandlerContext?
+
+    init(idleTimeout: TimeAmount, metrics: HTTP2Metrics) {
+        self.idleTimeout = idleTimeout
+        self.metrics = metrics
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        scheduleClose()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        timer?.cancel()
+        timer = nil
+        self.context = nil
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        // The client closed its side (the server allows half-closure for HTTP/1.1): an HTTP/2
+        // connection has no use for a half, so it is closed, and its streams with it.
+        if let event = event as? ChannelEvent, event == .inputClosed {
+            context.close(promise: nil)
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    /// The client opened `stream`, with this id: it is counted until its channel closes.
+    func opened(_ stream: any Channel, id: HTTP2StreamID) {
+        openStreams += 1
+        lastStream = max(lastStream, id)
+        metrics.streamOpened()
+        timer?.cancel()
+        timer = nil
+        let loopBound = NIOLoopBound(self, eventLoop: stream.eventLoop)
+        stream.closeFuture.whenComplete { _ in loopBound.value.streamClosed() }
+    }
+
+    private func streamClosed() {
+        openStreams -= 1
+        metrics.streamClosed()
+        if openStreams == 0 { scheduleClose() }
+    }
+
+    private func scheduleClose() {
+        guard let context else { return }
+        timer?.cancel()
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        timer = context.eventLoop.scheduleTask(in: idleTimeout) {
+            loopBound.value.closeIdle()
+        }
+    }
+
+    /// No stream for the idle timeout: GOAWAY, then close.
+    private func closeIdle() {
+        timer = nil
+        guard let context, openStreams == 0 else { return }
+        let goAway = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: lastStream, errorCode: .noError, opaqueData: nil))
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(goAway)).whenComplete { _ in
+            channel.close(promise: nil)
+        }
+    }
+}

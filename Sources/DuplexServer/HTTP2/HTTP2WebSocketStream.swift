@@ -1,0 +1,67 @@
+import NIOCore
+import NIOHTTPTypes
+
+/// Carries a WebSocket over an HTTP/2 stream (RFC 8441): the stream's DATA frames, as the HTTP
+/// codec reads them, are the WebSocket's bytes, and the bytes the connection's
+/// ``EventLoopWebSocketHandler`` writes go out as DATA frames, so that the handler serves the
+/// stream as it serves a TCP connection.
+///
+/// The client's END_STREAM is its end of input, as a TCP FIN is. When the handler closes the
+/// stream, END_STREAM goes first, so that a client that already sent its own sees the stream
+/// end cleanly.
+final class HTTP2WebSocketStream: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPRequestPart
+    typealias InboundOut = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = HTTPResponsePart
+
+    private var ended = false
+    /// The client's END_STREAM came in this read: passed on once the read is complete.
+    private var inputEnded = false
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .body(let bytes):
+            context.fireChannelRead(wrapInboundOut(bytes))
+        case .end:
+            // After the read completes: the handler answers what came with it (a close frame's
+            // echo) and flushes, before it hears that input ended.
+            inputEnded = true
+        case .head:
+            // A second request head on one stream is a protocol error.
+            context.close(promise: nil)
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        context.fireChannelReadComplete()
+        if inputEnded {
+            inputEnded = false
+            context.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
+        }
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        context.write(wrapOutboundOut(.body(unwrapOutboundIn(data))), promise: promise)
+    }
+
+    func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+        guard !ended, context.channel.isActive else {
+            context.close(mode: mode, promise: promise)
+            return
+        }
+        // END_STREAM after what was written (a close frame), and only then the close: closing a
+        // stream at once resets it (RST_STREAM), and what was still on its way is lost. When the
+        // client has ended its side too, the stream is closed by then.
+        ended = true
+        let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in
+            let context = loopBound.value
+            if context.channel.isActive {
+                context.close(mode: mode, promise: promise)
+            } else {
+                promise?.succeed()
+            }
+        }
+    }
+}
