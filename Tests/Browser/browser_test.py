@@ -199,7 +199,35 @@ async def run_tls(port, devtools):
     })""")
     if echo.get("data") != "secure echo" or not echo.get("url", "").startswith("wss://") or "permessage-deflate" not in echo.get("extensions", ""):
         fail(f"wss:// /echo from the page: {echo}")
-    print(f"browser: over TLS, the page at https://, chat and /echo over wss:// ({echo['extensions']}), EventSource over https://")
+    # Over TLS, Chromium negotiates HTTP/2: the page, its EventSource, and (extended CONNECT,
+    # RFC 8441) its WebSockets ride one connection. The server's counters say so.
+    protocol = await page.evaluate("performance.getEntriesByType('navigation')[0].nextHopProtocol")
+    if protocol != "h2":
+        fail(f"the page loaded over {protocol!r}, not h2")
+    sources = await page.evaluate("""new Promise((resolve, reject) => {
+        const opened = [];
+        for (let n = 0; n < 8; n++) {
+            const source = new EventSource(`/events?interval=100&n=${n}`);
+            source.addEventListener('tick', () => {
+                if (!opened.includes(n)) opened.push(n);
+                if (opened.length === 8) resolve(opened.length);
+                source.close();
+            });
+        }
+        setTimeout(() => reject(new Error(`only ${opened.length} of 8 EventSources got a tick`)), 10000);
+    })""")
+    metrics = await page.evaluate("fetch('/metrics').then((r) => r.text())")
+    def sample(name):
+        for line in metrics.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[-1])
+        return 0
+    websockets_h2 = sample('duplex_http2_streams_total{kind="websocket"}')
+    http_h2 = sample('duplex_http2_streams_total{kind="http"}')
+    if websockets_h2 < 2 or http_h2 < 9:
+        fail(f"the server counted {websockets_h2} WebSocket and {http_h2} HTTP streams over h2 (chat and echo, page and 8 EventSources expected)")
+    print(f"browser: over TLS, the page at https:// over {protocol}, chat and /echo over wss:// ({echo['extensions']}) on HTTP/2 streams "
+          f"(RFC 8441: {websockets_h2:.0f} counted), {sources} EventSources at once over one connection")
 
 
 async def run(port, tls_port, browser_url, screenshot):

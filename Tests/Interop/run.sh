@@ -47,7 +47,7 @@ stop_server() {
 start_server --max-message-bytes 4096
 
 health=$(curl -sS --max-time 5 "http://127.0.0.1:$port/health")
-[ "$health" = '{"status":"ok","store":{"kind":"memory","rooms":0}}' ] || fail "health: $health"
+[ "$health" = '{"status":"ok","store":{"kind":"memory","rooms":0},"http2":{"connections":0,"streams":0,"webSockets":0}}' ] || fail "health: $health"
 echo "health: ok"
 
 timeout 30 python3 "$here/websockets_client.py" "$port" echo

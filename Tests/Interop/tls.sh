@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # The TLS testbed and the client's proxies against third-party peers: curl and Python's ssl and websockets against the
+# --tls-self-signed listener (over HTTP/1.1 and HTTP/2: curl --http2 for SSE, Python's h2 for WebSockets through extended
+# CONNECT) and
 # --tls-self-signed listener and every --tls-faults listener (each fault must fail for them with
 # its verification error, and succeed where it should), and the duplex CLI against the same
 # (exit status 5 and the fault's cause; a client certificate through client-certificate-required).
@@ -34,6 +36,23 @@ curl -sS --cacert "$ca" "https://127.0.0.1:$port/metrics" | grep -qE '^duplex_co
     || fail "GET /metrics over https: no events connection counted under transport=\"tls\""
 [ "$("$bin/duplex" echo "wss://127.0.0.1:$port/echo" --ca "$ca" hi)" = "hi" ] || fail "duplex echo over wss"
 curl -sS --cacert "$ca" "https://127.0.0.1:$port/tls-faults" >"$work/faults.json"
+
+# HTTP/2 (ALPN h2): curl streams SSE over it, ten SSE streams share one connection, and Python's
+# h2 runs WebSockets through extended CONNECT (RFC 8441); the server's counters agree.
+[ "$(curl -sS --http2 --cacert "$ca" -o /dev/null -w '%{http_version}' "https://127.0.0.1:$port/health")" = "2" ] || fail "curl --http2 /health did not use HTTP/2"
+curl -sS --http2 --cacert "$ca" -N --max-time 2 "https://127.0.0.1:$port/events?interval=50" -D "$work/h2.headers" >"$work/h2.sse" 2>/dev/null || true
+head -n 1 "$work/h2.headers" | grep -q "^HTTP/2 200" || fail "SSE over h2: $(head -n 1 "$work/h2.headers")"
+[ "$(grep -c '^event: tick' "$work/h2.sse")" -ge 5 ] || fail "SSE over h2: $(grep -c '^event: tick' "$work/h2.sse") ticks in 2 s at 50 ms"
+for n in $(seq 1 10); do echo "url = \"https://127.0.0.1:$port/events?interval=100&n=$n\""; done >"$work/many.cfg"
+curl -sS --http2 --cacert "$ca" -N --max-time 2 --parallel --parallel-max 10 -K "$work/many.cfg" -w 'connects=%{num_connects}\n' >"$work/many.out" 2>/dev/null || true
+[ "$(grep -c '^event: tick' "$work/many.out")" -ge 50 ] || fail "ten SSE streams over h2: $(grep -c '^event: tick' "$work/many.out") ticks"
+connects=$(awk -F= '/^connects=/ { sum += $2 } END { print sum }' "$work/many.out")
+[ "$connects" = 1 ] || fail "ten SSE streams over h2 took $connects connections, not 1"
+timeout 30 python3 "$(dirname "$0")/h2_websocket.py" "$port" "$ca"
+metrics=$(curl -sS --http2 --cacert "$ca" "https://127.0.0.1:$port/metrics")
+grep -qE '^duplex_http2_streams_total\{kind="websocket"\} ([3-9]|[1-9][0-9])' <<<"$metrics" || fail "GET /metrics: WebSocket streams over h2 not counted: $(grep http2 <<<"$metrics")"
+grep -qE '^duplex_http2_streams_total\{kind="refused"\} [2-9]' <<<"$metrics" || fail "GET /metrics: refused h2 streams not counted"
+echo "http/2: curl SSE (one stream, and ten on one connection), Python h2 WebSockets through extended CONNECT, counted in /metrics"
 
 # Public-key pinning: a wrong pin exits 5 naming the server's key; that key, as curl checks it
 # too, connects.

@@ -162,6 +162,11 @@ final class TestWebSocket {
     }
 
     private func parseFrame() -> Frame? {
+        Self.parseFrame(from: &buffer)
+    }
+
+    /// The first whole frame in `buffer`, taken out of it; nil until one is whole.
+    static func parseFrame(from buffer: inout ByteBuffer) -> Frame? {
         let bytes = Array(buffer.readableBytesView)
         guard bytes.count >= 2 else { return nil }
         var index = 2

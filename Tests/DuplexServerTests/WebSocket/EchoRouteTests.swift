@@ -12,7 +12,7 @@ struct EchoRouteTests {
                 try await TestHTTPResponse.get(port: server.port, "/health") { response in
                     let body = try await response.readBody()
                     #expect(response.status == 200)
-                    #expect(body == #"{"status":"ok","store":{"kind":"memory","rooms":0}}"#)
+                    #expect(body == #"{"status":"ok","store":{"kind":"memory","rooms":0},"http2":{"connections":0,"streams":0,"webSockets":0}}"#)
                 }
             }
         }
