@@ -53,6 +53,8 @@ public final class DuplexServer: Service, Sendable {
     let ticks = TickClock()
     let refusal = RefusalGate()
     let channels: ChannelTracker
+    /// The open HTTP/2 connections, for GOAWAY.
+    let http2Connections = HTTP2ConnectionSet()
     /// The sessions replayed, when the server replays a cassette.
     let replayBook: ReplayBook?
     /// Closes every connection still open when a graceful shutdown passes its deadline.
@@ -305,7 +307,7 @@ public final class DuplexServer: Service, Sendable {
                             compression: self.configuration.compression,
                             secure: listener.tls != nil,
                             http2: listener.tls != nil && fault == nil && self.configuration.http2.enabled
-                                ? .init(settings: self.configuration.http2, refusal: self.refusal, metrics: self.metrics)
+                                ? .init(settings: self.configuration.http2, refusal: self.refusal, metrics: self.metrics, connections: self.http2Connections)
                                 : nil,
                             route: self.webSocketService(for:)
                         ),

@@ -15,6 +15,9 @@ extension DuplexServer {
     /// - `POST /_chaos/stall?ms=M[&route=R|room=N]`: stop reading and writing for M ms.
     /// - `POST /_chaos/end-sse[?route=R|room=N]`: end SSE streams cleanly.
     /// - `POST /_chaos/refuse?ms=M`: answer new connections and upgrades with 503 for M ms.
+    /// - `POST /_chaos/goaway`: send every HTTP/2 connection GOAWAY (no error, its last stream):
+    ///   its streams run to their end, it takes no new one, and it then closes; `affected` counts
+    ///   connections. It takes no scope: GOAWAY is the connection's, not a stream's.
     /// - `POST /_chaos/restart?ms=M[&amnesia=1]`: close every connection with 1001, stop listening,
     ///   and listen again on the same port M ms later (the answer is written first); with
     ///   `amnesia=1`, forget every chat room too, as a new process would.
@@ -52,6 +55,12 @@ extension DuplexServer {
                 let amnesia = ["1", "true"].contains(query["amnesia"] ?? "")
                 self.restart(downFor: downtime, amnesia: amnesia)
                 return affected
+            }
+        }
+        router.post("_chaos/goaway") { request, context in
+            try self.chaos(request, context) { scope, _ in
+                guard scope == .all else { throw ChaosError("goaway takes no route or room: it is sent to every HTTP/2 connection") }
+                return self.goAwayHTTP2Connections()
             }
         }
         router.post("_chaos/refuse") { request, context in

@@ -34,7 +34,8 @@ public struct FaultScope: Sendable, Hashable {
 /// message go through before it injects a fault.
 extension DuplexServer {
     /// Drops the connections in `scope` abruptly: the TCP connection closes with no WebSocket
-    /// close frame and no end of SSE stream, as when a network path dies.
+    /// close frame and no end of SSE stream, as when a network path dies. Over HTTP/2 the
+    /// connection's stream is reset (RST_STREAM, CANCEL); the connection stays.
     /// - Returns: how many connections it reached.
     @discardableResult
     public func dropConnections(_ scope: FaultScope = .all) -> Int {
@@ -54,6 +55,15 @@ extension DuplexServer {
     @discardableResult
     public func endEventStreams(_ scope: FaultScope = .all) -> Int {
         connections.send(.close(.normalClosure, ""), matching: { $0.kind == .eventStream && scope.matches($0) })
+    }
+
+    /// Sends every HTTP/2 connection GOAWAY (no error, the last stream the client opened): it
+    /// takes no new stream, the streams it has run to their end, and it then closes. A client
+    /// opens its next streams on a new connection.
+    /// - Returns: how many connections it was sent to.
+    @discardableResult
+    public func goAwayHTTP2Connections() -> Int {
+        http2Connections.goAway()
     }
 
     /// Answers every new connection and WebSocket upgrade with 503 for `duration` (requests to

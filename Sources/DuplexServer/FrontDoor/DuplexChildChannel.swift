@@ -55,6 +55,7 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
         var settings: DuplexServerHTTP2
         var refusal: RefusalGate
         var metrics: ServerMetrics
+        var connections: HTTP2ConnectionSet
     }
 
     struct Value: ServerChildChannelValue {
@@ -109,7 +110,8 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
                             route: route,
                             compression: compression,
                             refusal: http2.refusal,
-                            metrics: http2.metrics
+                            metrics: http2.metrics,
+                            registry: http2.connections
                         )
                     )
                 }

@@ -32,7 +32,8 @@ struct HTTP2Connection: Sendable {
         route: @escaping DuplexChildChannel.Router,
         compression: PerMessageDeflate?,
         refusal: RefusalGate,
-        metrics: ServerMetrics
+        metrics: ServerMetrics,
+        registry: HTTP2ConnectionSet
     ) throws -> HTTP2Streams {
         let (streams, continuation) = HTTP2Streams.makeStream()
         let connection = HTTP2Connection(route: route, compression: compression, refusal: refusal, metrics: metrics, streams: continuation)
@@ -63,6 +64,7 @@ struct HTTP2Connection: Sendable {
             }
         }
         try operations.addHandler(monitor)
+        registry.insert(monitor, of: channel)
         metrics.http2.connectionOpened()
         channel.closeFuture.whenComplete { _ in
             continuation.finish()

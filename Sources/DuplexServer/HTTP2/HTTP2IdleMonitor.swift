@@ -1,8 +1,9 @@
 import NIOCore
 import NIOHTTP2
 
-/// Counts an HTTP/2 connection's open streams, and closes the connection, after GOAWAY, once it
-/// has had none for ``DuplexServerHTTP2/idleTimeout``: what HTTP/1.1's idle timeout does for a
+/// Counts an HTTP/2 connection's open streams, sends GOAWAY when asked (``goAway()``: a fault,
+/// a graceful shutdown) and closes the connection once its streams have ended, and does the same
+/// once it has had no stream for ``DuplexServerHTTP2/idleTimeout``: what HTTP/1.1's idle timeout does for a
 /// keep-alive connection, and what keeps a client that completes the TLS handshake and sends
 /// nothing from holding a connection. It also closes the connection when the client closes its
 /// side.
@@ -16,6 +17,8 @@ final class HTTP2IdleMonitor: ChannelInboundHandler {
     /// The highest stream the client opened: GOAWAY's last stream.
     private var lastStream = HTTP2StreamID(0)
     private var timer: Scheduled<Void>?
+    /// GOAWAY was sent: the connection closes when its last stream does.
+    private var goingAway = false
     private var context: ChannelHandlerContext?
 
     init(idleTimeout: TimeAmount, metrics: HTTP2Metrics) {
@@ -58,7 +61,28 @@ final class HTTP2IdleMonitor: ChannelInboundHandler {
     private func streamClosed() {
         openStreams -= 1
         metrics.streamClosed()
-        if openStreams == 0 { scheduleClose() }
+        guard openStreams == 0 else { return }
+        if goingAway {
+            context?.close(promise: nil)
+        } else {
+            scheduleClose()
+        }
+    }
+
+    /// Sends GOAWAY (no error, the last stream the client opened): the client opens no new
+    /// stream here, the streams it has run to their end, and the connection then closes.
+    func goAway() {
+        guard let context, !goingAway else { return }
+        goingAway = true
+        timer?.cancel()
+        timer = nil
+        let goAway = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: lastStream, errorCode: .noError, opaqueData: nil))
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        context.writeAndFlush(wrapOutboundOut(goAway)).whenComplete { _ in
+            // Once GOAWAY is on its way: a close at once could drop it.
+            let monitor = loopBound.value
+            if monitor.openStreams == 0 { monitor.context?.close(promise: nil) }
+        }
     }
 
     private func scheduleClose() {
@@ -73,11 +97,7 @@ final class HTTP2IdleMonitor: ChannelInboundHandler {
     /// No stream for the idle timeout: GOAWAY, then close.
     private func closeIdle() {
         timer = nil
-        guard let context, openStreams == 0 else { return }
-        let goAway = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: lastStream, errorCode: .noError, opaqueData: nil))
-        let channel = context.channel
-        context.writeAndFlush(wrapOutboundOut(goAway)).whenComplete { _ in
-            channel.close(promise: nil)
-        }
+        guard openStreams == 0 else { return }
+        goAway()
     }
 }

@@ -9,6 +9,10 @@ import NIOHTTPTypes
 /// The client's END_STREAM is its end of input, as a TCP FIN is. When the handler closes the
 /// stream, END_STREAM goes first, so that a client that already sent its own sees the stream
 /// end cleanly.
+///
+/// A dropped connection (``AbruptClose`` before the close, as `/_chaos/drop` does) skips
+/// END_STREAM: the stream is reset (RST_STREAM, CANCEL), which is as abrupt as a TCP connection
+/// that closes with no close frame.
 final class HTTP2WebSocketStream: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPRequestPart
     typealias InboundOut = ByteBuffer
@@ -45,6 +49,15 @@ final class HTTP2WebSocketStream: ChannelDuplexHandler, RemovableChannelHandler 
         context.write(wrapOutboundOut(.body(unwrapOutboundIn(data))), promise: promise)
     }
 
+    func triggerUserOutboundEvent(context: ChannelHandlerContext, event: Any, promise: EventLoopPromise<Void>?) {
+        if event is AbruptClose {
+            ended = true
+            promise?.succeed()
+            return
+        }
+        context.triggerUserOutboundEvent(event, promise: promise)
+    }
+
     func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
         guard !ended, context.channel.isActive else {
             context.close(mode: mode, promise: promise)
@@ -65,3 +78,8 @@ final class HTTP2WebSocketStream: ChannelDuplexHandler, RemovableChannelHandler 
         }
     }
 }
+
+/// Sent down a WebSocket's pipeline before a close that drops the connection: over HTTP/2 the
+/// stream is then reset instead of ended (``HTTP2WebSocketStream``). Over TCP no handler takes
+/// it, and the close is the same.
+struct AbruptClose: Sendable {}

@@ -25,7 +25,7 @@ final class ServerMetrics: Sendable {
     /// The HTTP statuses of refusals counted by value; others count as `other`.
     static let refusalStatuses = [400, 408, 414, 426, 431, 503]
     /// The faults the chaos routes inject.
-    static let faults = ["drop", "close", "stall", "end-sse", "refuse", "restart"]
+    static let faults = ["drop", "close", "stall", "end-sse", "refuse", "restart", "goaway"]
 
     /// One route's counters. A class: a connection keeps one reference to its route's, 8 bytes.
     final class Route: Sendable {

@@ -390,6 +390,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         case .close(let code, let reason):
             close(code: code, reason: reason, context: context)
         case .drop:
+            context.triggerUserOutboundEvent(AbruptClose(), promise: nil)
             context.close(promise: nil)
         case .stall(let duration):
             service.stall(for: duration)

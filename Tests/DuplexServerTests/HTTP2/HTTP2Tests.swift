@@ -250,4 +250,93 @@ struct HTTP2Tests {
             }
         }
     }
+
+    @Test("/_chaos/goaway: GOAWAY (no error) on an open connection, whose SSE stream keeps running until it ends, and then the connection closes")
+    func chaosGoAway() async throws {
+        try await withTimeout {
+            let configuration = try Self.configuration { $0.chaos = true }
+            try await Self.withClient(configuration) { _, client in
+                try await client.stream(TestHTTP2Client.get("/events?interval=20")) { events, _ in
+                    #expect(try await events.head().status == .ok)
+                    var goAway = TestHTTP2Client.get("/_chaos/goaway")
+                    goAway.method = .post
+                    let answer = try await client.stream(goAway) { inbound, _ in try await Self.bodyText(&inbound) }
+                    #expect(answer == #"{"affected":1}"#)
+                    let received = try await client.goAway()
+                    #expect(received.code == .noError)
+                    #expect(received.lastStream == HTTP2StreamID(3))  // the POST's: every stream opened so far
+                    // The SSE stream opened before GOAWAY still delivers.
+                    var text = ""
+                    while !text.contains("event: tick"), case .body(let bytes)? = try await events.next() {
+                        text += String(buffer: bytes)
+                    }
+                    #expect(text.contains("event: tick"))
+                }
+                // The last stream ended: the server closes the connection.
+                try await client.channel.closeFuture.get()
+            }
+        }
+    }
+
+    @Test("/_chaos/goaway takes no scope")
+    func chaosGoAwayScope() async throws {
+        try await withTimeout {
+            let configuration = try Self.configuration { $0.chaos = true }
+            try await Self.withClient(configuration) { _, client in
+                var goAway = TestHTTP2Client.get("/_chaos/goaway?route=echo")
+                goAway.method = .post
+                let (status, body) = try await client.stream(goAway) { inbound, _ in (try await inbound.head().status, try await Self.bodyText(&inbound)) }
+                #expect(status == .badRequest)
+                #expect(body.contains("goaway takes no route or room"))
+            }
+        }
+    }
+
+    @Test("A graceful shutdown (a restart) sends every HTTP/2 connection GOAWAY with no error")
+    func shutdownGoAway() async throws {
+        try await withTimeout {
+            try await Self.withClient(try Self.configuration()) { server, client in
+                server.server.restart(downFor: .milliseconds(100))
+                let received = try await client.goAway()
+                #expect(received.code == .noError)
+            }
+        }
+    }
+
+    @Test("/_chaos/drop resets an HTTP/2 WebSocket's stream (RST_STREAM, no close frame); the connection serves on")
+    func dropResetsTheStream() async throws {
+        try await withTimeout {
+            let configuration = try Self.configuration { $0.chaos = true }
+            try await Self.withClient(configuration) { server, client in
+                let outcome: String = try await client.stream(TestHTTP2Client.webSocket("/echo"), keepOpen: true) { inbound, outbound in
+                    #expect(try await inbound.head().status == .ok)
+                    // One echo first: the server serves the WebSocket by then.
+                    try await outbound.write(.body(ByteBuffer(bytes: TestWebSocket.frame(opcode: 0x1, payload: Array("before".utf8)))))
+                    var buffer = ByteBuffer()
+                    var frames: [TestWebSocket.Frame] = []
+                    while frames.isEmpty, case .body(var bytes)? = try await inbound.next() {
+                        buffer.writeBuffer(&bytes)
+                        while let frame = TestWebSocket.parseFrame(from: &buffer) { frames.append(frame) }
+                    }
+                    #expect(frames.first?.text == "before")
+                    #expect(server.server.dropConnections(.route("echo")) == 1)
+                    do {
+                        while let part = try await inbound.next() {
+                            if case .body(var bytes) = part {
+                                buffer.writeBuffer(&bytes)
+                                if let frame = TestWebSocket.parseFrame(from: &buffer) { return "frame \(frame.opcode)" }
+                            }
+                            if case .end = part { return "END_STREAM" }
+                        }
+                        return "ended"
+                    } catch let error as NIOHTTP2Errors.StreamClosed {
+                        return "reset \(error.errorCode)"
+                    }
+                }
+                #expect(outcome == "reset \(NIOHTTP2.HTTP2ErrorCode.cancel)")
+                let health = try await client.stream(TestHTTP2Client.get("/health")) { inbound, _ in try await inbound.head().status }
+                #expect(health == .ok)
+            }
+        }
+    }
 }
