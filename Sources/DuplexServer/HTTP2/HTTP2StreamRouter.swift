@@ -73,7 +73,7 @@ final class HTTP2StreamRouter: ChannelInboundHandler, RemovableChannelHandler {
         if let deflate { responseHeaders[.secWebSocketExtensions] = deflate.answer }
         do {
             let pipeline = context.pipeline.syncOperations
-            try pipeline.addHandler(HTTP2WebSocketStream(), position: .after(self))
+            try pipeline.addHandler(HTTP2WebSocketStream<HTTP2WebSocketServerParts>(), position: .after(self))
             context.writeAndFlush(wrapOutboundOut(.head(HTTPResponse(status: .ok, headerFields: responseHeaders))), promise: nil)
             pipeline.removeHandler(context: context, promise: nil)
             try service.install(context.channel, deflate?.agreement)

@@ -336,7 +336,7 @@ final class RawFrameOutlet: ChannelDuplexHandler, RemovableChannelHandler {
         let outlet = RawFrameOutlet()
         if let guardHandler = try? pipeline.handler(type: ConnectionGuard.self) {
             try pipeline.addHandler(outlet, position: .before(guardHandler))
-        } else if let stream = try? pipeline.handler(type: HTTP2WebSocketStream.self) {
+        } else if let stream = try? pipeline.handler(type: HTTP2WebSocketStream<HTTP2WebSocketServerParts>.self) {
             // A WebSocket over HTTP/2: its frames go out through the stream's DATA frames.
             try pipeline.addHandler(outlet, position: .after(stream))
         } else {
