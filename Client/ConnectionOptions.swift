@@ -34,9 +34,26 @@ struct ConnectionOptions: ParsableArguments {
     @Option(help: ArgumentHelp("Seconds to wait for the connection and its handshake.", valueName: "seconds"))
     var connectTimeout: Double = 10
 
+    @Option(
+        help: ArgumentHelp(
+            "WebSockets over HTTP/1.1 (1.1), HTTP/2 only (2: RFC 8441, wss:// only), or HTTP/2 when the server offers it (auto). Default 1.1.",
+            valueName: "version"))
+    var http: String = "1.1"
+
+    /// `--http` as the library spells it.
+    var httpVersion: WebSocketHTTPVersion? {
+        switch http {
+        case "1.1": .http1
+        case "2": .http2
+        case "auto": .automatic
+        default: nil
+        }
+    }
+
     func validate() throws {
         guard connectTimeout > 0, connectTimeout <= 86_400 else { throw ValidationError("--connect-timeout must be from 0 to 86400 seconds") }
         guard !(insecure && ca != nil) else { throw ValidationError("--insecure and --ca exclude each other") }
+        guard httpVersion != nil else { throw ValidationError("--http must be 1.1, 2 or auto") }
         guard (cert == nil) == (key == nil) else { throw ValidationError("--cert and --key go together") }
         if let proxy {
             do {
@@ -83,9 +100,10 @@ struct ConnectionOptions: ParsableArguments {
         return TLSTrust.systemRoots.pinning(publicKeySHA256: pins)
     }
 
-    /// `configuration` with the options' TLS trust, client certificate and proxy.
+    /// `configuration` with the options' TLS trust, client certificate, proxy and HTTP version.
     func secured(_ configuration: WebSocketConfiguration) throws -> WebSocketConfiguration {
         var configuration = configuration
+        configuration.httpVersion = httpVersion ?? .http1
         configuration.tlsTrust = try tlsTrust()
         configuration.tlsIdentity = try tlsIdentity()
         configuration.proxy = try proxySetting()

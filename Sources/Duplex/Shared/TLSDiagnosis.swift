@@ -130,7 +130,7 @@ final class TLSGate: ChannelInboundHandler, RemovableChannelHandler, Sendable {
     typealias InboundIn = NIOAny
 
     private let pins: Set<String>
-    private let state = NIOLockedValueBox<(peer: NIOSSLCertificate?, promise: EventLoopPromise<Void>?)>((nil, nil))
+    private let state = NIOLockedValueBox<(peer: NIOSSLCertificate?, promise: EventLoopPromise<Void>?, negotiated: String?)>((nil, nil, nil))
 
     init(pins: Set<String>) {
         self.pins = pins
@@ -138,6 +138,10 @@ final class TLSGate: ChannelInboundHandler, RemovableChannelHandler, Sendable {
 
     /// The certificate of a server whose handshake failed, when it got that far.
     var peer: NIOSSLCertificate? { state.withLockedValue { $0.peer } }
+
+    /// The application protocol ALPN chose (`h2`, `http/1.1`), once TLS is established; nil
+    /// when the client offered none or the server chose none.
+    var negotiatedProtocol: String? { state.withLockedValue { $0.negotiated } }
 
     /// Succeeds once TLS is established and the pins hold; fails with the handshake's error.
     func established(on eventLoop: any EventLoop) -> EventLoopFuture<Void> {
@@ -155,9 +159,10 @@ final class TLSGate: ChannelInboundHandler, RemovableChannelHandler, Sendable {
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        guard let tlsEvent = event as? TLSUserEvent, case .handshakeCompleted = tlsEvent else {
+        guard let tlsEvent = event as? TLSUserEvent, case .handshakeCompleted(let negotiated) = tlsEvent else {
             return context.fireUserInboundEventTriggered(event)
         }
+        state.withLockedValue { $0.negotiated = negotiated }
         let certificate = try? context.pipeline.syncOperations.handler(type: NIOSSLClientHandler.self).peerCertificate
         // BoringSSL takes any RSA key size; OpenSSL's default security level, browsers and
         // NIST (since 2013) refuse less than 2,048 bits.

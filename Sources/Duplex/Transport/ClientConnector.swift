@@ -23,6 +23,9 @@ struct ClientConnector: Sendable {
     var waterMark: ChannelOptions.Types.WriteBufferWaterMark?
     /// What the caller's stage is, for the timeout's message: "the handshake", "the request".
     var stageName: String
+    /// The application protocols TLS offers by ALPN, in order of preference (`h2`,
+    /// `http/1.1`); empty offers none, as HTTP/1.1 clients need not.
+    var applicationProtocols: [String] = []
 
     /// A connector to `endpoint` with the TLS, proxy and timeout settings of a configuration.
     init(endpoint: WebSocketRequest.Endpoint, settings: some ConnectionSettings, waterMark: ChannelOptions.Types.WriteBufferWaterMark?, stageName: String) {
@@ -44,7 +47,13 @@ struct ClientConnector: Sendable {
     ///   ``WebSocketError/Code/connectionFailed``, ``WebSocketError/Code/invalidURL`` for a
     ///   malformed proxy variable), `CancellationError`, or what `stage` failed with, unchanged.
     func connect<Output: Sendable>(_ stage: @escaping @Sendable (any Channel) throws -> EventLoopFuture<Output>) async throws -> Output {
-        let sslContext = try secure ? Self.makeSSLContext(tlsTrust, identity: tlsIdentity) : nil
+        try await connectNegotiating { channel, _ in try stage(channel) }
+    }
+
+    /// ``connect(_:)``, with the application protocol ALPN chose (nil for a plain connection, or
+    /// when none was chosen) passed to `stage`.
+    func connectNegotiating<Output: Sendable>(_ stage: @escaping @Sendable (any Channel, String?) throws -> EventLoopFuture<Output>) async throws -> Output {
+        let sslContext = try secure ? Self.makeSSLContext(tlsTrust, identity: tlsIdentity, applicationProtocols: applicationProtocols) : nil
         let route = try proxy?.route(secure: secure, host: host)
         let (connectHost, connectPort) = route.map(\.address) ?? (host, port)
         let deadline = NIODeadline.now() + TimeAmount(timeout)
@@ -111,7 +120,7 @@ struct ClientConnector: Sendable {
         route: Proxy.Route?,
         deadline: NIODeadline,
         progress: NIOLockedValueBox<Progress>,
-        stage: @escaping @Sendable (any Channel) throws -> EventLoopFuture<Output>
+        stage: @escaping @Sendable (any Channel, String?) throws -> EventLoopFuture<Output>
     ) throws -> EventLoopFuture<Output> {
         let timeout = channel.eventLoop.scheduleTask(deadline: deadline) {
             progress.withLockedValue { $0.timedOut = true }
@@ -126,7 +135,7 @@ struct ClientConnector: Sendable {
             try channel.pipeline.syncOperations.addHandler(tlsGate)
             return tlsGate.established(on: channel.eventLoop)
         }.flatMap { $0 }
-        let staged = secured.flatMapThrowing { try stage(channel) }.flatMap { $0 }
+        let staged = secured.flatMapThrowing { try stage(channel, tlsGate?.negotiatedProtocol) }.flatMap { $0 }
         staged.whenComplete { result in
             timeout.cancel()
             if case .failure = result { channel.close(promise: nil) }
@@ -134,8 +143,9 @@ struct ClientConnector: Sendable {
         return staged
     }
 
-    static func makeSSLContext(_ trust: TLSTrust, identity: TLSIdentity?) throws -> NIOSSLContext {
-        let configuration = try trust.clientConfiguration(identity: identity)
+    static func makeSSLContext(_ trust: TLSTrust, identity: TLSIdentity?, applicationProtocols: [String] = []) throws -> NIOSSLContext {
+        var configuration = try trust.clientConfiguration(identity: identity)
+        configuration.applicationProtocols = applicationProtocols
         do {
             return try NIOSSLContext(configuration: configuration)
         } catch {

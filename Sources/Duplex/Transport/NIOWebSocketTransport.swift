@@ -1,10 +1,14 @@
 import DuplexSchema
 import DuplexWire
 import Foundation
+import HTTPTypes
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
+import NIOHTTP2
+import NIOHTTPTypes
+import NIOHTTPTypesHTTP2
 import NIOPosix
 import NIOSSL
 import NIOWebSocket
@@ -30,6 +34,38 @@ struct NIOWebSocketTransport: WebSocketTransport {
         if let problem = RequestHeaderCheck.problem(request.additionalHeaders) {
             throw WebSocketError(.invalidHeader, problem)
         }
+        switch configuration.httpVersion {
+        case .http1:
+            return try await connectHTTP1(request: request, endpoint: endpoint, configuration: configuration, delegate: delegate)
+        case .http2:
+            guard endpoint.secure else {
+                throw WebSocketError(.handshakeFailed, "WebSockets over HTTP/2 need wss://; this URL is ws://")
+            }
+            do {
+                return try await connectHTTP2(request: request, endpoint: endpoint, configuration: configuration, delegate: delegate)
+            } catch let unavailable as HTTP2ClientConnection.Unavailable {
+                throw WebSocketError(.handshakeFailed, "\(endpoint.host):\(endpoint.port): \(unavailable.reason)")
+            }
+        case .automatic:
+            let key = HTTP2ClientPool.Key(endpoint: endpoint, configuration: configuration)
+            if endpoint.secure, !HTTP2ClientPool.shared.isWithoutHTTP2(key) {
+                do {
+                    return try await connectHTTP2(request: request, endpoint: endpoint, configuration: configuration, delegate: delegate)
+                } catch is HTTP2ClientConnection.Unavailable {
+                    HTTP2ClientPool.shared.markWithoutHTTP2(key)
+                }
+            }
+            return try await connectHTTP1(request: request, endpoint: endpoint, configuration: configuration, delegate: delegate)
+        }
+    }
+
+    /// A connection of its own, and the HTTP/1.1 `Upgrade` handshake.
+    private func connectHTTP1(
+        request: WebSocketRequest,
+        endpoint: WebSocketRequest.Endpoint,
+        configuration: WebSocketConfiguration,
+        delegate: any WebSocketTransportDelegate
+    ) async throws -> any WebSocketTransportConnection {
         let connector = ClientConnector(endpoint: endpoint, settings: configuration, waterMark: Self.waterMark(configuration), stageName: "the handshake")
         let result: UpgradeResult
         do {
@@ -48,6 +84,102 @@ struct NIOWebSocketTransport: WebSocketTransport {
         }
     }
 
+    /// A stream on the origin's shared HTTP/2 connection (``HTTP2ClientPool``), and RFC 8441's
+    /// extended CONNECT on it.
+    /// - Throws: ``HTTP2ClientConnection/Unavailable`` when the server has no HTTP/2 or does
+    ///   not announce extended CONNECT; otherwise what the HTTP/1.1 path throws for the same
+    ///   failures.
+    private func connectHTTP2(
+        request: WebSocketRequest,
+        endpoint: WebSocketRequest.Endpoint,
+        configuration: WebSocketConfiguration,
+        delegate: any WebSocketTransportDelegate
+    ) async throws -> any WebSocketTransportConnection {
+        var connector = ClientConnector(endpoint: endpoint, settings: configuration, waterMark: nil, stageName: "the HTTP/2 connection")
+        connector.applicationProtocols = configuration.httpVersion == .automatic ? ["h2", "http/1.1"] : ["h2"]
+        let lease: HTTP2ClientPool.Lease
+        let connectorToUse = connector
+        do {
+            lease = try await HTTP2ClientPool.shared.lease(HTTP2ClientPool.Key(endpoint: endpoint, configuration: configuration)) {
+                try await connectorToUse.connectNegotiating { channel, negotiated in
+                    try HTTP2ClientConnection.configure(channel, negotiated: negotiated, configuration: configuration)
+                }
+            }
+        } catch let unavailable as HTTP2ClientConnection.Unavailable {
+            throw unavailable
+        } catch {
+            throw Self.describe(error, endpoint: endpoint)
+        }
+        guard lease.connection.extendedConnect else {
+            lease.release()
+            throw HTTP2ClientConnection.Unavailable(reason: "the server does not announce extended CONNECT (RFC 8441's SETTINGS_ENABLE_CONNECT_PROTOCOL)")
+        }
+        let head = Self.connectRequest(request: request, endpoint: endpoint, configuration: configuration)
+        let eventLoop = lease.connection.channel.eventLoop
+        let stream = eventLoop.makePromise(of: (any Channel).self)
+        let opened = eventLoop.makePromise(of: NIOWebSocketConnection.self)
+        stream.futureResult.whenComplete { result in
+            switch result {
+            case .success(let channel): channel.closeFuture.whenComplete { _ in lease.release() }
+            case .failure(let error):
+                lease.release()
+                opened.fail(error)
+            }
+        }
+        lease.connection.multiplexer.createStreamChannel(promise: stream) { channel in
+            channel.eventLoop.makeCompletedFuture {
+                let response = channel.eventLoop.makePromise(of: HTTPResponse.self)
+                let handshake = HTTP2WebSocketHandshake(request: head, timeout: TimeAmount(configuration.connectTimeout), response: response)
+                try channel.pipeline.syncOperations.addHandler(HTTP2FramePayloadToHTTPClientCodec())
+                try channel.pipeline.syncOperations.addHandler(handshake)
+                let loopBoundHandshake = NIOLoopBound(handshake, eventLoop: channel.eventLoop)
+                response.futureResult.flatMapThrowing { response in
+                    guard response.status == .ok else {
+                        let code = response.status.code
+                        throw WebSocketError(.upgradeRejected, "the server answered the WebSocket's CONNECT with HTTP \(code)", status: code)
+                    }
+                    let operations = channel.pipeline.syncOperations
+                    let handshake = loopBoundHandshake.value
+                    try operations.addHandler(HTTP2WebSocketStream<HTTP2WebSocketClientParts>(), position: .after(handshake))
+                    operations.removeHandler(handshake, promise: nil)
+                    return try Self.serve(
+                        channel,
+                        chosen: response.headerFields[.secWebSocketProtocol],
+                        extensionAnswers: response.headerFields[values: .secWebSocketExtensions],
+                        offered: request.protocols,
+                        configuration: configuration,
+                        delegate: delegate
+                    )
+                }.whenComplete { result in
+                    if case .failure = result { channel.close(promise: nil) }
+                    opened.completeWith(result)
+                }
+            }
+        }
+        return try await withTaskCancellationHandler {
+            try await opened.futureResult.get()
+        } onCancel: {
+            stream.futureResult.whenSuccess { $0.close(promise: nil) }
+        }
+    }
+
+    /// RFC 8441's request: `CONNECT` with `:protocol = websocket`, and the headers an HTTP/1.1
+    /// upgrade would carry but for those HTTP/2 leaves out (`Host` is `:authority`; no
+    /// `Sec-WebSocket-Key`, `Upgrade` or `Connection`).
+    private static func connectRequest(request: WebSocketRequest, endpoint: WebSocketRequest.Endpoint, configuration: WebSocketConfiguration) -> HTTPRequest {
+        var head = HTTPRequest(method: .connect, scheme: "https", authority: endpoint.hostHeader, path: endpoint.target)
+        head.extendedConnectProtocol = "websocket"
+        head.headerFields[.secWebSocketVersion] = "13"
+        if !request.protocols.isEmpty { head.headerFields[.secWebSocketProtocol] = request.protocols.joined(separator: ", ") }
+        if let compression = configuration.compression {
+            head.headerFields[.secWebSocketExtensions] = PerMessageDeflateNegotiation.offer(compression)
+        }
+        for (name, value) in request.additionalHeaders.sorted(by: { $0.key < $1.key }) {
+            if let name = HTTPField.Name(name) { head.headerFields.append(HTTPField(name: name, value: value)) }
+        }
+        return head
+    }
+
     /// The HTTP/1.1 upgrade request and the WebSocket pipeline that follows it.
     private static func configureUpgrade(
         channel: any Channel,
@@ -63,46 +195,14 @@ struct NIOWebSocketTransport: WebSocketTransport {
             enableAutomaticErrorHandling: false,
             upgradePipelineHandler: { channel, response in
                 channel.eventLoop.makeCompletedFuture {
-                    let chosen = response.headers.first(name: "Sec-WebSocket-Protocol")
-                    if let chosen, !offered.contains(chosen) {
-                        throw WebSocketError(.unexpectedSubprotocol, "the server chose subprotocol \(chosen.debugDescription), which was not offered")
-                    }
-                    // The only extension the client may offer is permessage-deflate.
-                    var deflate: DeflateContext?
-                    let answers = response.headers["Sec-WebSocket-Extensions"].filter { !$0.allSatisfy(\.isWhitespace) }
-                    if !answers.isEmpty {
-                        guard let offeredDeflate = configuration.compression else {
-                            throw WebSocketError(.unexpectedExtension, "the server enabled the extension \(answers.joined(separator: ", ").prefix(100).debugDescription), which was not offered")
-                        }
-                        let answer = answers.joined(separator: ", ")
-                        let agreement: DeflateAgreement
-                        do {
-                            agreement = try PerMessageDeflateNegotiation.accept(answer, offered: offeredDeflate)
-                        } catch let error as PerMessageDeflateNegotiation.Refusal {
-                            throw WebSocketError(.unexpectedExtension, "the server's permessage-deflate answer \(answer.prefix(100).debugDescription) \(error.reason)")
-                        }
-                        // The connection's own zlib streams (made on first use), going on from
-                        // message to message.
-                        deflate = DeflateContext(agreement: agreement, zlib: LoopZlib(memoryLevel: 8), ownStreams: true)
-                    }
-                    let outbox = Outbox(highWatermark: max(configuration.sendBufferHighWatermark, 1))
-                    let handler = WebSocketClientHandler(
-                        maxMessageBytes: configuration.maxMessageBytes,
-                        deflate: deflate,
-                        closeTimeout: TimeAmount(configuration.closeTimeout),
-                        outbox: outbox,
-                        lowWatermark: Self.waterMark(configuration).low,
-                        delegate: delegate
-                    )
-                    // It reads and writes the bytes itself: NIO's decoder is taken out.
-                    try WebSocketPipeline.add(handler, to: channel.pipeline.syncOperations)
-                    return .upgraded(
-                        NIOWebSocketConnection(
-                            channel: channel,
-                            handler: handler,
-                            outbox: outbox,
-                            negotiatedProtocol: chosen,
-                            negotiatedExtensions: answers.isEmpty ? nil : answers.joined(separator: ", ")
+                    .upgraded(
+                        try Self.serve(
+                            channel,
+                            chosen: response.headers.first(name: "Sec-WebSocket-Protocol"),
+                            extensionAnswers: response.headers["Sec-WebSocket-Extensions"],
+                            offered: offered,
+                            configuration: configuration,
+                            delegate: delegate
                         )
                     )
                 }
@@ -132,6 +232,60 @@ struct NIOWebSocketTransport: WebSocketTransport {
         let upgradeHandler = try channel.pipeline.syncOperations.handler(type: NIOTypedHTTPClientUpgradeHandler<UpgradeResult>.self)
         try channel.pipeline.syncOperations.addHandler(statusRecorder, position: .before(upgradeHandler))
         return upgraded
+    }
+
+    /// Serves a WebSocket on `channel` once the server accepted it (101 over HTTP/1.1, 200 over
+    /// HTTP/2), after checking what it chose: a subprotocol that was offered, and at most the
+    /// permessage-deflate the client offered.
+    /// - Throws: ``WebSocketError/Code/unexpectedSubprotocol``, ``WebSocketError/Code/unexpectedExtension``.
+    static func serve(
+        _ channel: any Channel,
+        chosen: String?,
+        extensionAnswers: [String],
+        offered: [String],
+        configuration: WebSocketConfiguration,
+        delegate: any WebSocketTransportDelegate
+    ) throws -> NIOWebSocketConnection {
+        if let chosen, !offered.contains(chosen) {
+            throw WebSocketError(.unexpectedSubprotocol, "the server chose subprotocol \(chosen.debugDescription), which was not offered")
+        }
+        // The only extension the client may offer is permessage-deflate.
+        var deflate: DeflateContext?
+        let answers = extensionAnswers.filter { !$0.allSatisfy(\.isWhitespace) }
+        if !answers.isEmpty {
+            guard let offeredDeflate = configuration.compression else {
+                throw WebSocketError(.unexpectedExtension, "the server enabled the extension \(answers.joined(separator: ", ").prefix(100).debugDescription), which was not offered")
+            }
+            let answer = answers.joined(separator: ", ")
+            let agreement: DeflateAgreement
+            do {
+                agreement = try PerMessageDeflateNegotiation.accept(answer, offered: offeredDeflate)
+            } catch {
+                // accept throws only its Refusal (typed throws).
+                throw WebSocketError(.unexpectedExtension, "the server's permessage-deflate answer \(answer.prefix(100).debugDescription) \(error.reason)")
+            }
+            // The connection's own zlib streams (made on first use), going on from message to
+            // message.
+            deflate = DeflateContext(agreement: agreement, zlib: LoopZlib(memoryLevel: 8), ownStreams: true)
+        }
+        let outbox = Outbox(highWatermark: max(configuration.sendBufferHighWatermark, 1))
+        let handler = WebSocketClientHandler(
+            maxMessageBytes: configuration.maxMessageBytes,
+            deflate: deflate,
+            closeTimeout: TimeAmount(configuration.closeTimeout),
+            outbox: outbox,
+            lowWatermark: Self.waterMark(configuration).low,
+            delegate: delegate
+        )
+        // It reads and writes the bytes itself: NIO's decoder is taken out.
+        try WebSocketPipeline.add(handler, to: channel.pipeline.syncOperations)
+        return NIOWebSocketConnection(
+            channel: channel,
+            handler: handler,
+            outbox: outbox,
+            negotiatedProtocol: chosen,
+            negotiatedExtensions: answers.isEmpty ? nil : answers.joined(separator: ", ")
+        )
     }
 
     /// The channel's watermarks, whatever the configuration holds (NIO traps on low < 1 or

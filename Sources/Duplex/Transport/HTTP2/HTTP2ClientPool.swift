@@ -1,0 +1,140 @@
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// The process's HTTP/2 connections for WebSockets, one per origin (``Key``) at a time, which
+/// its sockets share (``WebSocketHTTPVersion``).
+///
+/// A socket takes a lease on its origin's connection (opening it when there is none, or when
+/// the one there is retired) and gives it back when its stream closes. A connection is retired
+/// (new leases go to a new one) when the server sends GOAWAY, when it closes, or when it failed
+/// to open; it is closed when its last lease is given back, so that no connection outlives its
+/// sockets.
+final class HTTP2ClientPool: Sendable {
+    static let shared = HTTP2ClientPool()
+
+    /// An origin, and everything that decides how its connection is made: sockets share a
+    /// connection only when they would have made the same one.
+    struct Key: Hashable, Sendable {
+        var host: String
+        var port: Int
+        var tlsTrust: TLSTrust
+        var tlsIdentity: TLSIdentity?
+        var proxy: Proxy?
+
+        init(endpoint: WebSocketRequest.Endpoint, configuration: WebSocketConfiguration) {
+            host = endpoint.host
+            port = endpoint.port
+            tlsTrust = configuration.tlsTrust
+            tlsIdentity = configuration.tlsIdentity
+            proxy = configuration.proxy
+        }
+    }
+
+    /// A connection, open or on its way, and the leases on it.
+    private struct Slot {
+        var key: Key
+        var connection: Task<HTTP2ClientConnection, any Error>
+        var leases: Int
+        var retired: Bool
+    }
+
+    private struct State {
+        var nextID: UInt64 = 0
+        /// The connection new leases on an origin go to.
+        var current: [Key: UInt64] = [:]
+        /// Every connection with leases, current or retired.
+        var slots: [UInt64: Slot] = [:]
+        /// Origins found without HTTP/2 or extended CONNECT (``WebSocketHTTPVersion/automatic``).
+        var withoutHTTP2: Set<Key> = []
+    }
+
+    private let state = NIOLockedValueBox(State())
+
+    /// A socket's share of a connection; ``release()`` gives it back, once.
+    struct Lease: Sendable {
+        let connection: HTTP2ClientConnection
+        fileprivate let id: UInt64
+        fileprivate let pool: HTTP2ClientPool
+
+        func release() {
+            pool.release(id)
+        }
+    }
+
+    /// A lease on `key`'s connection, opened with `open` when there is none to share.
+    /// - Throws: what `open` threw.
+    func lease(_ key: Key, open: @escaping @Sendable () async throws -> HTTP2ClientConnection) async throws -> Lease {
+        let (id, connection, opened) = state.withLockedValue { state -> (UInt64, Task<HTTP2ClientConnection, any Error>, Bool) in
+            if let id = state.current[key], var slot = state.slots[id], !slot.retired {
+                slot.leases += 1
+                state.slots[id] = slot
+                return (id, slot.connection, false)
+            }
+            state.nextID += 1
+            let id = state.nextID
+            let task = Task { try await open() }
+            state.current[key] = id
+            state.slots[id] = Slot(key: key, connection: task, leases: 1, retired: false)
+            return (id, task, true)
+        }
+        do {
+            let opened_ = try await connection.value
+            if opened {
+                // Retired on GOAWAY or close (a closed connection's monitor reports GOAWAY too).
+                opened_.goAway.whenComplete { _ in self.retire(id) }
+            }
+            return Lease(connection: opened_, id: id, pool: self)
+        } catch {
+            retire(id)
+            release(id)
+            throw error
+        }
+    }
+
+    /// Whether an earlier ``WebSocketHTTPVersion/automatic`` connection found `key` without
+    /// HTTP/2.
+    func isWithoutHTTP2(_ key: Key) -> Bool {
+        state.withLockedValue { $0.withoutHTTP2.contains(key) }
+    }
+
+    /// Remembers that `key` has no HTTP/2 for WebSockets.
+    func markWithoutHTTP2(_ key: Key) {
+        _ = state.withLockedValue { $0.withoutHTTP2.insert(key) }
+    }
+
+    /// New leases on this connection's origin go to a new connection.
+    private func retire(_ id: UInt64) {
+        let closing = state.withLockedValue { state -> Task<HTTP2ClientConnection, any Error>? in
+            guard var slot = state.slots[id] else { return nil }
+            slot.retired = true
+            if state.current[slot.key] == id { state.current[slot.key] = nil }
+            if slot.leases == 0 {
+                state.slots[id] = nil
+                return slot.connection
+            }
+            state.slots[id] = slot
+            return nil
+        }
+        closing.map(Self.close)
+    }
+
+    private func release(_ id: UInt64) {
+        let closing = state.withLockedValue { state -> Task<HTTP2ClientConnection, any Error>? in
+            guard var slot = state.slots[id] else { return nil }
+            slot.leases -= 1
+            guard slot.leases == 0 else {
+                state.slots[id] = slot
+                return nil
+            }
+            state.slots[id] = nil
+            if state.current[slot.key] == id { state.current[slot.key] = nil }
+            return slot.connection
+        }
+        closing.map(Self.close)
+    }
+
+    /// Closes a connection no lease holds any more.
+    private static func close(_ connection: Task<HTTP2ClientConnection, any Error>) {
+        Task { try? await connection.value.channel.close() }
+    }
+}
