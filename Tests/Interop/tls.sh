@@ -49,10 +49,11 @@ curl -sS --http2 --cacert "$ca" -N --max-time 2 --parallel --parallel-max 10 -K 
 connects=$(awk -F= '/^connects=/ { sum += $2 } END { print sum }' "$work/many.out")
 [ "$connects" = 1 ] || fail "ten SSE streams over h2 took $connects connections, not 1"
 timeout 30 python3 "$(dirname "$0")/h2_websocket.py" "$port" "$ca"
+[ "$("$bin/duplex" echo "wss://127.0.0.1:$port/echo" --ca "$ca" --http 2 over-h2)" = "over-h2" ] || fail "duplex echo --http 2"
 metrics=$(curl -sS --http2 --cacert "$ca" "https://127.0.0.1:$port/metrics")
-grep -qE '^duplex_http2_streams_total\{kind="websocket"\} ([3-9]|[1-9][0-9])' <<<"$metrics" || fail "GET /metrics: WebSocket streams over h2 not counted: $(grep http2 <<<"$metrics")"
+grep -qE '^duplex_http2_streams_total\{kind="websocket"\} ([4-9]|[1-9][0-9])' <<<"$metrics" || fail "GET /metrics: WebSocket streams over h2 not counted: $(grep http2 <<<"$metrics")"
 grep -qE '^duplex_http2_streams_total\{kind="refused"\} [2-9]' <<<"$metrics" || fail "GET /metrics: refused h2 streams not counted"
-echo "http/2: curl SSE (one stream, and ten on one connection), Python h2 WebSockets through extended CONNECT, counted in /metrics"
+echo "http/2: curl SSE (one stream, and ten on one connection), Python h2 and duplex --http 2 WebSockets through extended CONNECT, counted in /metrics"
 
 # Public-key pinning: a wrong pin exits 5 naming the server's key; that key, as curl checks it
 # too, connects.
