@@ -36,12 +36,12 @@ struct ConnectionOptions: ParsableArguments {
 
     @Option(
         help: ArgumentHelp(
-            "WebSockets over HTTP/1.1 (1.1), HTTP/2 only (2: RFC 8441, wss:// only), or HTTP/2 when the server offers it (auto). Default 1.1.",
+            "HTTP/1.1 (1.1), HTTP/2 only (2; for WebSockets RFC 8441; wss:// and https:// only), or HTTP/2 when the server offers it (auto). Default: 1.1 for WebSockets, auto for SSE.",
             valueName: "version"))
-    var http: String = "1.1"
+    var http: String?
 
-    /// `--http` as the library spells it.
-    var httpVersion: WebSocketHTTPVersion? {
+    /// `--http` as the library spells it; nil when not given (or not valid, which validate() refuses).
+    var httpVersion: HTTPVersionPreference? {
         switch http {
         case "1.1": .http1
         case "2": .http2
@@ -53,7 +53,7 @@ struct ConnectionOptions: ParsableArguments {
     func validate() throws {
         guard connectTimeout > 0, connectTimeout <= 86_400 else { throw ValidationError("--connect-timeout must be from 0 to 86400 seconds") }
         guard !(insecure && ca != nil) else { throw ValidationError("--insecure and --ca exclude each other") }
-        guard httpVersion != nil else { throw ValidationError("--http must be 1.1, 2 or auto") }
+        guard http == nil || httpVersion != nil else { throw ValidationError("--http must be 1.1, 2 or auto") }
         guard (cert == nil) == (key == nil) else { throw ValidationError("--cert and --key go together") }
         if let proxy {
             do {
@@ -103,16 +103,17 @@ struct ConnectionOptions: ParsableArguments {
     /// `configuration` with the options' TLS trust, client certificate, proxy and HTTP version.
     func secured(_ configuration: WebSocketConfiguration) throws -> WebSocketConfiguration {
         var configuration = configuration
-        configuration.httpVersion = httpVersion ?? .http1
+        configuration.httpVersion = httpVersion ?? configuration.httpVersion
         configuration.tlsTrust = try tlsTrust()
         configuration.tlsIdentity = try tlsIdentity()
         configuration.proxy = try proxySetting()
         return configuration
     }
 
-    /// `configuration` with the options' TLS trust, client certificate and proxy.
+    /// `configuration` with the options' TLS trust, client certificate, proxy and HTTP version.
     func secured(_ configuration: SSEConfiguration) throws -> SSEConfiguration {
         var configuration = configuration
+        configuration.httpVersion = httpVersion ?? configuration.httpVersion
         configuration.tlsTrust = try tlsTrust()
         configuration.tlsIdentity = try tlsIdentity()
         configuration.proxy = try proxySetting()

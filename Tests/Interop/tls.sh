@@ -55,6 +55,30 @@ grep -qE '^duplex_http2_streams_total\{kind="websocket"\} ([4-9]|[1-9][0-9])' <<
 grep -qE '^duplex_http2_streams_total\{kind="refused"\} [2-9]' <<<"$metrics" || fail "GET /metrics: refused h2 streams not counted"
 echo "http/2: curl SSE (one stream, and ten on one connection), Python h2 and duplex --http 2 WebSockets through extended CONNECT, counted in /metrics"
 
+# The duplex client against an independent HTTP/2 server: Hypercorn (PyPI), which speaks
+# WebSockets over HTTP/2 too, with a certificate openssl makes. Its echo answers "version" with
+# the HTTP version the socket runs over.
+openssl req -x509 -newkey rsa:2048 -nodes -keyout "$work/hc-ca.key" -out "$work/hc-ca.pem" -days 1 -subj "/CN=duplex hypercorn test CA" 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -keyout "$work/hc-key.pem" -out "$work/hc.csr" -subj "/CN=127.0.0.1" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n' >"$work/hc-ext.cnf"
+openssl x509 -req -in "$work/hc.csr" -CA "$work/hc-ca.pem" -CAkey "$work/hc-ca.key" -CAcreateserial -out "$work/hc-cert.pem" -days 1 -extfile "$work/hc-ext.cnf" 2>/dev/null
+hc_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+(cd "$(dirname "$0")" && exec hypercorn --certfile "$work/hc-cert.pem" --keyfile "$work/hc-key.pem" --bind "127.0.0.1:$hc_port" hypercorn_app:app) >"$work/hypercorn.log" 2>&1 &
+hypercorn_pid=$!
+for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$hc_port") 2>/dev/null && break; sleep 0.1; done
+for version in 2 auto 1.1; do
+    expected=$([ "$version" = 1.1 ] && echo 1.1 || echo 2)
+    answer=$(echo version | timeout 20 "$bin/duplex" ws "wss://127.0.0.1:$hc_port/echo" --ca "$work/hc-ca.pem" --http "$version" --linger 0.2 2>"$work/hc-client.err") \
+        || fail "duplex ws --http $version against Hypercorn: $(cat "$work/hc-client.err") $(tail -5 "$work/hypercorn.log")"
+    [ "$answer" = "$expected" ] || fail "duplex ws --http $version against Hypercorn ran over HTTP/$answer, not $expected"
+done
+# SSE: the event data is the HTTP version of the request; duplex listen uses HTTP/2 by default.
+[ "$(timeout 20 "$bin/duplex" listen "https://127.0.0.1:$hc_port/events" --ca "$work/hc-ca.pem" --max-events 1)" = "tick 1 2" ] \
+    || fail "duplex listen against Hypercorn did not run over HTTP/2"
+kill -KILL $hypercorn_pid 2>/dev/null || true
+wait $hypercorn_pid 2>/dev/null || true
+echo "hypercorn: duplex --http 2 and auto ran WebSockets over HTTP/2 (RFC 8441), --http 1.1 over HTTP/1.1; duplex listen ran SSE over HTTP/2"
+
 # Public-key pinning: a wrong pin exits 5 naming the server's key; that key, as curl checks it
 # too, connects.
 wrong="sha256//$(printf 'x%.0s' $(seq 1 32) | openssl dgst -sha256 -binary | base64)"

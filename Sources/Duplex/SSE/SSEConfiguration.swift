@@ -19,6 +19,11 @@ public struct SSEConfiguration: Sendable {
     /// The proxy connections go through: an HTTP proxy (`CONNECT` for `https://`), SOCKS5, or
     /// ``Proxy/environment``. Default none (direct).
     public var proxy: Proxy? = nil
+    /// The HTTP version of `https://` streams (``HTTPVersionPreference``). Default
+    /// ``HTTPVersionPreference/automatic``: HTTP/2 when the server offers it by ALPN, where the
+    /// streams of the process to one origin share a connection (no six-connection limit), and
+    /// HTTP/1.1 otherwise. `http://` is always HTTP/1.1.
+    public var httpVersion: HTTPVersionPreference = .automatic
     /// How many unread events a lossless consumer stream may hold before the manager stops
     /// reading the response body (see ``StreamBuffering/lossless``); reading resumes at half.
     /// Default 65,536.

@@ -56,8 +56,11 @@ extension ConnectionLifecycle.Failure where Policy == SSEPolicy {
         case .terminated: SSEError(.terminated, "terminate() was called")
         case .failed(let loss):
             if case .streamError(let error) = loss.reason { error } else { SSEError(.connectionFailed, "the stream ended: \(loss.reason)") }
-        case .gaveUp(let attempts, _):
-            SSEError(.retriesExhausted, retryPolicy.enabled ? "gave up after \(attempts) reconnection attempts" : "retries are disabled")
+        case .gaveUp(let attempts, let loss):
+            SSEError(
+                .retriesExhausted,
+                (retryPolicy.enabled ? "gave up after \(attempts) reconnection attempts" : "retries are disabled") + "; the last attempt: \(loss.reason)"
+            )
         }
     }
 }

@@ -270,8 +270,7 @@ final class ServerSentEventCore: LifecycleRunner {
         if !lastEventID.isEmpty {
             httpHeaders.replaceOrAdd(name: "Last-Event-ID", value: lastEventID)
         }
-        let connector = ClientConnector(endpoint: endpoint, settings: configuration, waterMark: nil, stageName: "the request")
-        return try await EventStreamConnection.open(endpoint.target, headers: httpHeaders, connector: connector, readTimeout: configuration.readTimeout)
+        return try await EventStreamConnection.open(endpoint: endpoint, headers: httpHeaders, configuration: configuration)
     }
 
     /// A failure for a response that cannot be read as an event stream, or nil.

@@ -1,13 +1,16 @@
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
+import NIOHTTP2
 
-/// One HTTP/1.1 request for an event stream, on a connection of its own made by
-/// ``ClientConnector`` (so proxies, TLS, pins and the deadline are the WebSocket client's): the
-/// request is sent, and ``open(_:headers:connector:readTimeout:)`` returns with the response head
-/// and the body's bytes as an async sequence. The body is read only as fast as it is consumed
-/// (`NIOAsyncChannel`'s backpressure), and a body silent for the read timeout fails with
-/// ``SSEError/Code/readTimeout``. The response's end closes the connection.
+/// One request for an event stream: over HTTP/1.1 on a connection of its own made by
+/// ``ClientConnector`` (so proxies, TLS, pins and the deadline are the WebSocket client's), or
+/// over HTTP/2 on a stream of the origin's shared connection (``HTTP2ClientPool``). The request
+/// is sent, and ``open(endpoint:headers:configuration:)`` returns with the response head and
+/// the body's bytes as an async sequence. The body is read only as fast as it is consumed
+/// (`NIOAsyncChannel`'s backpressure, and over HTTP/2 its flow-control window), and a body silent
+/// for the read timeout fails with ``SSEError/Code/readTimeout``. The response's end closes the
+/// connection, or the stream.
 enum EventStreamConnection {
     /// The response head and the connection that carries the body.
     struct Opened: Sendable {
@@ -15,17 +18,92 @@ enum EventStreamConnection {
         var body: NIOAsyncChannel<ByteBuffer, Never>
     }
 
-    /// Sends `GET target` with `headers` and returns once the response head has arrived.
-    /// - Throws: what ``ClientConnector/connect(_:)`` throws.
-    static func open(_ target: String, headers: HTTPHeaders, connector: ClientConnector, readTimeout: Duration) async throws -> Opened {
-        try await connector.connect { channel in
-            let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: target, headers: headers)
-            let response = EventStreamResponseHandler(request: head, readTimeout: TimeAmount(readTimeout), headPromise: channel.eventLoop.makePromise())
+    /// Sends `GET` for `endpoint` with `headers` over the HTTP the configuration prefers, and
+    /// returns once the response head has arrived.
+    /// - Throws: what ``ClientConnector/connect(_:)`` throws; with
+    ///   ``HTTPVersionPreference/http2``, a ``WebSocketError/Code/handshakeFailed`` when the server
+    ///   has no HTTP/2 or the URL is not `https://`.
+    static func open(endpoint: WebSocketRequest.Endpoint, headers: HTTPHeaders, configuration: SSEConfiguration) async throws -> Opened {
+        let key = HTTP2ClientPool.Key(endpoint: endpoint, settings: configuration)
+        switch configuration.httpVersion {
+        case .http2 where !endpoint.secure:
+            throw WebSocketError(.handshakeFailed, "SSE over HTTP/2 needs https://; this URL is http://")
+        case .http2:
+            do {
+                return try await openHTTP2(endpoint: endpoint, headers: headers, configuration: configuration)
+            } catch let unavailable as HTTP2ClientConnection.Unavailable {
+                throw WebSocketError(.handshakeFailed, "\(endpoint.host):\(endpoint.port): \(unavailable.reason)")
+            }
+        case .automatic where endpoint.secure && !HTTP2ClientPool.shared.isWithoutHTTP2(key, forWebSockets: false):
+            do {
+                return try await openHTTP2(endpoint: endpoint, headers: headers, configuration: configuration)
+            } catch let unavailable as HTTP2ClientConnection.Unavailable {
+                HTTP2ClientPool.shared.markWithout(unavailable, key)
+            }
+        default:
+            break
+        }
+        let connector = ClientConnector(endpoint: endpoint, settings: configuration, waterMark: nil, stageName: "the request")
+        let readTimeout = TimeAmount(configuration.readTimeout)
+        return try await connector.connect { channel in
+            let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: endpoint.target, headers: headers)
+            let response = EventStreamResponseHandler(request: head, readTimeout: readTimeout, headPromise: channel.eventLoop.makePromise())
             let operations = channel.pipeline.syncOperations
             try operations.addHTTPClientHandlers()
             try operations.addHandler(response)
             let body = try NIOAsyncChannel<ByteBuffer, Never>(wrappingChannelSynchronously: channel)
             return response.headPromise.futureResult.map { Opened(head: $0, body: body) }
+        }
+    }
+
+    /// The request on a stream of the origin's HTTP/2 connection, through swift-nio-http2's
+    /// HTTP/1 codec (which makes `Host` the `:authority`), so that the same response handler
+    /// reads it. The response head must come within the connect timeout.
+    private static func openHTTP2(endpoint: WebSocketRequest.Endpoint, headers: HTTPHeaders, configuration: SSEConfiguration) async throws -> Opened {
+        let lease = try await HTTP2ClientPool.shared.lease(
+            endpoint: endpoint,
+            settings: configuration,
+            preference: configuration.httpVersion,
+            waterMark: .init(low: 32 * 1024, high: 64 * 1024),
+            forWebSockets: false
+        )
+        let eventLoop = lease.connection.channel.eventLoop
+        let stream = eventLoop.makePromise(of: (any Channel).self)
+        let opened = eventLoop.makePromise(of: Opened.self)
+        stream.futureResult.whenComplete { result in
+            switch result {
+            case .success(let channel): channel.closeFuture.whenComplete { _ in lease.release() }
+            case .failure(let error):
+                lease.release()
+                opened.fail(error)
+            }
+        }
+        let readTimeout = TimeAmount(configuration.readTimeout)
+        let connectTimeout = TimeAmount(configuration.connectTimeout)
+        lease.connection.multiplexer.createStreamChannel(promise: stream) { channel in
+            channel.eventLoop.makeCompletedFuture {
+                let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: endpoint.target, headers: headers)
+                let response = EventStreamResponseHandler(request: head, readTimeout: readTimeout, headPromise: channel.eventLoop.makePromise())
+                let operations = channel.pipeline.syncOperations
+                try operations.addHandler(HTTP2FramePayloadToHTTP1ClientCodec(httpProtocol: .https))
+                try operations.addHandler(response)
+                let body = try NIOAsyncChannel<ByteBuffer, Never>(wrappingChannelSynchronously: channel)
+                let headPromise = response.headPromise
+                let deadline = channel.eventLoop.scheduleTask(in: connectTimeout) {
+                    headPromise.fail(WebSocketError(.connectTimeout, "the request to \(endpoint.host):\(endpoint.port) was not answered within \(Duration(connectTimeout))"))
+                    channel.close(promise: nil)
+                }
+                headPromise.futureResult.whenComplete { result in
+                    deadline.cancel()
+                    if case .failure = result { channel.close(promise: nil) }
+                    opened.completeWith(result.map { Opened(head: $0, body: body) })
+                }
+            }
+        }
+        return try await withTaskCancellationHandler {
+            try await opened.futureResult.get()
+        } onCancel: {
+            stream.futureResult.whenSuccess { $0.close(promise: nil) }
         }
     }
 }

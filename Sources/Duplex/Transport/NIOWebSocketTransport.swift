@@ -47,12 +47,12 @@ struct NIOWebSocketTransport: WebSocketTransport {
                 throw WebSocketError(.handshakeFailed, "\(endpoint.host):\(endpoint.port): \(unavailable.reason)")
             }
         case .automatic:
-            let key = HTTP2ClientPool.Key(endpoint: endpoint, configuration: configuration)
-            if endpoint.secure, !HTTP2ClientPool.shared.isWithoutHTTP2(key) {
+            let key = HTTP2ClientPool.Key(endpoint: endpoint, settings: configuration)
+            if endpoint.secure, !HTTP2ClientPool.shared.isWithoutHTTP2(key, forWebSockets: true) {
                 do {
                     return try await connectHTTP2(request: request, endpoint: endpoint, configuration: configuration, delegate: delegate)
-                } catch is HTTP2ClientConnection.Unavailable {
-                    HTTP2ClientPool.shared.markWithoutHTTP2(key)
+                } catch let unavailable as HTTP2ClientConnection.Unavailable {
+                    HTTP2ClientPool.shared.markWithout(unavailable, key)
                 }
             }
             return try await connectHTTP1(request: request, endpoint: endpoint, configuration: configuration, delegate: delegate)
@@ -95,24 +95,19 @@ struct NIOWebSocketTransport: WebSocketTransport {
         configuration: WebSocketConfiguration,
         delegate: any WebSocketTransportDelegate
     ) async throws -> any WebSocketTransportConnection {
-        var connector = ClientConnector(endpoint: endpoint, settings: configuration, waterMark: nil, stageName: "the HTTP/2 connection")
-        connector.applicationProtocols = configuration.httpVersion == .automatic ? ["h2", "http/1.1"] : ["h2"]
         let lease: HTTP2ClientPool.Lease
-        let connectorToUse = connector
         do {
-            lease = try await HTTP2ClientPool.shared.lease(HTTP2ClientPool.Key(endpoint: endpoint, configuration: configuration)) {
-                try await connectorToUse.connectNegotiating { channel, negotiated in
-                    try HTTP2ClientConnection.configure(channel, negotiated: negotiated, configuration: configuration)
-                }
-            }
+            lease = try await HTTP2ClientPool.shared.lease(
+                endpoint: endpoint,
+                settings: configuration,
+                preference: configuration.httpVersion,
+                waterMark: Self.waterMark(configuration),
+                forWebSockets: true
+            )
         } catch let unavailable as HTTP2ClientConnection.Unavailable {
             throw unavailable
         } catch {
             throw Self.describe(error, endpoint: endpoint)
-        }
-        guard lease.connection.extendedConnect else {
-            lease.release()
-            throw HTTP2ClientConnection.Unavailable(reason: "the server does not announce extended CONNECT (RFC 8441's SETTINGS_ENABLE_CONNECT_PROTOCOL)")
         }
         let head = Self.connectRequest(request: request, endpoint: endpoint, configuration: configuration)
         let eventLoop = lease.connection.channel.eventLoop
@@ -355,7 +350,11 @@ final class NIOWebSocketConnection: WebSocketTransportConnection {
 
     func abort() {
         let channel = self.channel
-        channel.eventLoop.execute { channel.close(mode: .all, promise: nil) }
+        channel.eventLoop.execute {
+            // Over HTTP/2 the stream is reset, not ended: as abrupt as a TCP close.
+            channel.pipeline.triggerUserOutboundEvent(AbruptClose(), promise: nil)
+            channel.close(mode: .all, promise: nil)
+        }
     }
 
     func resumeReading() {

@@ -53,9 +53,9 @@ public struct WebSocketConfiguration: Sendable {
     /// The transport. Default: ``WebSocketTransportKind/nio``.
     public var transport: WebSocketTransportKind
     /// HTTP/1.1, HTTP/2 (RFC 8441: sockets to one origin share a connection), or HTTP/2 when
-    /// the server offers it (``WebSocketHTTPVersion``). Default ``WebSocketHTTPVersion/http1``.
+    /// the server offers it (``HTTPVersionPreference``). Default ``HTTPVersionPreference/http1``.
     /// The NIO transport only.
-    public var httpVersion: WebSocketHTTPVersion = .http1
+    public var httpVersion: HTTPVersionPreference = .http1
     /// permessage-deflate (RFC 7692) to offer, or nil (the default) to offer none. When the
     /// server accepts, messages of at least `PerMessageDeflate.minimumBytes` go out compressed,
     /// and compressed messages are inflated within ``maxMessageBytes`` (one that inflates past it

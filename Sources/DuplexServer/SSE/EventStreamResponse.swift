@@ -4,6 +4,7 @@ import Hummingbird
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import NIOHTTPTypesHTTP1
 
 /// Builds the long-lived `text/event-stream` responses of the SSE routes.
 ///
@@ -53,6 +54,7 @@ struct EventStreamResponse {
                     sink.finish()
                 }
             }
+            EndOnInputClosed.install(on: channel) { sink.finish() }
             registry.logger.debug("event stream opened", metadata: trace.metadata(route: info.route))
             defer {
                 trace?.end()
@@ -149,5 +151,37 @@ final class StallGate: Sendable {
         while let end = until.withLockedValue({ $0 }), end > .now {
             try? await Task.sleep(until: end, clock: .continuous)
         }
+    }
+}
+
+/// Ends an HTTP/1.1 event stream when the client closes its side of the connection: the server
+/// allows half-closure, and a stream that never ends would go on writing to a client that left
+/// (over TLS, the client's close_notify is that end, and a client waits for the server's
+/// answer to it). Over HTTP/2 a request's END_STREAM is not a departure, so a stream gets none.
+final class EndOnInputClosed: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = NIOAny
+
+    private let end: @Sendable () -> Void
+
+    private init(end: @escaping @Sendable () -> Void) {
+        self.end = end
+    }
+
+    /// Adds the handler behind the HTTP codec of `channel`, on its event loop.
+    static func install(on channel: any Channel, end: @escaping @Sendable () -> Void) {
+        channel.eventLoop.execute {
+            let operations = channel.pipeline.syncOperations
+            // An HTTP/2 stream has swift-nio-http2's codec instead: it gets none.
+            guard let codec = try? operations.handler(type: HTTP1ToHTTPServerCodec.self) else { return }
+            try? operations.addHandler(EndOnInputClosed(end: end), position: .after(codec))
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let event = event as? ChannelEvent, event == .inputClosed {
+            end()
+            context.close(promise: nil)
+        }
+        context.fireUserInboundEventTriggered(event)
     }
 }

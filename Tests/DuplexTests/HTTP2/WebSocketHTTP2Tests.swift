@@ -17,7 +17,7 @@ struct WebSocketHTTP2Tests {
         return configuration
     }
 
-    static func client(_ configuration: DuplexServerConfiguration, _ version: WebSocketHTTPVersion) -> WebSocketConfiguration {
+    static func client(_ configuration: DuplexServerConfiguration, _ version: HTTPVersionPreference) -> WebSocketConfiguration {
         var client = WebSocketConfiguration(tlsTrust: .certificateAuthority(pem: configuration.tls!.certificateAuthorityPEM!))
         client.httpVersion = version
         return client

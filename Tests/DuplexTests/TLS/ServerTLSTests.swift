@@ -1,6 +1,6 @@
 import Duplex
 import DuplexSchema
-import DuplexServer
+@testable import DuplexServer
 import DuplexTesting
 import Foundation
 import Testing
@@ -43,6 +43,26 @@ struct ServerTLSTests {
                 let first = try await stream.first(within: .seconds(10))
                 #expect(first.event == "tick")
                 await events.disconnect()
+            }
+        }
+    }
+
+    @Test("An HTTP/1.1 SSE stream over TLS ends on the server as soon as the client closes (its close_notify), not when the client's TLS close times out")
+    func sseEndsOnCloseNotify() async throws {
+        let tls = try DuplexServerTLS.selfSigned()
+        try await withDuplexServer(configuration: Self.tlsConfiguration(tls)) { server in
+            var configuration = SSEConfiguration(tlsTrust: .certificateAuthority(pem: tls.certificateAuthorityPEM!))
+            configuration.httpVersion = .http1
+            let events = ServerSentEventManager(url: server.httpURL("/events?interval=20"), configuration: configuration)
+            let stream = events.events
+            try await events.connect()
+            #expect(try await stream.first(within: .seconds(10)).event == "tick")
+            #expect(server.server.connections.count == 1)
+            // The client's close waits up to 5 s for the server's close_notify (NIOSSL's default);
+            // before this was fixed the server wrote on to a half-closed connection until then.
+            try await withTimeout(.seconds(3)) {
+                await events.disconnect()
+                await server.server.connections.waitUntilEmpty()
             }
         }
     }

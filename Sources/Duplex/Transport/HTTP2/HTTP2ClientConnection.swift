@@ -11,23 +11,24 @@ struct HTTP2ClientConnection: Sendable {
     /// Succeeds when the server sends GOAWAY.
     let goAway: EventLoopFuture<Void>
 
-    /// What stops a connection from being used for WebSockets over HTTP/2.
+    /// What stops a connection from being used over HTTP/2.
     struct Unavailable: Error {
+        enum Missing { case http2, extendedConnect }
+        var missing: Missing
         var reason: String
     }
 
     /// Makes `channel`, once TLS is established, an HTTP/2 client connection, and waits for the
     /// server's SETTINGS.
     /// - Throws: ``Unavailable`` when ALPN did not choose `h2`.
-    /// Its streams buffer writes up to the configuration's send-buffer watermarks.
-    static func configure(_ channel: any Channel, negotiated: String?, configuration: WebSocketConfiguration) throws -> EventLoopFuture<HTTP2ClientConnection> {
+    /// Its streams buffer writes up to `waterMark`: those of the socket that opened it.
+    static func configure(_ channel: any Channel, negotiated: String?, waterMark: ChannelOptions.Types.WriteBufferWaterMark) throws -> EventLoopFuture<HTTP2ClientConnection> {
         guard negotiated == "h2" else {
-            throw Unavailable(reason: "the server did not negotiate HTTP/2 (ALPN chose \(negotiated ?? "nothing"))")
+            throw Unavailable(missing: .http2, reason: "the server did not negotiate HTTP/2 (ALPN chose \(negotiated ?? "nothing"))")
         }
         let monitor = HTTP2ClientMonitor(eventLoop: channel.eventLoop)
         let operations = channel.pipeline.syncOperations
         var streamConfiguration = NIOHTTP2Handler.StreamConfiguration()
-        let waterMark = NIOWebSocketTransport.waterMark(configuration)
         streamConfiguration.outboundBufferSizeHighWatermark = waterMark.high
         streamConfiguration.outboundBufferSizeLowWatermark = waterMark.low
         let multiplexer = try operations.configureHTTP2Pipeline(

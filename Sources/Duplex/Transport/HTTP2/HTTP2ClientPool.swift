@@ -2,7 +2,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 
 /// The process's HTTP/2 connections for WebSockets, one per origin (``Key``) at a time, which
-/// its sockets share (``WebSocketHTTPVersion``).
+/// its sockets share (``HTTPVersionPreference``).
 ///
 /// A socket takes a lease on its origin's connection (opening it when there is none, or when
 /// the one there is retired) and gives it back when its stream closes. A connection is retired
@@ -21,12 +21,12 @@ final class HTTP2ClientPool: Sendable {
         var tlsIdentity: TLSIdentity?
         var proxy: Proxy?
 
-        init(endpoint: WebSocketRequest.Endpoint, configuration: WebSocketConfiguration) {
+        init(endpoint: WebSocketRequest.Endpoint, settings: some ConnectionSettings) {
             host = endpoint.host
             port = endpoint.port
-            tlsTrust = configuration.tlsTrust
-            tlsIdentity = configuration.tlsIdentity
-            proxy = configuration.proxy
+            tlsTrust = settings.tlsTrust
+            tlsIdentity = settings.tlsIdentity
+            proxy = settings.proxy
         }
     }
 
@@ -44,8 +44,10 @@ final class HTTP2ClientPool: Sendable {
         var current: [Key: UInt64] = [:]
         /// Every connection with leases, current or retired.
         var slots: [UInt64: Slot] = [:]
-        /// Origins found without HTTP/2 or extended CONNECT (``WebSocketHTTPVersion/automatic``).
+        /// Origins found without HTTP/2 (``HTTPVersionPreference/automatic``).
         var withoutHTTP2: Set<Key> = []
+        /// Origins found with HTTP/2 but without extended CONNECT: no WebSocket over HTTP/2.
+        var withoutExtendedConnect: Set<Key> = []
     }
 
     private let state = NIOLockedValueBox(State())
@@ -91,15 +93,51 @@ final class HTTP2ClientPool: Sendable {
         }
     }
 
-    /// Whether an earlier ``WebSocketHTTPVersion/automatic`` connection found `key` without
-    /// HTTP/2.
-    func isWithoutHTTP2(_ key: Key) -> Bool {
-        state.withLockedValue { $0.withoutHTTP2.contains(key) }
+    /// Whether an earlier ``HTTPVersionPreference/automatic`` connection found `key` without
+    /// HTTP/2 (or, `forWebSockets`, without extended CONNECT).
+    func isWithoutHTTP2(_ key: Key, forWebSockets: Bool) -> Bool {
+        state.withLockedValue { $0.withoutHTTP2.contains(key) || (forWebSockets && $0.withoutExtendedConnect.contains(key)) }
     }
 
-    /// Remembers that `key` has no HTTP/2 for WebSockets.
-    func markWithoutHTTP2(_ key: Key) {
-        _ = state.withLockedValue { $0.withoutHTTP2.insert(key) }
+    /// Remembers what `key` lacks: HTTP/2, or extended CONNECT.
+    func markWithout(_ unavailable: HTTP2ClientConnection.Unavailable, _ key: Key) {
+        state.withLockedValue { state in
+            switch unavailable.missing {
+            case .http2: _ = state.withoutHTTP2.insert(key)
+            case .extendedConnect: _ = state.withoutExtendedConnect.insert(key)
+            }
+        }
+    }
+
+    /// A lease on the connection to `endpoint` with `settings`, opened (ALPN: `h2`, and
+    /// `http/1.1` too for ``HTTPVersionPreference/automatic``) when there is none to share.
+    /// - Parameter forWebSockets: whether the server must announce extended CONNECT.
+    /// - Throws: ``HTTP2ClientConnection/Unavailable``; otherwise what ``ClientConnector``
+    ///   throws.
+    func lease(
+        endpoint: WebSocketRequest.Endpoint,
+        settings: some ConnectionSettings,
+        preference: HTTPVersionPreference,
+        waterMark: ChannelOptions.Types.WriteBufferWaterMark,
+        forWebSockets: Bool
+    ) async throws -> Lease {
+        var connector = ClientConnector(endpoint: endpoint, settings: settings, waterMark: nil, stageName: "the HTTP/2 connection")
+        connector.applicationProtocols = preference == .automatic ? ["h2", "http/1.1"] : ["h2"]
+        let opening = connector
+        let key = Key(endpoint: endpoint, settings: settings)
+        let lease = try await lease(key) {
+            try await opening.connectNegotiating { channel, negotiated in
+                try HTTP2ClientConnection.configure(channel, negotiated: negotiated, waterMark: waterMark)
+            }
+        }
+        if forWebSockets, !lease.connection.extendedConnect {
+            lease.release()
+            throw HTTP2ClientConnection.Unavailable(
+                missing: .extendedConnect,
+                reason: "the server does not announce extended CONNECT (RFC 8441's SETTINGS_ENABLE_CONNECT_PROTOCOL)"
+            )
+        }
+        return lease
     }
 
     /// New leases on this connection's origin go to a new connection.
