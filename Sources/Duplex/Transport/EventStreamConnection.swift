@@ -67,43 +67,25 @@ enum EventStreamConnection {
             waterMark: .init(low: 32 * 1024, high: 64 * 1024),
             forWebSockets: false
         )
-        let eventLoop = lease.connection.channel.eventLoop
-        let stream = eventLoop.makePromise(of: (any Channel).self)
-        let opened = eventLoop.makePromise(of: Opened.self)
-        stream.futureResult.whenComplete { result in
-            switch result {
-            case .success(let channel): channel.closeFuture.whenComplete { _ in lease.release() }
-            case .failure(let error):
-                lease.release()
-                opened.fail(error)
-            }
-        }
         let readTimeout = TimeAmount(configuration.readTimeout)
         let connectTimeout = TimeAmount(configuration.connectTimeout)
-        lease.connection.multiplexer.createStreamChannel(promise: stream) { channel in
-            channel.eventLoop.makeCompletedFuture {
-                let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: endpoint.target, headers: headers)
-                let response = EventStreamResponseHandler(request: head, readTimeout: readTimeout, headPromise: channel.eventLoop.makePromise())
-                let operations = channel.pipeline.syncOperations
-                try operations.addHandler(HTTP2FramePayloadToHTTP1ClientCodec(httpProtocol: .https))
-                try operations.addHandler(response)
-                let body = try NIOAsyncChannel<ByteBuffer, Never>(wrappingChannelSynchronously: channel)
-                let headPromise = response.headPromise
-                let deadline = channel.eventLoop.scheduleTask(in: connectTimeout) {
-                    headPromise.fail(WebSocketError(.connectTimeout, "the request to \(endpoint.host):\(endpoint.port) was not answered within \(Duration(connectTimeout))"))
-                    channel.close(promise: nil)
-                }
-                headPromise.futureResult.whenComplete { result in
-                    deadline.cancel()
-                    if case .failure = result { channel.close(promise: nil) }
-                    opened.completeWith(result.map { Opened(head: $0, body: body) })
-                }
+        return try await lease.openStream { (channel, opened: EventLoopPromise<Opened>) in
+            let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: endpoint.target, headers: headers)
+            let response = EventStreamResponseHandler(request: head, readTimeout: readTimeout, headPromise: channel.eventLoop.makePromise())
+            let operations = channel.pipeline.syncOperations
+            try operations.addHandler(HTTP2FramePayloadToHTTP1ClientCodec(httpProtocol: .https))
+            try operations.addHandler(response)
+            let body = try NIOAsyncChannel<ByteBuffer, Never>(wrappingChannelSynchronously: channel)
+            let headPromise = response.headPromise
+            let deadline = channel.eventLoop.scheduleTask(in: connectTimeout) {
+                headPromise.fail(WebSocketError(.connectTimeout, "the request to \(endpoint.host):\(endpoint.port) was not answered within \(Duration(connectTimeout))"))
+                channel.close(promise: nil)
             }
-        }
-        return try await withTaskCancellationHandler {
-            try await opened.futureResult.get()
-        } onCancel: {
-            stream.futureResult.whenSuccess { $0.close(promise: nil) }
+            headPromise.futureResult.whenComplete { result in
+                deadline.cancel()
+                if case .failure = result { channel.close(promise: nil) }
+                opened.completeWith(result.map { Opened(head: $0, body: body) })
+            }
         }
     }
 }

@@ -110,51 +110,33 @@ struct NIOWebSocketTransport: WebSocketTransport {
             throw Self.describe(error, endpoint: endpoint)
         }
         let head = Self.connectRequest(request: request, endpoint: endpoint, configuration: configuration)
-        let eventLoop = lease.connection.channel.eventLoop
-        let stream = eventLoop.makePromise(of: (any Channel).self)
-        let opened = eventLoop.makePromise(of: NIOWebSocketConnection.self)
-        stream.futureResult.whenComplete { result in
-            switch result {
-            case .success(let channel): channel.closeFuture.whenComplete { _ in lease.release() }
-            case .failure(let error):
-                lease.release()
-                opened.fail(error)
-            }
-        }
-        lease.connection.multiplexer.createStreamChannel(promise: stream) { channel in
-            channel.eventLoop.makeCompletedFuture {
-                let response = channel.eventLoop.makePromise(of: HTTPResponse.self)
-                let handshake = HTTP2WebSocketHandshake(request: head, timeout: TimeAmount(configuration.connectTimeout), response: response)
-                try channel.pipeline.syncOperations.addHandler(HTTP2FramePayloadToHTTPClientCodec())
-                try channel.pipeline.syncOperations.addHandler(handshake)
-                let loopBoundHandshake = NIOLoopBound(handshake, eventLoop: channel.eventLoop)
-                response.futureResult.flatMapThrowing { response in
-                    guard response.status == .ok else {
-                        let code = response.status.code
-                        throw WebSocketError(.upgradeRejected, "the server answered the WebSocket's CONNECT with HTTP \(code)", status: code)
-                    }
-                    let operations = channel.pipeline.syncOperations
-                    let handshake = loopBoundHandshake.value
-                    try operations.addHandler(HTTP2WebSocketStream<HTTP2WebSocketClientParts>(), position: .after(handshake))
-                    operations.removeHandler(handshake, promise: nil)
-                    return try Self.serve(
-                        channel,
-                        chosen: response.headerFields[.secWebSocketProtocol],
-                        extensionAnswers: response.headerFields[values: .secWebSocketExtensions],
-                        offered: request.protocols,
-                        configuration: configuration,
-                        delegate: delegate
-                    )
-                }.whenComplete { result in
-                    if case .failure = result { channel.close(promise: nil) }
-                    opened.completeWith(result)
+        return try await lease.openStream { (channel, opened: EventLoopPromise<NIOWebSocketConnection>) in
+            let response = channel.eventLoop.makePromise(of: HTTPResponse.self)
+            let handshake = HTTP2WebSocketHandshake(request: head, timeout: TimeAmount(configuration.connectTimeout), response: response)
+            try channel.pipeline.syncOperations.addHandler(HTTP2FramePayloadToHTTPClientCodec())
+            try channel.pipeline.syncOperations.addHandler(handshake)
+            let loopBoundHandshake = NIOLoopBound(handshake, eventLoop: channel.eventLoop)
+            response.futureResult.flatMapThrowing { response in
+                guard response.status == .ok else {
+                    let code = response.status.code
+                    throw WebSocketError(.upgradeRejected, "the server answered the WebSocket's CONNECT with HTTP \(code)", status: code)
                 }
+                let operations = channel.pipeline.syncOperations
+                let handshake = loopBoundHandshake.value
+                try operations.addHandler(HTTP2WebSocketStream<HTTP2WebSocketClientParts>(), position: .after(handshake))
+                operations.removeHandler(handshake, promise: nil)
+                return try Self.serve(
+                    channel,
+                    chosen: response.headerFields[.secWebSocketProtocol],
+                    extensionAnswers: response.headerFields[values: .secWebSocketExtensions],
+                    offered: request.protocols,
+                    configuration: configuration,
+                    delegate: delegate
+                )
+            }.whenComplete { result in
+                if case .failure = result { channel.close(promise: nil) }
+                opened.completeWith(result)
             }
-        }
-        return try await withTaskCancellationHandler {
-            try await opened.futureResult.get()
-        } onCancel: {
-            stream.futureResult.whenSuccess { $0.close(promise: nil) }
         }
     }
 

@@ -1,5 +1,6 @@
 import NIOConcurrencyHelpers
 import NIOCore
+import NIOHTTP2
 
 /// The process's HTTP/2 connections for WebSockets, one per origin (``Key``) at a time, which
 /// its sockets share (``HTTPVersionPreference``).
@@ -60,6 +61,33 @@ final class HTTP2ClientPool: Sendable {
 
         func release() {
             pool.release(id)
+        }
+
+        /// Opens a stream on the connection and has `configure` set it up, on its event loop;
+        /// what `configure` completes `opened` with is returned. The lease is given back when the
+        /// stream closes, or when it could not be opened; cancelling the task closes the stream.
+        func openStream<Output: Sendable>(
+            _ configure: @escaping @Sendable (_ stream: any Channel, _ opened: EventLoopPromise<Output>) throws -> Void
+        ) async throws -> Output {
+            let eventLoop = connection.channel.eventLoop
+            let stream = eventLoop.makePromise(of: (any Channel).self)
+            let opened = eventLoop.makePromise(of: Output.self)
+            stream.futureResult.whenComplete { result in
+                switch result {
+                case .success(let channel): channel.closeFuture.whenComplete { _ in release() }
+                case .failure(let error):
+                    release()
+                    opened.fail(error)
+                }
+            }
+            connection.multiplexer.createStreamChannel(promise: stream) { channel in
+                channel.eventLoop.makeCompletedFuture { try configure(channel, opened) }
+            }
+            return try await withTaskCancellationHandler {
+                try await opened.futureResult.get()
+            } onCancel: {
+                stream.futureResult.whenSuccess { $0.close(promise: nil) }
+            }
         }
     }
 
