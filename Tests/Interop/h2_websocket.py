@@ -2,7 +2,9 @@
 HTTP/2 implementation: one TLS connection that negotiates h2 by ALPN, the server's
 SETTINGS_ENABLE_CONNECT_PROTOCOL checked, then two WebSockets on two streams of that connection
 at once through extended CONNECT (:protocol = websocket) to /echo, each echoing text and binary
-messages, interleaved, and closing with 1000; a third CONNECT with version 12 gets 426.
+messages, interleaved, and closing with 1000; a chat member welcomed; a CONNECT with version 12
+gets 426 and one to no route 400. Then, on a second connection, the "rapid reset" attack (300
+streams opened and reset at once) gets GOAWAY with ENHANCE_YOUR_CALM.
 
 Usage: h2_websocket.py PORT CA_PEM
 """
@@ -14,7 +16,9 @@ import sys
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
+import h2.exceptions
 import h2.settings
 
 port, ca = int(sys.argv[1]), sys.argv[2]
@@ -171,3 +175,33 @@ nowhere = connect("/nowhere")
 if streams[nowhere]["headers"].get(":status") != "400":
     fail(f"/nowhere answered {streams[nowhere]['headers']}")
 print("h2 websocket: two WebSockets on one connection echoed text, binary and 100 kB, closed 1000; a chat member welcomed; 426 and 400 as over HTTP/1.1")
+
+# The "rapid reset" attack (CVE-2023-44487): a client that opens streams and resets them at once,
+# 300 times, is cut off with GOAWAY (ENHANCE_YOUR_CALM) by swift-nio-http2's limit, not served on.
+sock.close()
+sock = context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10), server_hostname="127.0.0.1")
+connection = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+connection.initiate_connection()
+sock.sendall(connection.data_to_send())
+for _ in range(300):
+    stream = connection.get_next_available_stream_id()
+    connection.send_headers(stream, [(":method", "GET"), (":scheme", "https"), (":path", "/health"), (":authority", f"127.0.0.1:{port}")], end_stream=True)
+    connection.reset_stream(stream)
+try:
+    sock.sendall(connection.data_to_send())
+except (BrokenPipeError, ConnectionResetError):
+    pass
+terminated = None
+try:
+    while terminated is None:
+        data = sock.recv(65536)
+        if not data:
+            break
+        for event in connection.receive_data(data):
+            if isinstance(event, h2.events.ConnectionTerminated):
+                terminated = event
+except (ConnectionResetError, h2.exceptions.ProtocolError):
+    pass
+if terminated is None or terminated.error_code != h2.errors.ErrorCodes.ENHANCE_YOUR_CALM:
+    fail(f"300 rapid resets were answered with {terminated}, not GOAWAY ENHANCE_YOUR_CALM")
+print("h2: 300 rapid resets got GOAWAY ENHANCE_YOUR_CALM")
