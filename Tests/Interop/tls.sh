@@ -30,8 +30,8 @@ echo "TLS listener on $port, CA $ca"
 
 # The main listener: curl, Python websockets and the CLI, trusting the CA.
 [ "$(curl -sS --cacert "$ca" "https://127.0.0.1:$port/health" | head -c 15)" = '{"status":"ok",' ] || fail "curl https /health"
-[ "$(curl -sS --cacert "$ca" -N --max-time 5 "https://localhost:$port/events?interval=50" 2>/dev/null | grep -m1 '^event: ')" = "event: tick" ] || fail "curl https SSE"
-# GET /metrics over TLS: the SSE stream above counted under transport="tls".
+[ "$(curl -sS --http1.1 --cacert "$ca" -N --max-time 5 "https://localhost:$port/events?interval=50" 2>/dev/null | grep -m1 '^event: ')" = "event: tick" ] || fail "curl https SSE"
+# GET /metrics over TLS: the HTTP/1.1 SSE stream above counted under transport="tls".
 curl -sS --cacert "$ca" "https://127.0.0.1:$port/metrics" | grep -qE '^duplex_connections_total\{route="events",transport="tls"\} [1-9]' \
     || fail "GET /metrics over https: no events connection counted under transport=\"tls\""
 [ "$("$bin/duplex" echo "wss://127.0.0.1:$port/echo" --ca "$ca" hi)" = "hi" ] || fail "duplex echo over wss"
@@ -53,6 +53,8 @@ timeout 30 python3 "$(dirname "$0")/h2_websocket.py" "$port" "$ca"
 metrics=$(curl -sS --http2 --cacert "$ca" "https://127.0.0.1:$port/metrics")
 grep -qE '^duplex_http2_streams_total\{kind="websocket"\} ([4-9]|[1-9][0-9])' <<<"$metrics" || fail "GET /metrics: WebSocket streams over h2 not counted: $(grep http2 <<<"$metrics")"
 grep -qE '^duplex_http2_streams_total\{kind="refused"\} [2-9]' <<<"$metrics" || fail "GET /metrics: refused h2 streams not counted"
+grep -qE '^duplex_connections_total\{route="echo",transport="h2"\} [3-9]' <<<"$metrics" || fail "GET /metrics: WebSockets over h2 not counted under transport=\"h2\""
+grep -qE '^duplex_connections_total\{route="events",transport="h2"\} ([1-9][0-9])' <<<"$metrics" || fail "GET /metrics: SSE streams over h2 not counted under transport=\"h2\""
 echo "http/2: curl SSE (one stream, and ten on one connection), Python h2 and duplex --http 2 WebSockets through extended CONNECT, counted in /metrics"
 
 # The duplex client against an independent HTTP/2 server: Hypercorn (PyPI), which speaks

@@ -1,3 +1,4 @@
+import NIOCore
 import DuplexSchema
 import DuplexWire
 import Logging
@@ -25,6 +26,14 @@ struct ConnectionInfo: Sendable, Equatable {
     var route: String
     /// The chat room, for chat connections.
     var room: String?
+    /// Whether it is a stream of an HTTP/2 connection (its metrics' transport is `h2`).
+    var overHTTP2 = false
+
+    /// Whether `channel` is a stream of an HTTP/2 connection: its parent is the connection, whose
+    /// parent is the listening socket (an HTTP/1.1 connection's parent is the listener itself).
+    static func isHTTP2Stream(_ channel: any Channel) -> Bool {
+        channel.parent?.parent != nil
+    }
 }
 
 /// The live WebSocket connections and SSE streams, so that the server can tell all of them to

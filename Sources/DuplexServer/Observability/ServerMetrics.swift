@@ -176,6 +176,8 @@ final class ServerMetrics: Sendable {
     let registry = PrometheusCollectorRegistry()
     private let routes: [String: Route]
     private let otherRoute: Route
+    /// Each route's connection counts over HTTP/2 (`transport="h2"`): open, and opened in all.
+    private let http2Connections: [String: (open: Meter, opened: Counter)]
     private let closeCodesSent: [UInt16: Counter]
     private let otherCloseCodeSent: Counter
     private let refusals: [Int: Counter]
@@ -193,7 +195,7 @@ final class ServerMetrics: Sendable {
     let roomSource = NIOLockedValueBox<(any ChatStore)?>(nil)
 
     /// Metrics of a server whose connections come over `transport`: `tcp`, or `tls` (a server
-    /// with TLS serves every route over it).
+    /// with TLS serves every route over it); streams of an HTTP/2 connection count under `h2`.
     init(transport: String = "tcp") {
         let factory = PrometheusMetricsFactory(registry: registry)
         let compression = Compression(
@@ -218,6 +220,17 @@ final class ServerMetrics: Sendable {
         }
         routes = Dictionary(uniqueKeysWithValues: Self.routes.map { ($0, route($0)) })
         otherRoute = route("other")
+        http2Connections = Dictionary(
+            uniqueKeysWithValues: (Self.routes + ["other"]).map { name in
+                (
+                    name,
+                    (
+                        open: Meter(label: "duplex_connections_open", dimensions: [("route", name), ("transport", "h2")], factory: factory),
+                        opened: Counter(label: "duplex_connections_total", dimensions: [("route", name), ("transport", "h2")], factory: factory)
+                    )
+                )
+            }
+        )
         func closeCode(_ code: String) -> Counter {
             Counter(label: "duplex_close_codes_sent_total", dimensions: [("code", code)], factory: factory)
         }
@@ -270,6 +283,11 @@ final class ServerMetrics: Sendable {
 
     /// A connection was registered.
     func opened(_ info: ConnectionInfo) {
+        if info.overHTTP2, let counts = http2Connections[info.route] ?? http2Connections["other"] {
+            counts.opened.increment()
+            counts.open.increment()
+            return
+        }
         let route = route(info.route)
         route.opened.increment()
         route.open.increment()
@@ -277,6 +295,10 @@ final class ServerMetrics: Sendable {
 
     /// A registered connection is gone.
     func closed(_ info: ConnectionInfo) {
+        if info.overHTTP2, let counts = http2Connections[info.route] ?? http2Connections["other"] {
+            counts.open.decrement()
+            return
+        }
         route(info.route).open.decrement()
     }
 

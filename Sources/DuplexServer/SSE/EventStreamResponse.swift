@@ -43,6 +43,8 @@ struct EventStreamResponse {
         let body = ResponseBody { writer in
             let sink = OutboundQueue(maxCount: configuration.outboundQueueLimit, maxBytes: configuration.outboundQueueBytes)
             let gate = StallGate()
+            var info = info
+            info.overHTTP2 = ConnectionInfo.isHTTP2Stream(channel)
             let registration = registry.register(info) { command in
                 switch command {
                 case .stall(let duration):

@@ -122,7 +122,9 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         wire = WebSocketPipeline.wire(for: context)
         let loop = context.eventLoop
         let bound = NIOLoopBound((self, context), eventLoop: loop)
-        registration = registry.register(service.connectionInfo) { command in
+        var info = service.connectionInfo
+        info.overHTTP2 = ConnectionInfo.isHTTP2Stream(context.channel)
+        registration = registry.register(info) { command in
             loop.execute {
                 let (handler, context) = bound.value
                 handler.deliver(command, context: context)

@@ -119,6 +119,10 @@ struct HTTP2Tests {
                 }
                 // Both WebSockets are gone; this request is the one stream open.
                 #expect(health.contains(#""http2":{"connections":1,"streams":1,"webSockets":0}"#))
+                let metrics = try await client.stream(TestHTTP2Client.get("/metrics")) { inbound, _ in try await Self.bodyText(&inbound) }
+                #expect(metrics.contains(#"duplex_connections_total{route="echo",transport="h2"} 2"#))
+                #expect(metrics.contains(#"duplex_connections_open{route="echo",transport="h2"} 0"#))
+                #expect(metrics.contains(#"duplex_connections_total{route="echo",transport="tls"} 0"#))
                 _ = server
             }
         }
