@@ -289,6 +289,12 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .executableTarget(
+            name: "http2-benchmark",
+            dependencies: ["Duplex", "DuplexSchema"],
+            path: "Benchmarks/HTTP2Benchmark",
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
             name: "sse-benchmark",
             dependencies: ["Duplex", "DuplexSchema", "DuplexServer", "DuplexTesting"],
             path: "Benchmarks/SSEBenchmark",
