@@ -307,7 +307,13 @@ public final class DuplexServer: Service, Sendable {
                             compression: self.configuration.compression,
                             secure: listener.tls != nil,
                             http2: listener.tls != nil && fault == nil && self.configuration.http2.enabled
-                                ? .init(settings: self.configuration.http2, refusal: self.refusal, metrics: self.metrics, connections: self.http2Connections)
+                                ? .init(
+                                    settings: self.configuration.http2,
+                                    firstStreamTimeout: self.configuration.requestHeadTimeout,
+                                    refusal: self.refusal,
+                                    metrics: self.metrics,
+                                    connections: self.http2Connections
+                                )
                                 : nil,
                             route: self.webSocketService(for:)
                         ),

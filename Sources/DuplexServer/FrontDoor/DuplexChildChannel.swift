@@ -53,6 +53,8 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
     /// What an HTTP/2 connection needs besides the routes; nil where `h2` is not offered.
     struct HTTP2Serving: Sendable {
         var settings: DuplexServerHTTP2
+        /// How long a new connection may take to open its first stream (the request head timeout).
+        var firstStreamTimeout: Duration
         var refusal: RefusalGate
         var metrics: ServerMetrics
         var connections: HTTP2ConnectionSet
@@ -107,6 +109,7 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
                         try HTTP2Connection.configure(
                             channel,
                             settings: http2.settings,
+                            firstStreamTimeout: http2.firstStreamTimeout,
                             route: route,
                             compression: compression,
                             refusal: http2.refusal,

@@ -31,7 +31,9 @@ public struct DuplexServerHTTP2: Sendable, Hashable {
     /// 4. Default 65,535, HTTP/2's own.
     public var streamWindowBytes: Int
     /// How long a connection with no open stream is kept before the server sends GOAWAY and
-    /// closes it. Default 60 s.
+    /// closes it. Default 60 s. A new connection must open its first stream within
+    /// ``DuplexServerConfiguration/requestHeadTimeout`` (10 s), as an HTTP/1.1 connection must
+    /// send its first request head.
     public var idleTimeout: Duration
 
     /// HTTP/2 with these limits; every argument has a default.

@@ -4,14 +4,18 @@ import NIOHTTP2
 /// Counts an HTTP/2 connection's open streams, sends GOAWAY when asked (``goAway()``: a fault,
 /// a graceful shutdown) and closes the connection once its streams have ended, and does the same
 /// once it has had no stream for ``DuplexServerHTTP2/idleTimeout``: what HTTP/1.1's idle timeout does for a
-/// keep-alive connection, and what keeps a client that completes the TLS handshake and sends
-/// nothing from holding a connection. It also closes the connection when the client closes its
+/// keep-alive connection. A new connection that opens no stream within the request head timeout
+/// (a client that completes the TLS handshake and sends nothing) is closed the same way. It also closes the connection when the client closes its
 /// side.
 final class HTTP2IdleMonitor: ChannelInboundHandler {
     typealias InboundIn = HTTP2Frame
     typealias OutboundOut = HTTP2Frame
 
     private let idleTimeout: TimeAmount
+    /// How long a new connection may go without opening its first stream: what HTTP/1.1's
+    /// request head timeout is for a silent connection.
+    private let firstStreamTimeout: TimeAmount
+    private var sawStream = false
     private let metrics: HTTP2Metrics
     private var openStreams = 0
     /// The highest stream the client opened: GOAWAY's last stream.
@@ -21,8 +25,9 @@ final class HTTP2IdleMonitor: ChannelInboundHandler {
     private var goingAway = false
     private var context: ChannelHandlerContext?
 
-    init(idleTimeout: TimeAmount, metrics: HTTP2Metrics) {
+    init(idleTimeout: TimeAmount, firstStreamTimeout: TimeAmount, metrics: HTTP2Metrics) {
         self.idleTimeout = idleTimeout
+        self.firstStreamTimeout = min(firstStreamTimeout, idleTimeout)
         self.metrics = metrics
     }
 
@@ -50,6 +55,7 @@ final class HTTP2IdleMonitor: ChannelInboundHandler {
     /// The client opened `stream`, with this id: it is counted until its channel closes.
     func opened(_ stream: any Channel, id: HTTP2StreamID) {
         openStreams += 1
+        sawStream = true
         lastStream = max(lastStream, id)
         metrics.streamOpened()
         timer?.cancel()
@@ -89,7 +95,7 @@ final class HTTP2IdleMonitor: ChannelInboundHandler {
         guard let context else { return }
         timer?.cancel()
         let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
-        timer = context.eventLoop.scheduleTask(in: idleTimeout) {
+        timer = context.eventLoop.scheduleTask(in: sawStream ? idleTimeout : firstStreamTimeout) {
             loopBound.value.closeIdle()
         }
     }

@@ -225,6 +225,18 @@ struct HTTP2Tests {
         }
     }
 
+    @Test("A new connection that opens no stream within the request head timeout gets GOAWAY and is closed, as a silent HTTP/1.1 one is")
+    func silentConnection() async throws {
+        try await withTimeout {
+            let configuration = try Self.configuration { $0.requestHeadTimeout = .milliseconds(200) }
+            #expect(configuration.http2.idleTimeout == .seconds(60))
+            try await Self.withClient(configuration) { _, client in
+                #expect(try await client.goAway().code == .noError)
+                try await client.channel.closeFuture.get()
+            }
+        }
+    }
+
     @Test("With HTTP/2 off, ALPN offers only http/1.1")
     func disabled() async throws {
         try await withTimeout {

@@ -53,6 +53,9 @@ final class HTTP2ClientPool: Sendable {
 
     private let state = NIOLockedValueBox(State())
 
+    /// How many origins without HTTP/2 (and without extended CONNECT) are remembered.
+    static let maxRemembered = 1024
+
     /// A socket's share of a connection; ``release()`` gives it back, once.
     struct Lease: Sendable {
         let connection: HTTP2ClientConnection
@@ -127,9 +130,12 @@ final class HTTP2ClientPool: Sendable {
         state.withLockedValue { $0.withoutHTTP2.contains(key) || (forWebSockets && $0.withoutExtendedConnect.contains(key)) }
     }
 
-    /// Remembers what `key` lacks: HTTP/2, or extended CONNECT.
+    /// Remembers what `key` lacks: HTTP/2, or extended CONNECT. At most ``maxRemembered``
+    /// origins each: past that the memory starts over (an origin then costs one more try).
     func markWithout(_ unavailable: HTTP2ClientConnection.Unavailable, _ key: Key) {
         state.withLockedValue { state in
+            if state.withoutHTTP2.count >= Self.maxRemembered { state.withoutHTTP2 = [] }
+            if state.withoutExtendedConnect.count >= Self.maxRemembered { state.withoutExtendedConnect = [] }
             switch unavailable.missing {
             case .http2: _ = state.withoutHTTP2.insert(key)
             case .extendedConnect: _ = state.withoutExtendedConnect.insert(key)
