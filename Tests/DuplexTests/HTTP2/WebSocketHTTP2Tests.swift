@@ -90,13 +90,14 @@ struct WebSocketHTTP2Tests {
         }
     }
 
-    @Test("/_chaos/drop resets the socket's stream; it reconnects over HTTP/2 and sends what was queued")
+    @Test("/_chaos/drop resets the socket's stream; it reconnects over HTTP/2 and sends what was queued meanwhile")
     func reconnectsAfterAReset() async throws {
         try await withTimeout {
             let configuration = try Self.server()
             try await withDuplexServer(configuration: configuration) { server in
                 var client = Self.client(configuration, .http2)
-                client.reconnection = .exponentialBackoff(baseDelay: .milliseconds(10), maxDelay: .milliseconds(50), maxAttempts: 20)
+                // A reconnection delay long enough that the send below waits in the queue.
+                client.reconnection = .exponentialBackoff(baseDelay: .milliseconds(300), maxDelay: .milliseconds(300), maxAttempts: 20, jitter: 0)
                 let socket = WebSocket(url: server.webSocketURL("/echo"), configuration: client)
                 let messages = socket.messages
                 let states = socket.stateEvents
@@ -105,18 +106,17 @@ struct WebSocketHTTP2Tests {
                 var iterator = messages.makeAsyncIterator()
                 #expect(await iterator.next()?.text == "first")
                 #expect(server.server.dropConnections(.route("echo")) == 1)
-                var reconnected = false
-                var sawDisconnect = false
+                var queued = -1
                 for await state in states {
-                    if case .disconnected = state { sawDisconnect = true }
-                    if case .connected = state, sawDisconnect {
-                        reconnected = true
-                        break
+                    if case .disconnected = state, queued < 0 {
+                        try await socket.send("while reconnecting")
+                        queued = socket.queuedSendCount
                     }
+                    if case .connected = state, queued >= 0 { break }
                 }
-                #expect(reconnected)
-                try await socket.send("second")
-                #expect(await iterator.next()?.text == "second")
+                #expect(queued == 1, "the send waited in the queue")
+                #expect(await iterator.next()?.text == "while reconnecting")
+                #expect(Self.http2Health(server) == #"{"connections":1,"streams":1,"webSockets":1}"#)
                 await socket.disconnect()
             }
         }
