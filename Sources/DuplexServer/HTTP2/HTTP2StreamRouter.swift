@@ -100,7 +100,7 @@ final class HTTP2StreamRouter: ChannelInboundHandler, RemovableChannelHandler {
         }
     }
 
-    /// Answers with `status` and a JSON `error` body, and ends the stream.
+    /// Answers with `status` and a JSON `error` body, and closes the stream.
     private func refuse(_ status: HTTPResponse.Status, _ message: String, headers: HTTPFields = [:], context: ChannelHandlerContext) {
         connection.metrics.refused(status: status.code)
         connection.metrics.http2.served(.refused)
@@ -110,6 +110,11 @@ final class HTTP2StreamRouter: ChannelInboundHandler, RemovableChannelHandler {
         fields[.contentLength] = String(body.readableBytes)
         context.write(wrapOutboundOut(.head(HTTPResponse(status: status, headerFields: fields))), promise: nil)
         context.write(wrapOutboundOut(.body(body)), promise: nil)
-        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+        // Then the stream closes, as a refused HTTP/1.1 upgrade closes its connection: a CONNECT
+        // the client would keep open is reset once the answer is written.
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in
+            channel.close(promise: nil)
+        }
     }
 }
