@@ -2,11 +2,13 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP2
 
-/// The process's HTTP/2 connections for WebSockets, one per origin (``Key``) at a time, which
-/// its sockets share (``HTTPVersionPreference``).
+/// The process's HTTP/2 connections, one per origin (``Key``) at a time, which its WebSockets
+/// and SSE streams share (``HTTPVersionPreference``).
 ///
-/// A socket takes a lease on its origin's connection (opening it when there is none, or when
-/// the one there is retired) and gives it back when its stream closes. A connection is retired
+/// A socket or stream takes a lease on its origin's connection (opening it when there is none,
+/// or when the one there is retired) and gives it back when its stream closes. The connection is
+/// opened in a task of its own, so that a caller cancelled while it opens does not fail the
+/// others waiting for it; that caller waits at most the connect timeout. A connection is retired
 /// (new leases go to a new one) when the server sends GOAWAY, when it closes, or when it failed
 /// to open; it is closed when its last lease is given back, so that no connection outlives its
 /// sockets.
