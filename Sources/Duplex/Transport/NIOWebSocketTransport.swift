@@ -110,7 +110,25 @@ struct NIOWebSocketTransport: WebSocketTransport {
             throw Self.describe(error, endpoint: endpoint)
         }
         let head = Self.connectRequest(request: request, endpoint: endpoint, configuration: configuration)
-        return try await lease.openStream { (channel, opened: EventLoopPromise<NIOWebSocketConnection>) in
+        do {
+            return try await openWebSocketStream(on: lease, head: head, request: request, configuration: configuration, delegate: delegate)
+        } catch {
+            // A stream the connection could not open (GOAWAY came first, say) fails as a
+            // connection that could not be made.
+            throw Self.describe(error, endpoint: endpoint)
+        }
+    }
+
+    /// The WebSocket's stream on `lease`'s connection: the CONNECT, and the socket once the
+    /// server answered 200.
+    private func openWebSocketStream(
+        on lease: HTTP2ClientPool.Lease,
+        head: HTTPRequest,
+        request: WebSocketRequest,
+        configuration: WebSocketConfiguration,
+        delegate: any WebSocketTransportDelegate
+    ) async throws -> NIOWebSocketConnection {
+        try await lease.openStream { (channel, opened: EventLoopPromise<NIOWebSocketConnection>) in
             let response = channel.eventLoop.makePromise(of: HTTPResponse.self)
             let handshake = HTTP2WebSocketHandshake(request: head, timeout: TimeAmount(configuration.connectTimeout), response: response)
             try channel.pipeline.syncOperations.addHandler(HTTP2FramePayloadToHTTPClientCodec())
