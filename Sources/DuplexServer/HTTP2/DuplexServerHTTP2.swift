@@ -19,8 +19,8 @@ public struct DuplexServerHTTP2: Sendable, Hashable {
     /// Whether ALPN offers `h2` on the TLS listener. Default true.
     public var enabled: Bool
     /// How many streams (requests, SSE streams and WebSockets) one connection may have open at
-    /// once (`SETTINGS_MAX_CONCURRENT_STREAMS`). A client that opens more has them refused
-    /// with `REFUSED_STREAM`. Default 100.
+    /// once (`SETTINGS_MAX_CONCURRENT_STREAMS`). A client that opens more breaks the protocol
+    /// and gets GOAWAY with `PROTOCOL_ERROR` (checked with Python's `h2`). Default 100.
     public var maxConcurrentStreams: Int
     /// The largest request header list a client may send, in bytes as RFC 9113 counts them
     /// (`SETTINGS_MAX_HEADER_LIST_SIZE`). Default 32 KiB, as
