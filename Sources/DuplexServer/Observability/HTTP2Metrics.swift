@@ -19,8 +19,34 @@ final class HTTP2Metrics: Sendable {
     private let streamsOpen: Meter
     private let streamsTotal: [StreamKind: Counter]
     private let webSocketsOpen: Meter
-    /// The same counts, readable for `/health`.
-    private let counts = NIOLockedValueBox((connections: 0, streams: 0, webSockets: 0))
+    /// The same counts, readable for `/health`, and whoever waits for them to reach a value.
+    private let state = NIOLockedValueBox(State())
+
+    /// What is open now: HTTP/2 connections, their streams, and the streams that are WebSockets.
+    struct Counts: Sendable, Equatable, CustomStringConvertible {
+        var connections = 0
+        var streams = 0
+        var webSockets = 0
+
+        var description: String {
+            #"{"connections":\#(connections),"streams":\#(streams),"webSockets":\#(webSockets)}"#
+        }
+    }
+
+    private struct State {
+        var counts = Counts()
+        var nextWaiterID = 0
+        var waiters: [Int: (target: Counts, continuation: CheckedContinuation<Void, Never>)] = [:]
+
+        /// Changes the counts and takes out the waiters the new counts satisfy.
+        mutating func change(_ body: (inout Counts) -> Void) -> [CheckedContinuation<Void, Never>] {
+            body(&counts)
+            guard !waiters.isEmpty else { return [] }
+            let ready = waiters.filter { $0.value.target == counts }
+            for id in ready.keys { waiters.removeValue(forKey: id) }
+            return ready.map(\.value.continuation)
+        }
+    }
 
     init(factory: any MetricsFactory) {
         connectionsOpen = Meter(label: "duplex_http2_connections_open", factory: factory)
@@ -35,22 +61,22 @@ final class HTTP2Metrics: Sendable {
     func connectionOpened() {
         connectionsTotal.increment()
         connectionsOpen.increment()
-        counts.withLockedValue { $0.connections += 1 }
+        change { $0.connections += 1 }
     }
 
     func connectionClosed() {
         connectionsOpen.decrement()
-        counts.withLockedValue { $0.connections -= 1 }
+        change { $0.connections -= 1 }
     }
 
     func streamOpened() {
         streamsOpen.increment()
-        counts.withLockedValue { $0.streams += 1 }
+        change { $0.streams += 1 }
     }
 
     func streamClosed() {
         streamsOpen.decrement()
-        counts.withLockedValue { $0.streams -= 1 }
+        change { $0.streams -= 1 }
     }
 
     /// A stream's request head was read and the stream became `kind`.
@@ -58,19 +84,47 @@ final class HTTP2Metrics: Sendable {
         streamsTotal[kind]?.increment()
         if kind == .webSocket {
             webSocketsOpen.increment()
-            counts.withLockedValue { $0.webSockets += 1 }
+            change { $0.webSockets += 1 }
         }
     }
 
     /// A WebSocket over HTTP/2 ended.
     func webSocketClosed() {
         webSocketsOpen.decrement()
-        counts.withLockedValue { $0.webSockets -= 1 }
+        change { $0.webSockets -= 1 }
     }
 
+    private func change(_ body: (inout Counts) -> Void) {
+        for waiter in state.withLockedValue({ $0.change(body) }) { waiter.resume() }
+    }
+
+    /// What is open now.
+    var counts: Counts { state.withLockedValue(\.counts) }
+
     /// `{"connections":N,"streams":N,"webSockets":N}`: open now.
-    var healthJSON: String {
-        let (connections, streams, webSockets) = counts.withLockedValue { $0 }
-        return #"{"connections":\#(connections),"streams":\#(streams),"webSockets":\#(webSockets)}"#
+    var healthJSON: String { counts.description }
+
+    /// Returns once the counts are `target` (at once if they are), or when the task is cancelled.
+    /// The server counts a connection or stream closed as its close runs on the event loop, a
+    /// moment after the peer sees it closed.
+    func wait(until target: Counts) async {
+        let id = state.withLockedValue { state in
+            state.nextWaiterID += 1
+            return state.nextWaiterID
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let ready = state.withLockedValue { state in
+                    // Cancellation is flagged before its handler runs: checked under the lock, no
+                    // continuation is left behind.
+                    if state.counts == target || Task.isCancelled { return true }
+                    state.waiters[id] = (target, continuation)
+                    return false
+                }
+                if ready { continuation.resume() }
+            }
+        } onCancel: {
+            state.withLockedValue { $0.waiters.removeValue(forKey: id) }?.continuation.resume()
+        }
     }
 }

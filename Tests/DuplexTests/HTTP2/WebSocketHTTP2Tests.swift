@@ -28,12 +28,13 @@ struct WebSocketHTTP2Tests {
         server.server.metrics.http2.healthJSON
     }
 
-    /// Waits until `/health`'s `http2` object reads `expected` (the server counts a connection
-    /// closed once its close has run on the event loop, a moment after the client's).
-    static func waitForHealth(_ server: RunningDuplexServer, _ expected: String) async throws {
-        while http2Health(server) != expected {
-            try await Task.sleep(for: .milliseconds(10))
-        }
+    /// Waits until the server's HTTP/2 counts are `connections`, `streams` and `webSockets` (it
+    /// counts a connection closed once its close has run on the event loop, a moment after the
+    /// client's); the test's timeout bounds the wait.
+    static func waitForCounts(_ server: RunningDuplexServer, connections: Int, streams: Int, webSockets: Int) async {
+        let target = HTTP2Metrics.Counts(connections: connections, streams: streams, webSockets: webSockets)
+        await server.server.metrics.http2.wait(until: target)
+        #expect(server.server.metrics.http2.counts == target)
     }
 
     @Test("Three sockets to one origin share one HTTP/2 connection; each echoes, in order, and closes 1000")
@@ -60,7 +61,7 @@ struct WebSocketHTTP2Tests {
                 #expect(samples[#"duplex_close_codes_received_total{code="1000"}"#] == 3)
                 #expect(samples[#"duplex_close_codes_sent_total{code="1000"}"#] == 3)
                 // The last socket gone, the client closes the connection.
-                try await Self.waitForHealth(server, #"{"connections":0,"streams":0,"webSockets":0}"#)
+                await Self.waitForCounts(server, connections: 0, streams: 0, webSockets: 0)
             }
         }
     }
@@ -144,7 +145,7 @@ struct WebSocketHTTP2Tests {
                 #expect(await newIterator.next()?.text == "on the new connection")
                 await old.disconnect()
                 // The old connection's last stream ended: the server closes it.
-                try await Self.waitForHealth(server, #"{"connections":1,"streams":1,"webSockets":1}"#)
+                await Self.waitForCounts(server, connections: 1, streams: 1, webSockets: 1)
                 await new.disconnect()
             }
         }
@@ -199,7 +200,7 @@ struct WebSocketHTTP2Tests {
                 #expect(error?.code == .upgradeRejected)
                 #expect(error?.status == 400)
                 // The refused stream gave its lease back: the connection is closed.
-                try await Self.waitForHealth(server, #"{"connections":0,"streams":0,"webSockets":0}"#)
+                await Self.waitForCounts(server, connections: 0, streams: 0, webSockets: 0)
             }
         }
     }
