@@ -23,6 +23,10 @@ package struct WebSocketFrameParser {
     package var holdsBytes: Bool { buffered.map { $0.readableBytes > 0 } ?? false }
 
     /// Adds bytes the connection read.
+    ///
+    /// A frame that spans reads is assembled in one buffer sized, once its header has arrived, to
+    /// the whole frame: a 1 MiB message read 64 KiB at a time is copied once, not again each time
+    /// the buffer would double.
     package mutating func append(_ bytes: ByteBuffer) {
         guard var held = buffered, held.readableBytes > 0 else {
             buffered = bytes
@@ -33,6 +37,9 @@ package struct WebSocketFrameParser {
         // never grows past one frame and what follows.
         held.discardReadBytes()
         var bytes = bytes
+        if let header = try? header(in: held) {
+            held.reserveCapacity(max(header.frameSize, held.readableBytes + bytes.readableBytes))
+        }
         held.writeBuffer(&bytes)
         buffered = held
     }
@@ -42,27 +49,37 @@ package struct WebSocketFrameParser {
         buffered = nil
     }
 
-    /// The next whole frame, or nil until more bytes arrive.
-    /// - Throws: `NIOWebSocketError` for a frame NIO's decoder would refuse.
-    package mutating func next() throws -> WebSocketFrame? {
-        guard var bytes = buffered else { return nil }
-        defer { buffered = bytes.readableBytes > 0 ? bytes : nil }
+    /// What a frame's header says: enough to know where its payload is and how long it is.
+    private struct Header {
+        var first: UInt8
+        var maskKey: WebSocketMaskingKey?
+        /// The header's own bytes, masking key included.
+        var size: Int
+        var payloadLength: Int
+        /// Header and payload.
+        var frameSize: Int { size + payloadLength }
+    }
+
+    /// The header of the frame that starts at `bytes`' reader index, or nil until it has all
+    /// arrived.
+    /// - Throws: `NIOWebSocketError` for a header NIO's decoder would refuse.
+    private func header(in bytes: ByteBuffer) throws -> Header? {
         let start = bytes.readerIndex
         guard let first = bytes.getInteger(at: start, as: UInt8.self), let second = bytes.getInteger(at: start + 1, as: UInt8.self) else {
             return nil
         }
-        var headerSize = 2
+        var size = 2
         let length: Int
         switch second & 0x7F {
         case 126:
             guard let word = bytes.getInteger(at: start + 2, as: UInt16.self) else { return nil }
             length = Int(word)
-            headerSize += 2
+            size += 2
         case 127:
             guard let word = bytes.getInteger(at: start + 2, as: UInt64.self) else { return nil }
             guard word <= UInt64(maxFrameSize) else { throw NIOWebSocketError.invalidFrameLength }
             length = Int(word)
-            headerSize += 8
+            size += 8
         case let short:
             length = Int(short)
         }
@@ -71,25 +88,33 @@ package struct WebSocketFrameParser {
             guard first & 0x80 != 0 else { throw NIOWebSocketError.fragmentedControlFrame }
             guard length <= 125 else { throw NIOWebSocketError.multiByteControlFrameLength }
         }
-        let masked = second & 0x80 != 0
         var maskKey: WebSocketMaskingKey?
-        if masked {
-            guard bytes.readableBytes >= headerSize + 4 else { return nil }
+        if second & 0x80 != 0 {
+            guard bytes.readableBytes >= size + 4 else { return nil }
             // Read in place: `getBytes` would allocate an array for every frame.
-            let offset = headerSize
+            let offset = size
             maskKey = bytes.withUnsafeReadableBytes { WebSocketMaskingKey(UnsafeRawBufferPointer(rebasing: $0[offset..<offset + 4])) }
-            headerSize += 4
+            size += 4
         }
-        guard bytes.readableBytes >= headerSize + length else { return nil }
-        bytes.moveReaderIndex(forwardBy: headerSize)
-        let payload = bytes.readSlice(length: length)!
+        return Header(first: first, maskKey: maskKey, size: size, payloadLength: length)
+    }
+
+    /// The next whole frame, or nil until more bytes arrive.
+    /// - Throws: `NIOWebSocketError` for a frame NIO's decoder would refuse.
+    package mutating func next() throws -> WebSocketFrame? {
+        guard var bytes = buffered else { return nil }
+        defer { buffered = bytes.readableBytes > 0 ? bytes : nil }
+        guard let header = try header(in: bytes), bytes.readableBytes >= header.frameSize else { return nil }
+        bytes.moveReaderIndex(forwardBy: header.size)
+        let payload = bytes.readSlice(length: header.payloadLength)!
+        let first = header.first
         return WebSocketFrame(
             fin: first & 0x80 != 0,
             rsv1: first & 0x40 != 0,
             rsv2: first & 0x20 != 0,
             rsv3: first & 0x10 != 0,
             opcode: WebSocketOpcode(encodedWebSocketOpcode: first & 0x0F)!,
-            maskKey: maskKey,
+            maskKey: header.maskKey,
             data: payload
         )
     }
