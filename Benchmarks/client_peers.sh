@@ -2,7 +2,8 @@
 # Client echo throughput, side by side: the Duplex client, picows (on uvloop), swift-websocket's
 # WSClient, Node `ws` (Debian node-ws) and Python `websockets`, each against the same
 # out-of-process echo server (SERVER, below). Server pinned to core 0, clients to core 1 (taskset); ROUNDS interleaved rounds; the
-# median per client and connection count. 64-byte text messages, MESSAGES per run.
+# median per client and connection count, and each client's own CPU time per message (user +
+# system, which the server cannot limit). 64-byte text messages, MESSAGES per run.
 #
 #   Benchmarks/client_peers.sh [MESSAGES] [ROUNDS]
 #
@@ -42,28 +43,37 @@ url=$(grep -m1 '^ws://' "$server_out")
 echo "${SERVER:-node} echo server at $url (core 0); clients on core 1; $messages messages of 64 bytes per run"
 
 results=$(mktemp)
+line=$(mktemp)
+# Runs one client on core 1 and appends its line, with the client's own CPU time (user + system)
+# per message in microseconds: the figure the server cannot limit.
+run() { # sed-expression command...
+    local rename=$1 cpu
+    shift
+    cpu=$( { TIMEFORMAT='%3U %3S'; time taskset -c 1 "$@" >"$line"; } 2>&1 | tail -1)
+    sed "$rename" "$line" | awk -v cpu="$cpu" -v n="$messages" '{split(cpu, c, " "); printf "%s %s %s %.2f\n", $1, $2, $3, (c[1] + c[2]) * 1e6 / n}' >>"$results"
+}
 for round in $(seq 1 "$rounds"); do
     for connections in 1 100; do
-        taskset -c 1 "$swift_bench" duplex "$url" "$messages" "$connections" >>"$results"
+        run "" "$swift_bench" duplex "$url" "$messages" "$connections"
         if [ -n "$before" ]; then
-            taskset -c 1 "$before" duplex "$url" "$messages" "$connections" | sed 's/^duplex /duplex-before /' >>"$results"
+            run 's/^duplex /duplex-before /' "$before" duplex "$url" "$messages" "$connections"
         fi
-        taskset -c 1 python3 Benchmarks/picows_echo_client.py "$url" "$messages" "$connections" >>"$results"
-        taskset -c 1 "$swift_bench" wsclient "$url" "$messages" "$connections" >>"$results"
-        taskset -c 1 node Benchmarks/node_echo_client.js "$url" "$messages" "$connections" >>"$results"
-        taskset -c 1 python3 Benchmarks/python_echo_client.py --throughput "$url" "$messages" "$connections" >>"$results"
+        run "" python3 Benchmarks/picows_echo_client.py "$url" "$messages" "$connections"
+        run "" "$swift_bench" wsclient "$url" "$messages" "$connections"
+        run "" node Benchmarks/node_echo_client.js "$url" "$messages" "$connections"
+        run "" python3 Benchmarks/python_echo_client.py --throughput "$url" "$messages" "$connections"
     done
     echo "round $round done" >&2
 done
 echo
-echo "| client | 1 connection (msgs/s) | 100 connections (msgs/s) | runs |"
-echo "|---|---|---|---|"
+echo "| client | 1 connection (msgs/s) | 100 connections (msgs/s) | client CPU per message, 1 / 100 (µs) | runs |"
+echo "|---|---|---|---|---|"
 for client in duplex ${before:+duplex-before} picows wsclient node-ws python-websockets; do
-    median() { grep "^$client $1 " "$results" | awk '{print $3}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+    median() { grep "^$client $1 " "$results" | awk -v f="$2" '{print $f}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
     runs=$(grep -c "^$client 1 " "$results")
-    echo "| $client | $(median 1) | $(median 100) | $runs each |"
+    echo "| $client | $(median 1 3) | $(median 100 3) | $(median 1 4) / $(median 100 4) | $runs each |"
 done
 echo
 echo "all runs:"
 sort "$results"
-rm -f "$results"
+rm -f "$results" "$line"
