@@ -152,7 +152,7 @@ package struct WebSocketEngine: Sendable {
     }
 
     /// A frame arrived.
-    package mutating func received(_ frame: WebSocketFrame) -> Action {
+    package mutating func received(_ frame: consuming WebSocketFrame) -> Action {
         guard readsFrames else { return .none }
         switch role {
         case .server where frame.maskKey == nil:
@@ -173,13 +173,13 @@ package struct WebSocketEngine: Sendable {
             guard frame.fin, frame.length <= 125 else {
                 return fail(.protocolError, "\(role.peer) sent a fragmented control frame or one longer than 125 bytes")
             }
-            return receivedControl(frame.opcode, Self.payload(of: frame))
+            return receivedControl(frame.opcode, Self.payload(of: &frame))
         case .text, .binary:
             guard fragments == nil else {
                 return fail(.protocolError, "\(role.peer) began a new message inside a fragmented one")
             }
             guard frame.length <= maxMessageBytes else { return tooBig() }
-            let data = Self.payload(of: frame)
+            let data = Self.payload(of: &frame)
             if frame.fin {
                 return complete(frame.opcode, data, compressed: frame.rsv1)
             }
@@ -196,7 +196,7 @@ package struct WebSocketEngine: Sendable {
             }
             fragments = nil
             guard buffer.readableBytes + frame.length <= maxMessageBytes else { return tooBig() }
-            var data = Self.payload(of: frame)
+            var data = Self.payload(of: &frame)
             if var text = fragmentText {
                 fragmentText = nil
                 guard text.feed(data.readableBytesView), !frame.fin || text.isComplete else { return invalidText() }
@@ -244,13 +244,27 @@ package struct WebSocketEngine: Sendable {
 
     // MARK: Inside
 
-    /// A frame's payload, unmasked: a client's is copied out of the read buffer as it is
-    /// unmasked, eight bytes at a time, with room in front for the header of a frame that sends it
-    /// on (``WebSocketFrameBytes``).
-    private static func payload(of frame: WebSocketFrame) -> ByteBuffer {
+    /// A frame's payload, unmasked. A client's is unmasked where it was read, eight bytes at a
+    /// time, when nothing else holds that buffer (the last frame of a read: no copy, and the room
+    /// in front of it takes the header of a frame that sends it on); otherwise it is copied out as
+    /// it is unmasked, into a buffer with that room in front (``WebSocketFrameBytes``).
+    private static func payload(of frame: inout WebSocketFrame) -> ByteBuffer {
         guard let key = frame.maskKey else { return frame.data }
-        return WebSocketFrameBytes.unmask(frame.data, key: key, offset: (frame.extensionData?.readableBytes ?? 0) % 4, allocator: allocator)
+        let offset = (frame.extensionData?.readableBytes ?? 0) % 4
+        var data = frame.data
+        // The frame lets go of its reference, so that the payload may be the buffer's only one.
+        frame.data = emptyBuffer
+        let unmaskedInPlace = data.modifyIfUniquelyOwned { (buffer: inout ByteBuffer) -> Bool in
+            buffer.withUnsafeMutableReadableBytes { bytes in
+                WebSocketFrameBytes.xor(UnsafeRawBufferPointer(bytes), into: bytes, key: key, offset: offset)
+            }
+            return true
+        }
+        if unmaskedInPlace == true { return data }
+        return WebSocketFrameBytes.unmask(data, key: key, offset: offset, allocator: allocator)
     }
+
+    private static let emptyBuffer = ByteBufferAllocator().buffer(capacity: 0)
 
     private static let allocator = ByteBufferAllocator()
 

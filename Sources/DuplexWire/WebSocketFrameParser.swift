@@ -9,7 +9,8 @@ package import NIOWebSocket
 /// the header says so (before the payload arrives): a length over `maxFrameSize`
 /// (`invalidFrameLength`), a control frame that is fragmented (`fragmentedControlFrame`) or longer
 /// than 125 bytes (`multiByteControlFrameLength`). Everything else (masking, reserved bits and
-/// opcodes) is the engine's to judge. A frame's payload is a slice of what was read, still masked.
+/// opcodes) is the engine's to judge. A frame's payload is what was read, still masked: a slice of
+/// it, or for the last frame of what was read the buffer itself, the frame's header in front.
 package struct WebSocketFrameParser {
     package let maxFrameSize: Int
     /// What was read and not yet taken as frames: at most the start of one frame.
@@ -106,7 +107,16 @@ package struct WebSocketFrameParser {
         defer { buffered = bytes.readableBytes > 0 ? bytes : nil }
         guard let header = try header(in: bytes), bytes.readableBytes >= header.frameSize else { return nil }
         bytes.moveReaderIndex(forwardBy: header.size)
-        let payload = bytes.readSlice(length: header.payloadLength)!
+        let payload: ByteBuffer
+        if bytes.readableBytes == header.payloadLength {
+            // The last frame of what was read is handed over in the buffer itself, with nothing
+            // else holding it once this returns: the engine unmasks it where it is, and a reply's
+            // header can go over this frame's header, in front of it (`WebSocketFrameBytes`).
+            payload = bytes
+            bytes.moveReaderIndex(to: bytes.writerIndex)
+        } else {
+            payload = bytes.readSlice(length: header.payloadLength)!
+        }
         let first = header.first
         return WebSocketFrame(
             fin: first & 0x80 != 0,
