@@ -83,4 +83,45 @@ struct WebSocketFrameParserTests {
         #expect(try parser.next()?.data == ByteBuffer())
         #expect(!parser.holdsBytes)
     }
+
+    /// The bytes' address, to tell whether two buffers share memory.
+    static func address(_ buffer: ByteBuffer) -> UInt {
+        buffer.withUnsafeReadableBytes { UInt(bitPattern: $0.baseAddress) }
+    }
+
+    @Test("the last frame of a read is unmasked where it was read (no copy, room in front for an echo's header); a frame whose bytes are shared is copied, and the shared bytes stay as they were")
+    func unmaskedInPlace() throws {
+        let text = String(repeating: "in place ", count: 1_000)
+        let (masked, _) = WebSocketFrameBytes.encode(opcode: .text, payload: ByteBuffer(string: text), maskKey: Self.key, allocator: ByteBufferAllocator())
+        let header = WebSocketFrameBytes.headerSize(length: text.utf8.count, masked: true)
+
+        // Read, and held by nothing else: unmasked in the read buffer, the header's room in front.
+        var read = ByteBufferAllocator().buffer(capacity: masked.readableBytes)
+        read.writeImmutableBuffer(masked)
+        let readAddress = Self.address(read)
+        var parser = WebSocketFrameParser(maxFrameSize: 1 << 20)
+        parser.append(read)
+        read = ByteBuffer()
+        var engine = WebSocketEngine(role: .server, maxMessageBytes: 1 << 20)
+        guard case .deliver(.text, let message)? = engine.nextAction(from: &parser) else {
+            Issue.record("the message was not delivered")
+            return
+        }
+        #expect(String(buffer: message) == text)
+        #expect(Self.address(message) == readAddress + UInt(header), "unmasked where it was read")
+        let (echo, rest) = WebSocketFrameBytes.encode(opcode: .text, payload: consume message, allocator: ByteBufferAllocator())
+        #expect(rest == nil, "the echo is one buffer")
+        #expect(Self.address(echo) == readAddress + UInt(header - WebSocketFrameBytes.headerSize(length: text.utf8.count, masked: false)), "its header went in front of the payload, over the frame's")
+
+        // Shared (the reader keeps the bytes): copied as it is unmasked; the shared bytes are as read.
+        let kept = masked
+        parser.append(kept)
+        guard case .deliver(.text, let copied)? = engine.nextAction(from: &parser) else {
+            Issue.record("the message was not delivered")
+            return
+        }
+        #expect(String(buffer: copied) == text)
+        #expect(Self.address(copied) != Self.address(kept) + UInt(header))
+        #expect(kept == masked && kept.getBytes(at: kept.readerIndex + header, length: 16) != Array(text.utf8.prefix(16)), "still masked")
+    }
 }
