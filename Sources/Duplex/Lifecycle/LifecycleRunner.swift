@@ -1,4 +1,5 @@
 import DuplexSchema
+import DuplexWire
 import Logging
 import NIOConcurrencyHelpers
 

@@ -1,4 +1,5 @@
 import DuplexSchema
+import DuplexWire
 import Foundation
 import Logging
 import NIOConcurrencyHelpers

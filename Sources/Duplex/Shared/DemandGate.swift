@@ -1,3 +1,4 @@
+import DuplexWire
 import NIOConcurrencyHelpers
 
 /// Whether a producer may go on: closed while any lossless consumer of the broadcasters that

@@ -47,12 +47,13 @@ final class ConnectionRegistry: Sendable {
         var finish: @Sendable () -> Void
     }
 
-    private struct State {
+    private struct State: DeferringWork {
         var nextID: UInt64 = 0
         var entries: [UInt64: Entry] = [:]
         var shutdownReason: (WebSocketCloseCode, String)?
-        var nextWaiterID: UInt64 = 0
-        var drainWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+        /// Who waits for the last connection to end (``waitUntilEmpty()``).
+        var drainWaiters = Waiters<Void>()
+        var afterUnlock: [@Sendable () -> Void] = []
     }
 
     private let state = NIOLockedValueBox(State())
@@ -131,38 +132,20 @@ final class ConnectionRegistry: Sendable {
 
     /// Returns once no connection is left, or when the task is cancelled.
     func waitUntilEmpty() async {
-        let waiterID = state.withLockedValue { state in
-            state.nextWaiterID += 1
-            return state.nextWaiterID
-        }
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let ready = state.withLockedValue { state in
-                    // The cancellation flag is set before the handler runs, so checking it under
-                    // the lock means a continuation is never left behind.
-                    if state.entries.isEmpty || Task.isCancelled { return true }
-                    state.drainWaiters[waiterID] = continuation
-                    return false
-                }
-                if ready { continuation.resume() }
-            }
-        } onCancel: {
-            state.withLockedValue { $0.drainWaiters.removeValue(forKey: waiterID) }?.resume()
-        }
+        try? await state.wait(in: \.drainWaiters) { state in state.entries.isEmpty ? .success(()) : nil }
     }
 
     /// Forgets a connection once it has closed.
     func remove(_ id: UInt64) {
-        let (entry, waiters) = state.withLockedValue { state -> (Entry?, [CheckedContinuation<Void, Never>]) in
+        let (entry, drained) = state.withLockedValue { state in
             let entry = state.entries.removeValue(forKey: id)
-            guard state.entries.isEmpty else { return (entry, []) }
-            defer { state.drainWaiters = [:] }
-            return (entry, Array(state.drainWaiters.values))
+            return (entry, state.entries.isEmpty ? state.drainWaiters.takeAll() : .none)
         }
         if let entry {
             metrics.closed(entry.info)
             entry.finish()
         }
-        for waiter in waiters { waiter.resume() }
+        // Once the connection is counted closed: who waited for the last one sees it counted.
+        drained.resume()
     }
 }

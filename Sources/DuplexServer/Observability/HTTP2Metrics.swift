@@ -1,4 +1,5 @@
 import CoreMetrics
+import DuplexWire
 import NIOConcurrencyHelpers
 
 /// What the server counts of HTTP/2, for `GET /metrics` and `GET /health`: connections that
@@ -33,19 +34,12 @@ final class HTTP2Metrics: Sendable {
         }
     }
 
-    private struct State {
+    private struct State: DeferringWork {
         var counts = Counts()
-        var nextWaiterID = 0
-        var waiters: [Int: (target: Counts, continuation: CheckedContinuation<Void, Never>)] = [:]
-
-        /// Changes the counts and takes out the waiters the new counts satisfy.
-        mutating func change(_ body: (inout Counts) -> Void) -> [CheckedContinuation<Void, Never>] {
-            body(&counts)
-            guard !waiters.isEmpty else { return [] }
-            let ready = waiters.filter { $0.value.target == counts }
-            for id in ready.keys { waiters.removeValue(forKey: id) }
-            return ready.map(\.value.continuation)
-        }
+        /// Who waits for the counts to reach a value (``wait(until:)``): woken at every change,
+        /// each checks its own target again.
+        var waiters = Waiters<Void>()
+        var afterUnlock: [@Sendable () -> Void] = []
     }
 
     init(factory: any MetricsFactory) {
@@ -95,7 +89,10 @@ final class HTTP2Metrics: Sendable {
     }
 
     private func change(_ body: (inout Counts) -> Void) {
-        for waiter in state.withLockedValue({ $0.change(body) }) { waiter.resume() }
+        state.locked { state in
+            body(&state.counts)
+            state.resume(state.waiters.takeAll(), with: .success(()))
+        }
     }
 
     /// What is open now.
@@ -108,23 +105,16 @@ final class HTTP2Metrics: Sendable {
     /// The server counts a connection or stream closed as its close runs on the event loop, a
     /// moment after the peer sees it closed.
     func wait(until target: Counts) async {
-        let id = state.withLockedValue { state in
-            state.nextWaiterID += 1
-            return state.nextWaiterID
-        }
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let ready = state.withLockedValue { state in
-                    // Cancellation is flagged before its handler runs: checked under the lock, no
-                    // continuation is left behind.
-                    if state.counts == target || Task.isCancelled { return true }
-                    state.waiters[id] = (target, continuation)
-                    return false
+        var reached = false
+        while !reached {
+            do {
+                try await state.wait(in: \.waiters) { state in
+                    reached = state.counts == target
+                    return reached ? .success(()) : nil
                 }
-                if ready { continuation.resume() }
+            } catch {
+                return  // cancelled
             }
-        } onCancel: {
-            state.withLockedValue { $0.waiters.removeValue(forKey: id) }?.continuation.resume()
         }
     }
 }

@@ -1,10 +1,10 @@
 import DuplexTesting
+import DuplexWire
 import NIOConcurrencyHelpers
 import Testing
 
-@testable import Duplex
-
-/// The one waiter set of the clients: immediate outcomes, resumption after the lock, cancellation.
+/// The one waiter set of both ends (DuplexWire): immediate outcomes, resumption after the lock,
+/// cancellation.
 @Suite("Waiters")
 struct WaitersTests {
     struct State: DeferringWork, Sendable {
