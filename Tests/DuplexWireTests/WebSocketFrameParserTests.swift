@@ -84,6 +84,37 @@ struct WebSocketFrameParserTests {
         #expect(!parser.holdsBytes)
     }
 
+    @Test("a frame that spans reads reserves room for what has arrived times the growth factor, never what its header merely claims; it is still read whole")
+    func reservationFollowsArrivedBytes() throws {
+        let claimed = 16_000_000
+        var parser = WebSocketFrameParser(maxFrameSize: 16 << 20)
+        var header = ByteBuffer(bytes: [0x82, 0xFF])
+        header.writeInteger(UInt64(claimed))
+        header.writeBytes([1, 2, 3, 4])
+        parser.append(header)
+        let chunk = ByteBuffer(repeating: 0x5A, count: 65_536)
+        var sent = header.readableBytes
+        for _ in 0..<2 {
+            parser.append(chunk)
+            sent += chunk.readableBytes
+            #expect(try parser.next() == nil)
+        }
+        // Twice 64 KiB arrived: the room reserved is 8 times that (rounded up to a power of two by
+        // ByteBuffer), not the 16 MB claimed.
+        #expect(parser.heldCapacity >= sent)
+        #expect(parser.heldCapacity <= 16 * sent, "\(parser.heldCapacity) bytes reserved for \(sent) that arrived")
+        // The rest arrives; the room stays within a multiple of what came, the frame is read whole.
+        while sent < claimed + 14 {
+            let count = min(chunk.readableBytes, claimed + 14 - sent)
+            parser.append(chunk.getSlice(at: 0, length: count)!)
+            sent += count
+            #expect(parser.heldCapacity <= 32 * sent)
+        }
+        let frame = try #require(try parser.next())
+        #expect(frame.data.readableBytes == claimed)
+        #expect(!parser.holdsBytes)
+    }
+
     /// The bytes' address, to tell whether two buffers share memory.
     static func address(_ buffer: ByteBuffer) -> UInt {
         buffer.withUnsafeReadableBytes { UInt(bitPattern: $0.baseAddress) }
