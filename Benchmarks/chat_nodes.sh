@@ -6,11 +6,14 @@
 #
 # Environment: BEFORE=BINARY also runs an earlier build on PostgreSQL in the same rounds ("postgres
 # (before)"); SECONDS_PER_CASE (10) sets each throughput case's length; QUICK=1 runs only the
-# throughput cases with 1 and 30 rooms.
+# throughput cases with 1 and 30 rooms. SERVER_CPUS (0) and LOAD_CPUS (1) are the CPU lists
+# (taskset -c) for PostgreSQL and the servers, and for the load generator: "0,1" for both lets
+# them share the machine's two cores.
 #
 # Starts a throwaway PostgreSQL cluster with its default durability settings (fsync and
 # synchronous_commit on), as the postgres user when run as root. The cluster and the servers run
-# on CPU 0, the load generator (Benchmarks/chat_load.js, Node `ws`) on CPU 1. Each case runs
+# on CPU 0, the load generator (Benchmarks/chat_load.js, Node `ws`) on CPU 1 (unless SERVER_CPUS
+# and LOAD_CPUS say otherwise). Each case runs
 # `runs` times (default 3), the cases interleaved; prints the median of each figure as a
 # Markdown table, and the raw JSON lines to chat_nodes.jsonl.
 set -euo pipefail
@@ -31,13 +34,15 @@ trap cleanup EXIT
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 as_pg "$pg_bin/initdb" -D "$work/data" -A trust -U duplex >/dev/null
-as_pg taskset -c 0 "$pg_bin/pg_ctl" -D "$work/data" -l "$work/pg.log" -w \
+server_cpus=${SERVER_CPUS:-0}
+load_cpus=${LOAD_CPUS:-1}
+as_pg taskset -c "$server_cpus" "$pg_bin/pg_ctl" -D "$work/data" -l "$work/pg.log" -w \
     -o "-p $port -k $work -c listen_addresses=127.0.0.1 -c max_connections=100" start >/dev/null
 psql() { "$pg_bin/psql" -h 127.0.0.1 -p "$port" -U duplex -At "$@"; }
 
 start_node() { # store, binary; sets node_port
     local out="$work/node-$RANDOM$RANDOM"
-    taskset -c 0 "$2" --port 0 --store "$1" --log-level error --max-connections 20000 >"$out.out" 2>"$out.log" &
+    taskset -c "$server_cpus" "$2" --port 0 --store "$1" --log-level error --max-connections 20000 >"$out.out" 2>"$out.log" &
     pids+=($!)
     for _ in $(seq 1 100); do
         node_port=$(sed -n 's/^duplex-server listening on http:\/\/127.0.0.1:\([0-9]*\)$/\1/p' "$out.out")
@@ -77,7 +82,7 @@ run_case() {
     done
     local result
     local mode=$1; shift
-    result=$(taskset -c 1 node "$here/chat_load.js" "$mode" "$urls" "$@")
+    result=$(taskset -c "$load_cpus" node "$here/chat_load.js" "$mode" "$urls" "$@")
     echo "{\"case\": \"$name\", \"store\": \"$store\", \"result\": $result}" | tee -a chat_nodes.jsonl
     stop_nodes
 }
