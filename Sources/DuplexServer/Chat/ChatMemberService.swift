@@ -89,7 +89,7 @@ final class ChatMemberService: EventLoopWebSocketService {
         }
         let subscriber = RoomSubscriber(
             member: member,
-            deliver: { event in writer.offer(event) },
+            deliverAll: { events in writer.offer(events) },
             onOverflow: {
                 metrics.cutSlowConsumer()
                 end(.tryAgainLater, "too far behind: reconnect with since")

@@ -42,9 +42,55 @@ extension ChatRoom {
         for (subscriber, replaced) in ended {
             if replaced { subscriber.onReplaced() } else { subscriber.onOverflow() }
         }
-        if claimed { fanOut() }
+        if claimed, Self.gathering?.add(self) != true { fanOut() }
         for continuation in woken { continuation.resume(returning: true) }
         return contiguous
+    }
+
+    /// The rooms whose events wait for the end of an ``applyingTogether(_:)``.
+    final class Gathering: Sendable {
+        private let rooms = NIOLockedValueBox<(rooms: [ChatRoom], ended: Bool)>(([], false))
+
+        /// Keeps `room`'s fan-out for the end of the scope; false once the scope ended (a task
+        /// started inside it inherits the task-local and may apply events after it): the caller
+        /// delivers them itself then.
+        func add(_ room: ChatRoom) -> Bool {
+            rooms.withLockedValue { gathered in
+                guard !gathered.ended else { return false }
+                gathered.rooms.append(room)
+                return true
+            }
+        }
+
+        /// Whether the scope ended.
+        var ended: Bool { rooms.withLockedValue { $0.ended } }
+
+        /// The rooms gathered; ends the scope.
+        func end() -> [ChatRoom] {
+            rooms.withLockedValue { gathered in
+                gathered.ended = true
+                defer { gathered.rooms = [] }
+                return gathered.rooms
+            }
+        }
+    }
+
+    /// Set inside ``applyingTogether(_:)``.
+    @TaskLocal static var gathering: Gathering?
+
+    /// Runs `body`, in which the events replicas apply (``apply(_:)``) are numbered and kept at
+    /// once but not delivered; then delivers each room's, in order, every subscriber getting them
+    /// together: a batch of messages a commit or a notification brings costs each member one
+    /// write, not one per message. Used around what one commit or one notification applies.
+    ///
+    /// A room's fan-out claimed in the scope is always delivered: at its end, or by whoever
+    /// applies after it ended (``Gathering/add(_:)``).
+    static func applyingTogether<Result>(_ body: () throws -> Result) rethrows -> Result {
+        if let current = gathering, !current.ended { return try body() }
+        let gathering = Gathering()
+        // A room that claimed its fan-out must deliver it, whatever `body` does.
+        defer { for room in gathering.end() { room.fanOut() } }
+        return try $gathering.withValue(gathering) { try body() }
     }
 
     /// Starts the history again at `latestSeq` with `events`, when the events between the

@@ -206,7 +206,7 @@ final class ChatRoom: Sendable {
             var backlog = since.map { since in state.history.filter { $0.seq > since } } ?? []
             let slot = Slot(id: id, subscriber: subscriber)
             if deliverBacklog {
-                slot.stalled = !backlog.allSatisfy { subscriber.deliver($0) }
+                slot.stalled = !backlog.isEmpty && !subscriber.deliver(backlog)
                 backlog = []
             }
             state.subscribers[id] = slot
@@ -351,6 +351,12 @@ final class ChatRoom: Sendable {
         if now { body() }
     }
 
+    /// Whether two events go to the same subscribers: the same slots, in the same order (two
+    /// events numbered with no join or leave between share the array itself).
+    private static func same(_ one: [Slot], _ other: [Slot]) -> Bool {
+        one.count == other.count && zip(one, other).allSatisfy { $0 === $1 }
+    }
+
     /// How many outbox batches a delivering event loop takes in one turn.
     static let fanOutBatchesPerTurn = 64
 
@@ -385,15 +391,24 @@ final class ChatRoom: Sendable {
             }
             if batch.isEmpty { return }
             var refused: [Slot] = []
-            for outgoing in batch {
-                switch outgoing {
-                case .event(let event, let slots):
-                    for slot in slots where !slot.stalled && !slot.subscriber.deliver(event) {
+            var index = batch.startIndex
+            while index < batch.endIndex {
+                switch batch[index] {
+                case .action(let body):
+                    body()
+                    index += 1
+                case .event(_, let slots):
+                    // The events in a row that go to the same subscribers go to each of them
+                    // together: one write per member for a batch a shared store committed.
+                    var group: [RoomEvent] = []
+                    while index < batch.endIndex, case .event(let event, let others) = batch[index], Self.same(others, slots) {
+                        group.append(event)
+                        index += 1
+                    }
+                    for slot in slots where !slot.stalled && !slot.subscriber.deliver(group) {
                         slot.stalled = true
                         refused.append(slot)
                     }
-                case .action(let body):
-                    body()
                 }
             }
             guard !refused.isEmpty else { continue }

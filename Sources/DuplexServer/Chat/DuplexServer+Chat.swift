@@ -121,13 +121,14 @@ extension DuplexServer {
 }
 
 extension ChannelTextWriter {
-    /// Accepts a room event: its shared frame (and shared compressed frame) when it has them;
-    /// false when the member is too far behind or finished. A message is written at once on the
-    /// writer's loop; presence waits for the loop's batch (see ``offer(frame:textBytes:deflated:batched:)``).
-    func offer(_ event: RoomEvent) -> Bool {
-        if let frame = event.frame {
-            return offer(frame: frame, textBytes: event.json.utf8.count, deflated: event.deflated, batched: event.type != "message")
+    /// Accepts room events, in order, to go out together: each one's shared frame (and shared
+    /// compressed frame) when it has them; false when the member is too far behind or finished.
+    /// Messages are written at once on the writer's loop; presence alone waits for the loop's
+    /// batch (see ``offer(frame:textBytes:deflated:batched:)``).
+    func offer(_ events: [RoomEvent]) -> Bool {
+        let frames = events.lazy.map { event in
+            (frame: event.frame ?? ServerTextFrame.encode(event.json), textBytes: event.json.utf8.count, deflated: event.deflated)
         }
-        return offer(event.json)
+        return offer(frames, batched: !events.contains { $0.type == "message" })
     }
 }

@@ -12,11 +12,36 @@ struct RoomSubscriber: Sendable {
 
     /// The member, or nil for an observer, who is not present in the room.
     var member: Member?
-    /// Queues an event for the subscriber; returns false when its queue is full.
-    var deliver: @Sendable (RoomEvent) -> Bool
+    /// Queues events for the subscriber, in order, all at once (a member writes them in one go);
+    /// returns false when its queue is full (the events before the one that did not fit may have
+    /// been queued).
+    var deliver: @Sendable ([RoomEvent]) -> Bool
     /// Called, outside the room's lock, when the subscriber was removed for falling behind.
     var onOverflow: @Sendable () -> Void
     /// Called, outside the room's lock, when a newer connection of the same member (same name,
     /// same token) took this one's place.
-    var onReplaced: @Sendable () -> Void = {}
+    var onReplaced: @Sendable () -> Void
+
+    /// A subscriber that takes the events a room delivers together with `deliverAll`.
+    init(
+        member: Member?,
+        deliverAll: @escaping @Sendable ([RoomEvent]) -> Bool,
+        onOverflow: @escaping @Sendable () -> Void,
+        onReplaced: @escaping @Sendable () -> Void = {}
+    ) {
+        self.member = member
+        self.deliver = deliverAll
+        self.onOverflow = onOverflow
+        self.onReplaced = onReplaced
+    }
+
+    /// A subscriber that takes events one at a time with `deliver`, until it returns false.
+    init(
+        member: Member?,
+        deliver: @escaping @Sendable (RoomEvent) -> Bool,
+        onOverflow: @escaping @Sendable () -> Void,
+        onReplaced: @escaping @Sendable () -> Void = {}
+    ) {
+        self.init(member: member, deliverAll: { $0.allSatisfy(deliver) }, onOverflow: onOverflow, onReplaced: onReplaced)
+    }
 }

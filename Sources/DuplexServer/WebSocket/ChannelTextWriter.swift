@@ -109,14 +109,28 @@ final class ChannelTextWriter: Sendable {
     /// with whatever else the member gets in this turn: for presence, which many joins at once
     /// send to everyone, and whose latency matters less than a message's.
     func offer(frame: ByteBuffer, textBytes size: Int, deflated: DeflatedFrameCache? = nil, batched: Bool = false) -> Bool {
+        offer(CollectionOfOne((frame: frame, textBytes: size, deflated: deflated)), batched: batched)
+    }
+
+    /// Accepts `frames` (each with the text bytes it counts) in order, as
+    /// ``offer(frame:textBytes:deflated:batched:)`` accepts one, and drains once for them all:
+    /// they go out in one write. False at the first that would pass a bound; the ones before it
+    /// are accepted.
+    func offer(_ frames: some Sequence<(frame: ByteBuffer, textBytes: Int, deflated: DeflatedFrameCache?)>, batched: Bool) -> Bool {
         let (accepted, schedule) = state.withLockedValue { state -> (Bool, Bool) in
-            guard !state.finished, state.counted.count < maxCount,
-                state.counted.count == 0 || state.counted.bytes + size <= maxBytes
-            else { return (false, false) }
-            state.counted.count += 1
-            state.counted.bytes += size
-            state.pending.append((frame, size, deflated))
-            return (true, Self.claimDrain(&state))
+            var accepted = true
+            for (frame, size, deflated) in frames {
+                guard !state.finished, state.counted.count < maxCount,
+                    state.counted.count == 0 || state.counted.bytes + size <= maxBytes
+                else {
+                    accepted = false
+                    break
+                }
+                state.counted.count += 1
+                state.counted.bytes += size
+                state.pending.append((frame, size, deflated))
+            }
+            return (accepted, !state.pending.isEmpty && Self.claimDrain(&state))
         }
         if schedule {
             if batched { drains.schedule(self) } else { drainSoon() }

@@ -214,6 +214,51 @@ struct ChatRoomFanOutTests {
         _ = try channel.finish()
     }
 
+    /// Counts the flushes that reach the socket's end of the pipeline.
+    final class FlushCounter: ChannelOutboundHandler, @unchecked Sendable {
+        typealias OutboundIn = ByteBuffer
+        var flushes = 0
+
+        func flush(context: ChannelHandlerContext) {
+            flushes += 1
+            context.flush()
+        }
+    }
+
+    @Test("room events offered together go out in one flush, in order; past the bound, the ones before it are accepted and the offer is refused")
+    func eventsTogether() throws {
+        let channel = EmbeddedChannel()
+        let counter = FlushCounter()
+        try channel.pipeline.syncOperations.addHandler(counter)
+        try channel.pipeline.syncOperations.addHandler(WebSocketFrameEncoder())
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        let writer = ChannelTextWriter(
+            channel: channel,
+            outlet: try RawFrameOutlet.install(on: channel),
+            drains: LoopDrains(eventLoop: channel.eventLoop, metrics: ServerMetrics().route("chat")),
+            maxCount: 2,
+            maxBytes: 1 << 20
+        )
+        writer.start(with: [])
+        channel.embeddedEventLoop.run()
+        let before = counter.flushes
+        let event = { (seq: Int) in RoomEvent(seq: seq, type: "message", json: #"{"seq":\#(seq)}"#, epoch: "E") }
+        let written = { () throws -> [String] in
+            var texts: [String] = []
+            while let frame = try channel.readOutbound(as: ByteBuffer.self) {
+                texts.append(String(buffer: ServerTextFrame.payload(of: frame)))
+            }
+            return texts
+        }
+        #expect(writer.offer([event(1), event(2)]))
+        #expect(try written() == [#"{"seq":1}"#, #"{"seq":2}"#])
+        #expect(counter.flushes - before == 1, "two events, one flush")
+        #expect(!writer.offer([event(3), event(4), event(5)]), "the third of three does not fit in a queue of 2")
+        #expect(try written() == [#"{"seq":3}"#, #"{"seq":4}"#], "the ones before it went out")
+        #expect(counter.flushes - before == 2)
+        _ = try channel.finish()
+    }
+
     @Test("an event loop lets 2,048 writers drain at once per turn, then queues the rest for the turn's batch")
     func immediateDrainBudget() {
         let loop = EmbeddedEventLoop()

@@ -63,6 +63,64 @@ struct ChatRoomReplicaTests {
         #expect(room.subscriberCount == 0)
     }
 
+    @Test("inside applyingTogether, events are numbered at once and reach each subscriber together afterwards, in order; outside, as each is applied")
+    func applyingTogether() throws {
+        let room = ChatRoom(replicaOf: "r", epoch: "E", latestSeq: 0, history: [], historyLimit: 10)
+        let calls = NIOLockedValueBox([[Int]]())
+        let member = RoomSubscriber(
+            member: .init(name: "alice", session: "s-alice", token: "t-alice"),
+            deliverAll: { events in
+                calls.withLockedValue { $0.append(events.map(\.seq)) }
+                return true
+            },
+            onOverflow: {}
+        )
+        _ = try room.subscribe(member, since: nil).get()
+        ChatRoom.applyingTogether {
+            room.apply([Self.event(1)])
+            room.apply([Self.event(2)])
+            #expect(room.latestSeq == 2, "numbered and kept at once")
+            #expect(calls.withLockedValue { $0 }.isEmpty, "not delivered inside the scope")
+            room.apply([Self.event(3)])
+        }
+        #expect(calls.withLockedValue { $0 } == [[1, 2, 3]], "one delivery of the three, in order")
+        room.apply([Self.event(4)])
+        room.apply([Self.event(5)])
+        #expect(calls.withLockedValue { $0 } == [[1, 2, 3], [4], [5]])
+    }
+
+    @Test("a task started inside applyingTogether that applies after the scope ended delivers its events itself")
+    func applyingAfterTheScope() async throws {
+        let room = ChatRoom(replicaOf: "r", epoch: "E", latestSeq: 0, history: [], historyLimit: 10)
+        let (delivered, deliveries) = AsyncStream.makeStream(of: [Int].self)
+        let member = RoomSubscriber(
+            member: .init(name: "alice", session: "s-alice", token: "t-alice"),
+            deliverAll: { events in
+                deliveries.yield(events.map(\.seq))
+                return true
+            },
+            onOverflow: {}
+        )
+        _ = try room.subscribe(member, since: nil).get()
+        let (go, start) = AsyncStream.makeStream(of: Void.self)
+        // The task inherits the scope's task-local, as a catch-up or an answer's task does.
+        let late = ChatRoom.applyingTogether {
+            room.apply([Self.event(1)])
+            return Task {
+                for await _ in go { break }
+                room.apply([Self.event(2)])
+            }
+        }
+        start.yield()
+        await late.value
+        // Delivery is synchronous: whatever was delivered is in the stream by now.
+        deliveries.finish()
+        var seen: [[Int]] = []
+        for await seqs in delivered { seen.append(seqs) }
+        #expect(seen == [[1], [2]], "the event applied after the scope is delivered, not kept for a scope that ended")
+        #expect(room.latestSeq == 2)
+    }
+
     @Test("waitUntilApplied returns when the seq is applied, and false at its timeout")
     func waits() async throws {
         let room = ChatRoom(replicaOf: "r", epoch: "E", latestSeq: 0, history: [], historyLimit: 10)

@@ -270,6 +270,11 @@ final class PostgresChatStore: ChatStore {
         batcher.enqueue(prepared.item) { outcome in
             // Applied here, in the batch's order: the replica gets the room's events in seq order.
             let committed = self.apply(prepared, outcome, to: room)
+            // Usually the replica has the message already (it was applied just now, or a
+            // notification brought it): answered at once, with no task.
+            if let answered = self.answerNow(committed, in: room) {
+                return promise.succeed(answered)
+            }
             promise.completeWithTask {
                 do {
                     return .success(try await self.answer(committed, in: room))
@@ -279,6 +284,17 @@ final class PostgresChatStore: ChatStore {
             }
         }
         return .later(promise.futureResult)
+    }
+
+    /// The answer to a committed message when it needs no wait: a failure, or a message the
+    /// replica has applied. Nil while the replica is behind (``answer(_:in:)`` waits then).
+    private func answerNow(_ committed: Result<ChatRoom.SayResult, any Error>, in room: ChatRoom) -> Result<ChatRoom.SayResult, any Error>? {
+        switch committed {
+        case .failure:
+            return committed
+        case .success(.accepted(let seq)), .success(.duplicate(let seq)):
+            return room.latestSeq >= seq ? committed : nil
+        }
     }
 
     /// A message ready to be numbered: its JSON around the seq and its idempotency keys.

@@ -109,7 +109,10 @@ final class PostgresSayBatcher: Sendable {
                     state.messages += batch.count
                     state.largest = max(state.largest, batch.count)
                 }
-                for (waiting, outcome) in zip(batch, outcomes) { waiting.answer(.success(outcome)) }
+                // The batch's messages reach each member of a room together (one write).
+                ChatRoom.applyingTogether {
+                    for (waiting, outcome) in zip(batch, outcomes) { waiting.answer(.success(outcome)) }
+                }
             }
         }
         let left = state.withLockedValue { state in
