@@ -25,14 +25,19 @@ extension PostgresChatStore {
                 let ended: Result<Void, any Error>
                 do {
                     try await clock.measure(on: connection, logger: logger)
+                    // Notifications are applied on the connection's event loop as they arrive:
+                    // no task wakes up for each (postgres-nio's sequence would hop to one).
+                    let listener = connection.addListener(channel: PostgresChatSchema.channel) { _, notification in
+                        self.received(notification.payload)
+                    }
+                    defer { listener.stop() }
                     try await withTaskCancellationHandler {
-                        try await connection.listen(on: PostgresChatSchema.channel) { notifications in
-                            self.listening()
-                            delay = .milliseconds(100)
-                            for try await notification in notifications {
-                                self.received(notification.payload)
-                            }
-                        }
+                        // postgres-nio sends LISTEN for the listener first; this one is queued
+                        // behind it, so once it is answered, every later event is notified.
+                        try await connection.query("LISTEN \(unescaped: PostgresChatSchema.channel)", logger: logger)
+                        self.listening()
+                        delay = .milliseconds(100)
+                        try await connection.closeFuture.get()
                     } onCancel: {
                         connection.close()
                     }
@@ -86,15 +91,20 @@ extension PostgresChatStore {
     /// Applies a notification to the replicas this server holds: `@MICROS`, the database's clock
     /// when it sent it, then one event per line, `ROOM\tSEQ\tCAUSE\tTYPE[\tJSON]`
     /// (``PostgresChatSchema``). When it applied any, records how long after it was sent.
+    ///
+    /// Lines and fields are split on their UTF-8 bytes (the separators are ASCII, which the
+    /// JSON escapes): one pass, where splitting on `Character`s would run grapheme breaking.
     func received(_ payload: String) {
-        var lines = payload.split(separator: "\n")[...]
+        var lines = payload.utf8.split(separator: UInt8(ascii: "\n")).map { Substring($0) }[...]
         var sent: Int64?
-        if let first = lines.first, first.hasPrefix("@") {
+        if let first = lines.first, first.utf8.first == UInt8(ascii: "@") {
             sent = Int64(first.dropFirst())
             lines = lines.dropFirst()
         }
         var applied = false
-        for line in lines where receivedEvent(line) { applied = true }
+        ChatRoom.applyingTogether {
+            for line in lines where receivedEvent(line) { applied = true }
+        }
         if applied, let sent {
             metrics.applied(lag: clock.lag(sinceDatabaseMicroseconds: sent))
         }
@@ -102,7 +112,7 @@ extension PostgresChatStore {
 
     /// Applies one event of a notification; whether it was applied here.
     private func receivedEvent(_ payload: Substring) -> Bool {
-        let fields = payload.split(separator: "\t", maxSplits: 4, omittingEmptySubsequences: false)
+        let fields = payload.utf8.split(separator: UInt8(ascii: "\t"), maxSplits: 4, omittingEmptySubsequences: false).map { Substring($0) }
         guard fields.count >= 4, let seq = Int(fields[1]) else {
             logger.warning("a notification that is not an event; ignored", metadata: ["payload": "\(payload.prefix(100))"])
             return false
