@@ -70,28 +70,31 @@ public struct ServerSentEvent: Sendable, Hashable, Codable {
         return "retry: \(milliseconds)\n\n"
     }
 
-    /// Splits text on CRLF, CR and LF, working on Unicode scalars so that no line break is
-    /// merged with a following combining mark.
+    /// Splits text on CRLF, CR and LF. It works on the UTF-8 bytes, where CR and LF never occur
+    /// inside another character's encoding, so no line break is merged with a following
+    /// combining mark (as splitting on `Character`s would) and the scan costs one pass over
+    /// the bytes.
     static func lines(of text: String) -> [Substring] {
+        let bytes = text.utf8
+        guard bytes.contains(where: { $0 == 0x0A || $0 == 0x0D }) else { return [text[...]] }
         var lines: [Substring] = []
-        var start = text.unicodeScalars.startIndex
+        var start = bytes.startIndex
         var index = start
-        let scalars = text.unicodeScalars
-        while index < scalars.endIndex {
-            let scalar = scalars[index]
-            if scalar == "\n" || scalar == "\r" {
-                lines.append(Substring(scalars[start..<index]))
-                var next = scalars.index(after: index)
-                if scalar == "\r", next < scalars.endIndex, scalars[next] == "\n" {
-                    next = scalars.index(after: next)
+        while index < bytes.endIndex {
+            let byte = bytes[index]
+            if byte == 0x0A || byte == 0x0D {
+                lines.append(text[start..<index])
+                var next = bytes.index(after: index)
+                if byte == 0x0D, next < bytes.endIndex, bytes[next] == 0x0A {
+                    next = bytes.index(after: next)
                 }
                 index = next
                 start = next
             } else {
-                index = scalars.index(after: index)
+                index = bytes.index(after: index)
             }
         }
-        lines.append(Substring(scalars[start..<scalars.endIndex]))
+        lines.append(text[start..<bytes.endIndex])
         return lines
     }
 }
