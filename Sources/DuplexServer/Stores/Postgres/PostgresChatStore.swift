@@ -405,22 +405,11 @@ final class PostgresChatStore: ChatStore {
     }
 
     private func commitDistinct(_ batch: [PostgresSayBatcher.Item]) async throws -> [PostgresSayBatcher.Outcome] {
-        let rooms = batch.map(\.room)
-        let prefixes = batch.map(\.prefix)
-        let suffixes = batch.map(\.suffix)
-        let tokenKeys = batch.map(\.tokenKey)
-        let nameKeys = batch.map(\.nameKey)
-        let byName = batch.map(\.matchByName)
-        let keep = self.keep
+        let statement = AppendBatchStatement(batch, keep: keep)
         return try await withDeadline("recording \(batch.count) message\(batch.count == 1 ? "" : "s")") {
-            let rows = try await self.client.query(
-                """
-                SELECT o_index, o_seq, o_duplicate FROM duplex_append_batch(\(rooms), \(prefixes), \(suffixes), \(tokenKeys), \(nameKeys), \(byName), \(keep))
-                """,
-                logger: self.logger
-            )
+            let rows = try await self.client.execute(statement, logger: self.logger)
             var outcomes = [PostgresSayBatcher.Outcome?](repeating: nil, count: batch.count)
-            for try await (index, seq, duplicate) in rows.decode((Int, Int?, Bool).self) where (1...batch.count).contains(index) {
+            for try await (index, seq, duplicate) in rows where (1...batch.count).contains(index) {
                 outcomes[index - 1] = seq.map { .recorded(seq: $0, duplicate: duplicate) } ?? .roomMissing
             }
             let answered = outcomes.compactMap { $0 }
@@ -453,11 +442,27 @@ final class PostgresChatStore: ChatStore {
     static func template(_ frame: (Int) -> ChatServerFrame) throws -> (prefix: String, suffix: String) {
         let placeholder = 9_007_199_254_740_991
         let json = try frame(placeholder).jsonString()
-        let marker = #""seq":\#(placeholder)"#
-        guard let range = json.range(of: marker), json.range(of: marker, range: range.upperBound..<json.endIndex) == nil else {
+        let marker = Array(#""seq":\#(placeholder)"#.utf8)
+        let bytes = Array(json.utf8)
+        guard let start = Self.firstIndex(of: marker, in: bytes, from: 0),
+            Self.firstIndex(of: marker, in: bytes, from: start + marker.count) == nil
+        else {
             throw ChatStoreUnavailable(description: "a frame could not be prepared for numbering")
         }
-        return (String(json[..<range.lowerBound]) + #""seq":"#, String(json[range.upperBound...]))
+        let seqStart = start + #""seq":"#.utf8.count
+        return (String(decoding: bytes[..<seqStart], as: UTF8.self), String(decoding: bytes[(start + marker.count)...], as: UTF8.self))
+    }
+
+    /// Where `needle` first occurs in `bytes` at or after `from` (on the UTF-8 bytes: Foundation's
+    /// `range(of:)` bridges to `NSString` and costs several times as much per `say`).
+    private static func firstIndex(of needle: [UInt8], in bytes: [UInt8], from: Int) -> Int? {
+        guard let first = needle.first, bytes.count >= needle.count else { return nil }
+        var index = from
+        while index <= bytes.count - needle.count {
+            if bytes[index] == first, bytes[index..<(index + needle.count)].elementsEqual(needle) { return index }
+            index += 1
+        }
+        return nil
     }
 
     /// Runs `operation`, failing with ``ChatStoreUnavailable`` if it takes longer than the query
