@@ -511,6 +511,43 @@ struct PostgresStoreTests {
         }
     }
 
+    @Test("duplex_append_batch keeps a room's newest events and their keys, trimming only what left the window, and everything older about once every 1,024 events")
+    func trimming() async throws {
+        try await withTimeout(.seconds(90)) {
+            try await Self.withDatabase { cluster, store in
+                // A node creates the schema; the function is then called directly.
+                let (node, _) = try await Self.node(store)
+                node.signal(SIGTERM)
+                try await node.waitForExit()
+                let name = String(store.split(separator: "/").last ?? "")
+                _ = try await cluster.psql(name, "INSERT INTO duplex_rooms (room, epoch) VALUES ('r', 'E')")
+                // Batches of two messages each, `batches` of them, keeping `keep`.
+                let append = { (batches: Int, keep: Int, first: Int) in
+                    """
+                    DO $$ BEGIN FOR i IN \(first) .. \(first + batches - 1) LOOP
+                    PERFORM * FROM duplex_append_batch(ARRAY['r', 'r'], ARRAY['{"seq":', '{"seq":'], ARRAY['}', '}'],
+                        ARRAY['t' || i || 'a', 't' || i || 'b'], ARRAY['n' || i || 'a', 'n' || i || 'b'], ARRAY[false, false], \(keep));
+                    END LOOP; END $$
+                    """
+                }
+                let kept = { () async throws -> String in
+                    try await cluster.psql(
+                        name,
+                        "SELECT (SELECT count(*) || ',' || min(seq) || ',' || max(seq) FROM duplex_events WHERE room = 'r') || ';' || (SELECT count(*) || ',' || min(seq) FROM duplex_dedupe WHERE room = 'r')"
+                    ).trimmingCharacters(in: .whitespacesAndNewlines)
+                }
+                _ = try await cluster.psql(name, append(500, 500, 1))
+                #expect(try await kept() == "500,501,1000;1000,501", "seqs 501 to 1000 kept, with both keys of each")
+                // The kept length shrinks: each batch trims only what left the window of 100...
+                _ = try await cluster.psql(name, append(10, 100, 501))
+                #expect(try await kept() == "500,501,1020;1000,501", "seqs 901 to 920 trimmed, 501 to 900 left for the sweep")
+                // ...until seq 1,024 passes, when everything older goes.
+                _ = try await cluster.psql(name, append(5, 100, 511))
+                #expect(try await kept() == "100,931,1030;200,931")
+            }
+        }
+    }
+
     @Test("--store: a URL it cannot use is refused before starting, with the reason; an unreachable database fails the start")
     func badStores() async throws {
         try await withTimeout(.seconds(60)) {

@@ -133,6 +133,7 @@ enum PostgresChatSchema {
             v_json text;
             v_line text;
             v_chunk text := '';
+            v_count integer;
         BEGIN
             -- Every room of the batch, locked in one order: batches of several servers cannot
             -- deadlock, and each room's seqs commit in order.
@@ -181,11 +182,22 @@ enum PostgresChatSchema {
             IF v_chunk <> '' THEN
                 PERFORM pg_notify('duplex_events', \(unescaped: clockLine) || v_chunk);
             END IF;
-            -- The history kept: each room of the batch trimmed once.
+            -- The history kept: each room of the batch trimmed once, of the events that left its
+            -- window in this batch (at most one per message): a bounded range, so the index
+            -- entries earlier trims left behind, until a vacuum, are not walked again on every
+            -- batch, which made each batch slower than the last (0.5 ms to 1.9 ms for one message
+            -- after 17,000). Everything older goes too, about once every 1,024 events (after the
+            -- kept length shrank, say).
+            v_count := coalesce(array_length(p_rooms, 1), 0);
             FOR v_room IN SELECT DISTINCT unnest(p_rooms) LOOP
                 SELECT r.latest_seq - p_keep INTO v_seq FROM duplex_rooms r WHERE r.room = v_room;
-                DELETE FROM duplex_events e WHERE e.room = v_room AND e.seq <= v_seq;
-                DELETE FROM duplex_dedupe d WHERE d.room = v_room AND d.seq <= v_seq;
+                IF (v_seq + p_keep) / 1024 <> (v_seq + p_keep - v_count) / 1024 THEN
+                    DELETE FROM duplex_events e WHERE e.room = v_room AND e.seq <= v_seq;
+                    DELETE FROM duplex_dedupe d WHERE d.room = v_room AND d.seq <= v_seq;
+                ELSE
+                    DELETE FROM duplex_events e WHERE e.room = v_room AND e.seq > v_seq - v_count AND e.seq <= v_seq;
+                    DELETE FROM duplex_dedupe d WHERE d.room = v_room AND d.seq > v_seq - v_count AND d.seq <= v_seq;
+                END IF;
             END LOOP;
         END
         $$
