@@ -186,23 +186,8 @@ struct ChatRoomFanOutTests {
     @Test("on its loop, a writer writes a message at once, and holds presence for the loop's batch, in order")
     func presenceWaitsForTheBatch() throws {
         let channel = EmbeddedChannel()
-        try channel.pipeline.syncOperations.addHandler(WebSocketFrameEncoder())
-        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
-        let writer = ChannelTextWriter(
-            channel: channel,
-            outlet: try RawFrameOutlet.install(on: channel),
-            drains: LoopDrains(eventLoop: channel.eventLoop, metrics: ServerMetrics().route("chat")),
-            maxCount: 10,
-            maxBytes: 1 << 20
-        )
-        writer.start(with: [])
-        let written = { () throws -> [String] in
-            var texts: [String] = []
-            while let frame = try channel.readOutbound(as: ByteBuffer.self) {
-                texts.append(String(buffer: ServerTextFrame.payload(of: frame)))
-            }
-            return texts
-        }
+        let writer = try Self.writer(on: channel, maxCount: 10)
+        let written = { try Self.written(on: channel) }
         #expect(writer.offer(frame: ServerTextFrame.encode("message 1"), textBytes: 9))
         #expect(try written() == ["message 1"], "a message goes out at once")
         #expect(writer.offer(frame: ServerTextFrame.encode("joined"), textBytes: 6, batched: true))
@@ -212,6 +197,31 @@ struct ChatRoomFanOutTests {
         channel.embeddedEventLoop.run()
         #expect(try written() == ["joined", "message 2"])
         _ = try channel.finish()
+    }
+
+    /// A started writer on `channel`, behind swift-nio's frame encoder, holding at most
+    /// `maxCount` frames.
+    static func writer(on channel: EmbeddedChannel, maxCount: Int) throws -> ChannelTextWriter {
+        try channel.pipeline.syncOperations.addHandler(WebSocketFrameEncoder())
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        let writer = ChannelTextWriter(
+            channel: channel,
+            outlet: try RawFrameOutlet.install(on: channel),
+            drains: LoopDrains(eventLoop: channel.eventLoop, metrics: ServerMetrics().route("chat")),
+            maxCount: maxCount,
+            maxBytes: 1 << 20
+        )
+        writer.start(with: [])
+        return writer
+    }
+
+    /// The texts of the frames written to `channel` since last asked.
+    static func written(on channel: EmbeddedChannel) throws -> [String] {
+        var texts: [String] = []
+        while let frame = try channel.readOutbound(as: ByteBuffer.self) {
+            texts.append(String(buffer: ServerTextFrame.payload(of: frame)))
+        }
+        return texts
     }
 
     /// Counts the flushes that reach the socket's end of the pipeline.
@@ -230,26 +240,11 @@ struct ChatRoomFanOutTests {
         let channel = EmbeddedChannel()
         let counter = FlushCounter()
         try channel.pipeline.syncOperations.addHandler(counter)
-        try channel.pipeline.syncOperations.addHandler(WebSocketFrameEncoder())
-        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
-        let writer = ChannelTextWriter(
-            channel: channel,
-            outlet: try RawFrameOutlet.install(on: channel),
-            drains: LoopDrains(eventLoop: channel.eventLoop, metrics: ServerMetrics().route("chat")),
-            maxCount: 2,
-            maxBytes: 1 << 20
-        )
-        writer.start(with: [])
+        let writer = try Self.writer(on: channel, maxCount: 2)
         channel.embeddedEventLoop.run()
         let before = counter.flushes
         let event = { (seq: Int) in RoomEvent(seq: seq, type: "message", json: #"{"seq":\#(seq)}"#, epoch: "E") }
-        let written = { () throws -> [String] in
-            var texts: [String] = []
-            while let frame = try channel.readOutbound(as: ByteBuffer.self) {
-                texts.append(String(buffer: ServerTextFrame.payload(of: frame)))
-            }
-            return texts
-        }
+        let written = { try Self.written(on: channel) }
         #expect(writer.offer([event(1), event(2)]))
         #expect(try written() == [#"{"seq":1}"#, #"{"seq":2}"#])
         #expect(counter.flushes - before == 1, "two events, one flush")
