@@ -548,6 +548,56 @@ struct PostgresStoreTests {
         }
     }
 
+    @Test("a message whose commit fails after its statement completed is neither acknowledged nor delivered, and its sender is closed to resend")
+    func failedCommitIsNotAcknowledged() async throws {
+        try await withTimeout(.seconds(90)) {
+            try await Self.withDatabase { cluster, store in
+                let (node, port) = try await Self.node(store)
+                let alice = try await RawChatMember.join(URL(string: "ws://127.0.0.1:\(port)/chat/commit?name=alice")!)
+                _ = try await alice.say("ok-1", "recorded")
+                // A deferred trigger runs at commit, after duplex_append_batch's rows were sent:
+                // the commit of this one message fails.
+                let name = String(store.split(separator: "/").last ?? "")
+                _ = try await cluster.psql(
+                    name,
+                    """
+                    CREATE FUNCTION fail_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+                    BEGIN IF NEW.json LIKE '%fail at commit%' THEN RAISE EXCEPTION 'refused at commit'; END IF; RETURN NULL; END $$;
+                    CREATE CONSTRAINT TRIGGER fail_at_commit AFTER INSERT ON duplex_events
+                    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION fail_at_commit();
+                    """
+                )
+                let events = alice.socket.events
+                try await alice.socket.send(.string(try ChatClientFrame.say(ChatSay(clientMessageID: "x", text: "fail at commit")).jsonString()))
+                // The batch fails: its sender is closed with 1013 (store_unavailable), to resend,
+                // before any ack or delivery of the message.
+                let outcome = try await withTimeout(.seconds(30)) { () -> (acked: Bool, delivered: Bool, close: WebSocketCloseCode?) in
+                    var (acked, delivered) = (false, false)
+                    for await event in events {
+                        switch event {
+                        case .message(.string(let text)):
+                            switch try? ChatServerFrame.decode(Data(text.utf8)) {
+                            case .ack(let ack)? where ack.clientMessageID == "x": acked = true
+                            case .message(let message)? where message.text == "fail at commit": delivered = true
+                            default: break
+                            }
+                            if acked || delivered { return (acked, delivered, nil) }
+                        case .disconnected(let code, _):
+                            return (acked, delivered, code)
+                        default:
+                            continue
+                        }
+                    }
+                    return (acked, delivered, nil)
+                }
+                #expect(!outcome.acked && !outcome.delivered, "\(outcome)")
+                #expect(outcome.close == .tryAgainLater, "\(outcome)")
+                #expect(try await cluster.psql(name, "SELECT count(*) FROM duplex_events WHERE json LIKE '%fail at commit%'").contains("0"))
+                node.signal(SIGTERM)
+            }
+        }
+    }
+
     @Test("--store: a URL it cannot use is refused before starting, with the reason; an unreachable database fails the start")
     func badStores() async throws {
         try await withTimeout(.seconds(60)) {

@@ -407,17 +407,29 @@ final class PostgresChatStore: ChatStore {
     private func commitDistinct(_ batch: [PostgresSayBatcher.Item]) async throws -> [PostgresSayBatcher.Outcome] {
         let statement = AppendBatchStatement(batch, keep: keep)
         return try await withDeadline("recording \(batch.count) message\(batch.count == 1 ? "" : "s")") {
-            let rows = try await self.client.execute(statement, logger: self.logger)
-            var outcomes = [PostgresSayBatcher.Outcome?](repeating: nil, count: batch.count)
-            for try await (index, seq, duplicate) in rows where (1...batch.count).contains(index) {
-                outcomes[index - 1] = seq.map { .recorded(seq: $0, duplicate: duplicate) } ?? .roomMissing
+            try await self.client.withConnection { connection in
+                let rows = try await connection.execute(statement, logger: self.logger)
+                var outcomes = [PostgresSayBatcher.Outcome?](repeating: nil, count: batch.count)
+                for try await (index, seq, duplicate) in rows where (1...batch.count).contains(index) {
+                    outcomes[index - 1] = seq.map { .recorded(seq: $0, duplicate: duplicate) } ?? .roomMissing
+                }
+                let answered = outcomes.compactMap { $0 }
+                guard answered.count == batch.count else {
+                    throw ChatStoreUnavailable(description: "duplex_append_batch answered \(answered.count) of \(batch.count) messages")
+                }
+                try await Self.committed(on: connection, logger: self.logger)
+                return answered
             }
-            let answered = outcomes.compactMap { $0 }
-            guard answered.count == batch.count else {
-                throw ChatStoreUnavailable(description: "duplex_append_batch answered \(answered.count) of \(batch.count) messages")
-            }
-            return answered
         }
+    }
+
+    /// Returns once the statement just run on `connection` is committed. Its rows end with its
+    /// CommandComplete, which PostgreSQL sends before it commits the implicit transaction at the
+    /// Sync that follows; a query queued behind it is answered only after that commit (durable,
+    /// with `synchronous_commit = on`). So nothing is acknowledged or delivered before it is
+    /// recorded.
+    static func committed(on connection: PostgresConnection, logger: Logger) async throws {
+        for try await _ in try await connection.query("SELECT 1", logger: logger) {}
     }
 
     func canHost(_ name: String) -> Bool {
