@@ -103,6 +103,9 @@ struct DuplexServerCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Seconds a server's lease in the PostgreSQL store lasts: the members of a server that stops renewing it are removed after this.", valueName: "seconds"))
     var storeLease: Double = 10
 
+    @Option(help: ArgumentHelp("Seconds a query to the PostgreSQL store may take before it counts as failed: a say waiting on it is refused with store_unavailable (1013).", valueName: "seconds"))
+    var storeQueryTimeout: Double = 5
+
     @Option(help: ArgumentHelp("Serve every route over TLS (https://, wss://) with the certificate chain in this PEM file; needs --tls-key.", valueName: "file"))
     var tlsCert: String?
 
@@ -165,7 +168,8 @@ struct DuplexServerCommand: AsyncParsableCommand {
             throw ValidationError("--echo-subprotocols needs at least one name")
         }
         for (name, value) in [
-            ("--store-startup-timeout", storeStartupTimeout), ("--store-lease", storeLease), ("--request-head-timeout", requestHeadTimeout), ("--idle-timeout", idleTimeout),
+            ("--store-startup-timeout", storeStartupTimeout), ("--store-lease", storeLease), ("--store-query-timeout", storeQueryTimeout), ("--request-head-timeout", requestHeadTimeout),
+            ("--idle-timeout", idleTimeout),
             ("--shutdown-timeout", shutdownTimeout),
         ] {
             guard value > 0, value <= 86_400 else { throw ValidationError("\(name) must be from 0 to 86400 seconds") }
@@ -205,6 +209,7 @@ struct DuplexServerCommand: AsyncParsableCommand {
         case .postgres(var postgres)?:
             postgres.startupTimeout = Self.duration(storeStartupTimeout)
             postgres.lease = Self.duration(storeLease)
+            postgres.queryTimeout = Self.duration(storeQueryTimeout)
             // Renewed several times per lease, at most every second.
             postgres.heartbeatInterval = min(.seconds(1), Self.duration(storeLease / 4))
             configuration.store = .postgres(postgres)
