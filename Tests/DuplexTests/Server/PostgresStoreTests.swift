@@ -552,7 +552,9 @@ struct PostgresStoreTests {
     func failedCommitIsNotAcknowledged() async throws {
         try await withTimeout(.seconds(90)) {
             try await Self.withDatabase { cluster, store in
-                let (node, port) = try await Self.node(store)
+                // A query timeout longer than the wait below: the failed commit must be seen as
+                // it happens, not when the query's deadline passes.
+                let (node, port) = try await Self.node(store, ["--store-query-timeout", "120"])
                 let alice = try await RawChatMember.join(URL(string: "ws://127.0.0.1:\(port)/chat/commit?name=alice")!)
                 _ = try await alice.say("ok-1", "recorded")
                 // A deferred trigger runs at commit, after duplex_append_batch's rows were sent:
@@ -569,8 +571,8 @@ struct PostgresStoreTests {
                 )
                 let events = alice.socket.events
                 try await alice.socket.send(.string(try ChatClientFrame.say(ChatSay(clientMessageID: "x", text: "fail at commit")).jsonString()))
-                // The batch fails: its sender is closed with 1013 (store_unavailable), to resend,
-                // before any ack or delivery of the message.
+                // The batch fails at once: its sender is closed with 1013 (store_unavailable), to
+                // resend, before any ack or delivery of the message.
                 let outcome = try await withTimeout(.seconds(30)) { () -> (acked: Bool, delivered: Bool, close: WebSocketCloseCode?) in
                     var (acked, delivered) = (false, false)
                     for await event in events {

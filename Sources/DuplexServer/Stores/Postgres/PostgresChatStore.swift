@@ -428,8 +428,22 @@ final class PostgresChatStore: ChatStore {
     /// Sync that follows; a query queued behind it is answered only after that commit (durable,
     /// with `synchronous_commit = on`). So nothing is acknowledged or delivered before it is
     /// recorded.
+    ///
+    /// A commit that fails (a deferred constraint, say) sends its error after that
+    /// CommandComplete, and postgres-nio closes the connection on it. A query written to a channel
+    /// that is closed already is dropped without an answer, so the check and the write are made
+    /// together on the connection's event loop: the wait fails at once instead of at the deadline.
     static func committed(on connection: PostgresConnection, logger: Logger) async throws {
-        for try await _ in try await connection.query("SELECT 1", logger: logger) {}
+        try await connection.eventLoop.flatSubmit { () -> EventLoopFuture<Void> in
+            guard !connection.isClosed else {
+                return connection.eventLoop.makeFailedFuture(
+                    ChatStoreUnavailable(description: "the commit was not confirmed: the database connection closed (a commit that fails closes it)")
+                )
+            }
+            // On the event loop, the query reaches postgres-nio's handler at once: it is answered,
+            // or failed when the connection closes.
+            return connection.query("SELECT 1", logger: logger).map { _ in }
+        }.get()
     }
 
     func canHost(_ name: String) -> Bool {
