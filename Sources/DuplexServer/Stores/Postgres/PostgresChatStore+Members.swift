@@ -70,10 +70,14 @@ extension PostgresChatStore {
         let template = try Self.template { seq in .left(ChatPresence(room: room, seq: seq, name: name, session: session, at: Date())) }
         let keep = self.keep
         try await withDeadline("recording a departure") {
-            try await self.client.execute(
-                "SELECT duplex_leave(\(room), \(session), \(template.prefix), \(template.suffix), \(cause), \(keep))",
-                logger: self.logger
-            )
+            // Returns once the departure is committed, not once its statement ran (see `committed(on:)`).
+            try await self.client.withConnection { connection in
+                try await connection.execute(
+                    "SELECT duplex_leave(\(room), \(session), \(template.prefix), \(template.suffix), \(cause), \(keep))",
+                    logger: self.logger
+                )
+                try await Self.committed(on: connection, logger: self.logger)
+            }
         }
     }
 }

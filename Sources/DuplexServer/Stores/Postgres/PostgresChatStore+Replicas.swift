@@ -85,13 +85,18 @@ extension PostgresChatStore {
 
     func load(_ name: String) async throws -> ChatRoom {
         let (epoch, latestSeq, events) = try await withDeadline("loading room \(name)") {
-            try await self.client.execute(
-                "INSERT INTO duplex_rooms (room, epoch) VALUES (\(name), \(ChatRoom.makeEpoch())) ON CONFLICT (room) DO NOTHING",
-                logger: self.logger
-            )
-            var found: (String, Int)?
-            for try await row in try await self.client.query("SELECT epoch, latest_seq FROM duplex_rooms WHERE room = \(name)", logger: self.logger).decode((String, Int).self) {
-                found = row
+            // On one connection: the SELECT is answered after the INSERT's commit. On another, it
+            // could run before that commit and not see the room this call created.
+            let found: (String, Int)? = try await self.client.withConnection { connection in
+                try await connection.execute(
+                    "INSERT INTO duplex_rooms (room, epoch) VALUES (\(name), \(ChatRoom.makeEpoch())) ON CONFLICT (room) DO NOTHING",
+                    logger: self.logger
+                )
+                var found: (String, Int)?
+                for try await row in try await connection.query("SELECT epoch, latest_seq FROM duplex_rooms WHERE room = \(name)", logger: self.logger).decode((String, Int).self) {
+                    found = row
+                }
+                return found
             }
             guard let (epoch, latestSeq) = found else { throw ChatStoreUnavailable(description: "room \(name) vanished while loading") }
             let events = try await self.fetch(name, after: max(latestSeq - self.historyLimit, 0), epoch: epoch, limit: max(self.historyLimit, 1))
