@@ -119,8 +119,12 @@ async function throughput([rooms, perRoom, senders, window, seconds]) {
   }
   const sockets = await joinAll(specs.map((s) => s.url));
   const acked = {};
+  // Members the server closed during the run (a slow consumer past its queue, or 1013 when the
+  // store failed), by close code: a closed sender's messages in flight are never acknowledged.
+  const closed = {};
   let received = 0;
   let end = Infinity;
+  let ended = false;
   let running = 0;
   let finish;
   const done = new Promise((resolve) => { finish = resolve; });
@@ -128,9 +132,11 @@ async function throughput([rooms, perRoom, senders, window, seconds]) {
     const spec = specs[i];
     let inflight = 0;
     let sent = 0;
+    let dead = false;
+    let finished = false;
     const pump = () => {
-      while (inflight < window && now() < end) { socket.send(say(`${i}-${sent++}`, 'x'.repeat(32))); inflight++; }
-      if (inflight === 0 && --running === 0) finish();
+      while (!dead && inflight < window && now() < end) { socket.send(say(`${i}-${sent++}`, 'x'.repeat(32))); inflight++; }
+      if ((inflight === 0 || dead) && !finished) { finished = true; if (--running === 0) finish(); }
     };
     socket.on('message', (data) => {
       const text = data.toString();
@@ -142,6 +148,11 @@ async function throughput([rooms, perRoom, senders, window, seconds]) {
         received++;
       }
     });
+    socket.on('close', (code) => {
+      if (ended) return;
+      closed[code] = (closed[code] || 0) + 1;
+      if (spec.sender) { dead = true; pump(); }
+    });
     if (spec.sender) running++;
     spec.pump = pump;
   });
@@ -149,6 +160,7 @@ async function throughput([rooms, perRoom, senders, window, seconds]) {
   end = now() + seconds * 1000;
   specs.forEach((spec) => { if (spec.sender) spec.pump(); });
   await done;
+  ended = true;
   sockets.forEach((socket) => socket.terminate());
   const perRoomRates = {};
   for (const [name, count] of Object.entries(acked)) perRoomRates[name] = Math.round(count / seconds);
@@ -157,6 +169,7 @@ async function throughput([rooms, perRoom, senders, window, seconds]) {
     messages_per_second_per_room: perRoomRates,
     messages_per_second_total: Math.round(Object.values(acked).reduce((a, b) => a + b, 0) / seconds),
     deliveries: received,
+    closed_by_server: closed,
   };
 }
 

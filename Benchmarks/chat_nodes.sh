@@ -131,4 +131,10 @@ for (case, store), results in cases.items():
     else:
         per_room = med([statistics.mean(r["messages_per_second_per_room"].values()) for r in results])
         print(f"| {case} | {store} | {nodes} | – | – | – | – | {per_room} | {med([r['messages_per_second_total'] for r in results])} | – |")
+# A member the server closed during a throughput run (its outbound queue full, or 1013 when the
+# store failed) stops sending: that run's rate counts fewer senders.
+for (case, store), results in cases.items():
+    closed = [r.get("closed_by_server") for r in results if r.get("closed_by_server")]
+    if closed:
+        print(f"\nwarning: {case}, {store}: members closed by the server during the run, by close code: {closed}")
 EOF
