@@ -548,6 +548,43 @@ struct PostgresStoreTests {
         }
     }
 
+    @Test("duplex_append_batch numbers each room's new messages in batch order, answers a recorded key with its original seq, and gives a missing room none")
+    func batchNumbering() async throws {
+        try await withTimeout(.seconds(90)) {
+            try await Self.withDatabase { cluster, store in
+                // A node creates the schema; the function is then called directly.
+                let (node, _) = try await Self.node(store)
+                node.signal(SIGTERM)
+                try await node.waitForExit()
+                let name = String(store.split(separator: "/").last ?? "")
+                _ = try await cluster.psql(name, "INSERT INTO duplex_rooms (room, epoch, latest_seq) VALUES ('a', 'E', 0), ('b', 'E', 10)")
+                let batch = { (rooms: [String], tokens: [String], names: [String], byName: [Bool]) in
+                    let list = { (values: [String]) in "ARRAY[" + values.map { "'\($0)'" }.joined(separator: ",") + "]::text[]" }
+                    return """
+                        SELECT string_agg(o_index || ':' || coalesce(o_seq::text, '-') || (CASE WHEN o_duplicate THEN 'd' ELSE '' END), ' ' ORDER BY o_index)
+                        FROM duplex_append_batch(\(list(rooms)), \(list(rooms.map { _ in "{\"seq\":" })), \(list(rooms.map { _ in "}" })),
+                            \(list(tokens)), \(list(names)), ARRAY[\(byName.map(String.init).joined(separator: ","))]::boolean[], 100)
+                        """
+                }
+                // Two rooms interleaved, and one that is not in the database.
+                let first = try await cluster.psql(
+                    name, batch(["a", "b", "gone", "a", "b", "a"], ["t1", "t2", "t3", "t4", "t5", "t6"], ["n1", "n2", "n3", "n4", "n5", "n6"], [false, false, false, false, false, false]))
+                #expect(first.trimmingCharacters(in: .whitespacesAndNewlines) == "1:1 2:11 3:- 4:2 5:12 6:3")
+                // Recorded keys: by token always, by name only when asked; the rest numbered on.
+                let second = try await cluster.psql(name, batch(["a", "a", "a", "b"], ["t1", "t9", "t10", "t11"], ["x", "n4", "n6", "n5"], [false, true, false, false]))
+                #expect(second.trimmingCharacters(in: .whitespacesAndNewlines) == "1:1d 2:2d 3:4 4:13")
+                let rows = try await cluster.psql(
+                    name,
+                    "SELECT string_agg(room || seq || ':' || json, ' ' ORDER BY room, seq) FROM duplex_events; SELECT string_agg(room || latest_seq, ' ' ORDER BY room) FROM duplex_rooms"
+                )
+                #expect(
+                    rows.trimmingCharacters(in: .whitespacesAndNewlines)
+                        == "a1:{\"seq\":1} a2:{\"seq\":2} a3:{\"seq\":3} a4:{\"seq\":4} b11:{\"seq\":11} b12:{\"seq\":12} b13:{\"seq\":13}\na4 b13"
+                )
+            }
+        }
+    }
+
     @Test("a message whose commit fails after its statement completed is neither acknowledged nor delivered, and its sender is closed to resend")
     func failedCommitIsNotAcknowledged() async throws {
         try await withTimeout(.seconds(90)) {
