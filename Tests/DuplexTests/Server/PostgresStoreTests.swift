@@ -26,6 +26,17 @@ struct PostgresStoreTests {
         try await body(cluster, try await cluster.createDatabase())
     }
 
+    /// A database whose schema a node created and left: for tests that call the store's SQL
+    /// functions directly. `body` gets the cluster and the database's name.
+    static func withSchema(_ body: (PostgresCluster, String) async throws -> Void) async throws {
+        try await withDatabase { cluster, store in
+            let (node, _) = try await node(store)
+            node.signal(SIGTERM)
+            try await node.waitForExit()
+            try await body(cluster, String(store.split(separator: "/").last ?? ""))
+        }
+    }
+
     /// Starts a node on the database; returns it and its port.
     static func node(_ store: String, _ arguments: [String] = []) async throws -> (CLIProcess, Int) {
         let (process, port) = try await ServerProcessTests.start(["--store", store, "--log-level", "notice"] + arguments)
@@ -514,12 +525,7 @@ struct PostgresStoreTests {
     @Test("duplex_append_batch keeps a room's newest events and their keys, trimming only what left the window, and everything older about once every 1,024 events")
     func trimming() async throws {
         try await withTimeout(.seconds(90)) {
-            try await Self.withDatabase { cluster, store in
-                // A node creates the schema; the function is then called directly.
-                let (node, _) = try await Self.node(store)
-                node.signal(SIGTERM)
-                try await node.waitForExit()
-                let name = String(store.split(separator: "/").last ?? "")
+            try await Self.withSchema { cluster, name in
                 _ = try await cluster.psql(name, "INSERT INTO duplex_rooms (room, epoch) VALUES ('r', 'E')")
                 // Batches of two messages each, `batches` of them, keeping `keep`.
                 let append = { (batches: Int, keep: Int, first: Int) in
@@ -551,12 +557,7 @@ struct PostgresStoreTests {
     @Test("duplex_append_batch numbers each room's new messages in batch order, answers a recorded key with its original seq, and gives a missing room none")
     func batchNumbering() async throws {
         try await withTimeout(.seconds(90)) {
-            try await Self.withDatabase { cluster, store in
-                // A node creates the schema; the function is then called directly.
-                let (node, _) = try await Self.node(store)
-                node.signal(SIGTERM)
-                try await node.waitForExit()
-                let name = String(store.split(separator: "/").last ?? "")
+            try await Self.withSchema { cluster, name in
                 _ = try await cluster.psql(name, "INSERT INTO duplex_rooms (room, epoch, latest_seq) VALUES ('a', 'E', 0), ('b', 'E', 10)")
                 let batch = { (rooms: [String], tokens: [String], names: [String], byName: [Bool]) in
                     let list = { (values: [String]) in "ARRAY[" + values.map { "'\($0)'" }.joined(separator: ",") + "]::text[]" }
