@@ -522,7 +522,7 @@ struct PostgresStoreTests {
         }
     }
 
-    @Test("duplex_append_batch keeps a room's newest events and their keys, trimming only what left the window, and everything older about once every 1,024 events")
+    @Test("duplex_append_batch and duplex_append keep a room's newest events and their keys, trimming only what left the window, and everything older about once every 1,024 events")
     func trimming() async throws {
         try await withTimeout(.seconds(90)) {
             try await Self.withSchema { cluster, name in
@@ -550,6 +550,10 @@ struct PostgresStoreTests {
                 // ...until seq 1,024 passes, when everything older goes.
                 _ = try await cluster.psql(name, append(5, 100, 511))
                 #expect(try await kept() == "100,931,1030;200,931")
+                // A single event (a join) trims the same way: keeping 50, only seq 981 left the
+                // window with it; 931 to 980 stay for the sweep.
+                _ = try await cluster.psql(name, "SELECT * FROM duplex_append('r', 'joined', '{\"seq\":', '}', '{}', '{}', NULL, 50)")
+                #expect(try await kept() == "100,931,1031;198,931")
             }
         }
     }

@@ -24,6 +24,25 @@ enum PostgresChatSchema {
     /// The first line of every notification: `@` and the database's clock in microseconds.
     static let clockLine = "'@' || (extract(epoch FROM clock_timestamp()) * 1000000)::bigint || E'\\n'"
 
+    /// The history kept, trimmed after a call added `added` events to `room`, of the events that
+    /// left its window then: `kept` is the newest seq that left (the room's latest seq less
+    /// `p_keep`). A bounded range, so the index entries earlier trims left behind, until a vacuum,
+    /// are not walked again on every call, which made each call slower than the last (0.5 ms to
+    /// 1.9 ms for one message after 17,000). Everything older goes too, about once every 1,024
+    /// events (after the kept length shrank, say). Both functions that add events trim with it, so
+    /// each event is removed by the call that pushed it out of the window.
+    static func trimHistory(room: String, kept: String, added: String) -> String {
+        """
+        IF (\(kept) + p_keep) / 1024 <> (\(kept) + p_keep - \(added)) / 1024 THEN
+            DELETE FROM duplex_events e WHERE e.room = \(room) AND e.seq <= \(kept);
+            DELETE FROM duplex_dedupe d WHERE d.room = \(room) AND d.seq <= \(kept);
+        ELSE
+            DELETE FROM duplex_events e WHERE e.room = \(room) AND e.seq > \(kept) - \(added) AND e.seq <= \(kept);
+            DELETE FROM duplex_dedupe d WHERE d.room = \(room) AND d.seq > \(kept) - \(added) AND d.seq <= \(kept);
+        END IF;
+        """
+    }
+
     /// The schema version this code writes; recorded in `duplex_schema`.
     static let version = 3
 
@@ -86,10 +105,13 @@ enum PostgresChatSchema {
             p_room text, p_type text, p_prefix text, p_suffix text,
             p_lookup text[], p_keys text[], p_cause text, p_keep bigint,
             OUT o_seq bigint, OUT o_duplicate boolean
-        ) LANGUAGE plpgsql AS $$
+        ) LANGUAGE plpgsql
+        -- Every statement below finds its rows by key: one plan serves every call.
+        SET plan_cache_mode = force_generic_plan AS $$
         DECLARE
             v_json text;
             v_payload text;
+            v_kept bigint;
         BEGIN
             PERFORM 1 FROM duplex_rooms r WHERE r.room = p_room FOR UPDATE;
             IF NOT FOUND THEN
@@ -112,8 +134,8 @@ enum PostgresChatSchema {
                 INSERT INTO duplex_dedupe (room, key, seq) SELECT p_room, k, o_seq FROM unnest(p_keys) AS k
                     ON CONFLICT (room, key) DO UPDATE SET seq = EXCLUDED.seq;
             END IF;
-            DELETE FROM duplex_events e WHERE e.room = p_room AND e.seq <= o_seq - p_keep;
-            DELETE FROM duplex_dedupe d WHERE d.room = p_room AND d.seq <= o_seq - p_keep;
+            v_kept := o_seq - p_keep;
+            \(unescaped: trimHistory(room: "p_room", kept: "v_kept", added: "1"))
             v_payload := p_room || E'\\t' || o_seq || E'\\t' || coalesce(p_cause, '') || E'\\t' || p_type;
             IF octet_length(v_payload) + octet_length(v_json) < 7900 THEN
                 v_payload := v_payload || E'\\t' || v_json;
@@ -205,22 +227,11 @@ enum PostgresChatSchema {
             IF v_chunk <> '' THEN
                 PERFORM pg_notify('duplex_events', \(unescaped: clockLine) || v_chunk);
             END IF;
-            -- The history kept: each room of the batch trimmed once, of the events that left its
-            -- window in this batch (v_added of them): a bounded range, so the index entries
-            -- earlier trims left behind, until a vacuum, are not walked again on every batch,
-            -- which made each batch slower than the last (0.5 ms to 1.9 ms for one message after
-            -- 17,000). Everything older goes too, about once every 1,024 events (after the kept
-            -- length shrank, say).
+            -- The history kept: each room of the batch trimmed once (trimHistory).
             FOR k IN 1 .. coalesce(array_length(v_rooms, 1), 0) LOOP
                 CONTINUE WHEN v_next[k] IS NULL;
                 v_seq := v_next[k] - 1 - p_keep;
-                IF (v_seq + p_keep) / 1024 <> (v_seq + p_keep - v_added[k]) / 1024 THEN
-                    DELETE FROM duplex_events e WHERE e.room = v_rooms[k] AND e.seq <= v_seq;
-                    DELETE FROM duplex_dedupe d WHERE d.room = v_rooms[k] AND d.seq <= v_seq;
-                ELSE
-                    DELETE FROM duplex_events e WHERE e.room = v_rooms[k] AND e.seq > v_seq - v_added[k] AND e.seq <= v_seq;
-                    DELETE FROM duplex_dedupe d WHERE d.room = v_rooms[k] AND d.seq > v_seq - v_added[k] AND d.seq <= v_seq;
-                END IF;
+                \(unescaped: trimHistory(room: "v_rooms[k]", kept: "v_seq", added: "v_added[k]"))
             END LOOP;
         END
         $$
