@@ -87,7 +87,7 @@ struct ConnectionLifecycle<Policy: LifecyclePolicy> {
         case resumeDisconnectWaiters
         /// Queued sends that will not be sent: report them, never drop them silently.
         case dropQueued(count: Int, because: String)
-        /// Finish every stream: terminated for good.
+        /// Finish every stream: terminated, or ended by a loss the policy calls final.
         case finish
     }
 
@@ -163,6 +163,8 @@ struct ConnectionLifecycle<Policy: LifecyclePolicy> {
             return .alreadyConnected
         case .connecting:
             return .wait([])
+        case .ended(.lost(let loss)) where policy.isFinal(loss), .ended(.gaveUp(_, let loss)) where policy.isFinal(loss):
+            return .fail(.failed(loss))
         case .idle, .ended:
             schedule.connectionProved()
             return .wait(beginAttempt(retrying: policy.connectRetries))
@@ -309,7 +311,7 @@ struct ConnectionLifecycle<Policy: LifecyclePolicy> {
         var actions: [Action] = [.attemptFailed(loss, willRetry: false)]
         actions += dropQueue(because: retrying ? dropCause(end) : "the connection could not be opened")
         actions += [.publish(status), .resumeConnectWaiters(failure(end))]
-        return actions
+        return actions + finishing(end)
     }
 
     /// A connection that opened proved itself (SSE: an event arrived): the next loss starts the
@@ -337,7 +339,7 @@ struct ConnectionLifecycle<Policy: LifecyclePolicy> {
             }
             let end = ending(loss, retry: retry)
             phase = .ended(end)
-            return actions + [.lost(loss, willRetry: false)] + dropQueue(because: dropCause(end)) + [.publish(status)]
+            return actions + [.lost(loss, willRetry: false)] + dropQueue(because: dropCause(end)) + [.publish(status)] + finishing(end)
         case .connecting(let pending, _) where pending == generation:
             // Reported before the opening was: kept until it is, or until the attempt fails.
             earlyLoss = (generation, loss, abort)
@@ -373,6 +375,14 @@ struct ConnectionLifecycle<Policy: LifecyclePolicy> {
     /// How the lifecycle ends after `loss` when no attempt follows.
     private func ending(_ loss: Loss, retry: Retry) -> End {
         retry == .never ? .lost(loss) : .gaveUp(attempts: schedule.attempts, last: loss)
+    }
+
+    /// ``Action/finish`` when `end` is final for the policy: the streams end with it.
+    private func finishing(_ end: End) -> [Action] {
+        switch end {
+        case .lost(let loss) where policy.isFinal(loss), .gaveUp(_, let loss) where policy.isFinal(loss): [.finish]
+        default: []
+        }
     }
 
     private func failure(_ end: End) -> Failure {

@@ -37,6 +37,16 @@ protocol LifecyclePolicy: Sendable {
     /// itself (a failed attempt never has).
     func retry(after loss: Loss, proved: Bool) -> Retry
 
+    /// Whether the lifecycle, ended by `loss` (no attempt follows), is over for good: its
+    /// streams finish and `connect()` is refused with the loss, as after `terminate()` but for
+    /// the loss's reason (an SSE stream that finished, or a request that is not sent twice).
+    func isFinal(_ loss: Loss) -> Bool
+
     /// Why `loss` happened, as a metric's `cause` label: an error's code, or one of a few words.
     static func metricsCause(of loss: Loss) -> String
+}
+
+extension LifecyclePolicy {
+    /// No loss is final: `connect()` can always start over.
+    func isFinal(_ loss: Loss) -> Bool { false }
 }

@@ -61,7 +61,7 @@ final class ServerSentEventCore: LifecycleRunner {
             label: "sse.stateEvents",
             logger: configuration.logger
         )
-        var state = State(lifecycle: ConnectionLifecycle(policy: SSEPolicy(strategy: retryPolicy)))
+        var state = State(lifecycle: ConnectionLifecycle(policy: SSEPolicy(strategy: retryPolicy, resumable: request.isResumable)))
         state.lastEventID = lastEventID
         self.box = NIOLockedValueBox(state)
     }
@@ -69,6 +69,14 @@ final class ServerSentEventCore: LifecycleRunner {
     var state: SSEState { box.locked { $0.state } }
     var lastEventID: String? { box.locked { $0.lastEventID.isEmpty ? nil : $0.lastEventID } }
     var serverRetry: Duration? { box.locked { $0.serverRetryMilliseconds.map { .milliseconds($0) } } }
+
+    /// The stream finished for good: its terminal event arrived, or a request that is not
+    /// resumable was answered to its end.
+    var hasFinished: Bool {
+        box.locked { state in
+            if case .ended(.lost(let loss)) = state.lifecycle.phase { loss.finished } else { false }
+        }
+    }
 
     var prepareRequest: (@Sendable (SSERequest) async -> SSERequest)? {
         get { box.locked { $0.prepareRequest } }
@@ -151,6 +159,12 @@ final class ServerSentEventCore: LifecycleRunner {
     private func ended(generation: UInt64, opened: Bool, loss: SSELoss) {
         box.locked { state in
             var loss = loss
+            // A request that is not resumable is never sent again once answered: its clean end is
+            // its finish, and a drop is final.
+            if opened, !request.isResumable {
+                loss.retry = .never
+                if loss.reason == .streamEnded { loss.finished = true }
+            }
             // The server's `retry:` is its wish for the delay of every reconnection.
             if loss.retry == .policy(suggested: nil), let wish = state.serverRetryMilliseconds {
                 loss.retry = .policy(suggested: .milliseconds(wish))
@@ -188,11 +202,11 @@ final class ServerSentEventCore: LifecycleRunner {
         var isOpen = false
         var url = current.url
         do {
-            var opened = try await open(url, headers: current.additionalHeaders, lastEventID: lastEventID)
+            var opened = try await open(current, lastEventID: lastEventID)
             // Redirects are followed, as fetch does, up to 5, never in a cycle; credentials are not
-            // sent to another origin.
+            // sent to another origin. A 303, and a 301 or 302 to a POST, turn the request into a
+            // GET without its body; a 307 and a 308 send it again as it was.
             var visited: Set<String> = [url.absoluteString]
-            var headers = current.additionalHeaders
             while Self.redirects.contains(opened.head.status.code) {
                 try? await opened.body.channel.close()
                 let status = Int(opened.head.status.code)
@@ -208,21 +222,28 @@ final class ServerSentEventCore: LifecycleRunner {
                 guard visited.insert(next.absoluteString).inserted else {
                     throw SSEError(.badStatus, "the server's redirects form a cycle back to \(next.absoluteString.prefix(200))", status: status)
                 }
-                if Self.origin(next) != Self.origin(url) {
-                    headers = headers.filter { !["authorization", "cookie", "proxy-authorization"].contains($0.key.lowercased()) }
-                }
+                current = Self.redirected(current, status: status, from: url, to: next)
                 url = next
-                opened = try await open(url, headers: headers, lastEventID: lastEventID)
+                opened = try await open(current, lastEventID: lastEventID)
             }
+            let terminalEvent = current.terminalEvent
             try await opened.body.executeThenClose { body, _ in
-                if let failure = check(opened.head) {
+                var chunks = body.makeAsyncIterator()
+                if let failure = try await check(opened.head, body: &chunks, channel: opened.body.channel, resumable: current.isResumable) {
                     ended(generation: generation, opened: false, loss: failure)
                     return
                 }
                 guard self.opened(generation: generation) else { return }
                 isOpen = true
-                for try await chunk in body {
-                    let parsed = try parser.parse(chunk.readableBytesView)
+                while let chunk = try await chunks.next() {
+                    var parsed = try parser.parse(chunk.readableBytesView)
+                    if let terminalEvent, let last = parsed.firstIndex(where: terminalEvent.matches) {
+                        // Delivered, and nothing after it: the stream is over.
+                        parsed.removeSubrange((last + 1)...)
+                        received(parsed, parser: parser, generation: generation)
+                        ended(generation: generation, opened: true, loss: .finish)
+                        return
+                    }
                     received(parsed, parser: parser, generation: generation)
                     // A reader behind: read no more of the body (the connection then stops reading
                     // the socket) until it catches up.
@@ -236,8 +257,28 @@ final class ServerSentEventCore: LifecycleRunner {
             let described = Self.describe(error, url: url)
             ended(
                 generation: generation, opened: isOpen,
-                loss: SSELoss(reason: .streamError(described), retry: [.tlsFailed, .proxyFailed, .invalidURL, .invalidHeader, .badStatus].contains(described.code) ? .never : .policy()))
+                loss: SSELoss(
+                    reason: .streamError(described),
+                    retry: [.tlsFailed, .proxyFailed, .invalidURL, .invalidHeader, .invalidRequest, .badStatus].contains(described.code) ? .never : .policy()))
         }
+    }
+
+    /// The request to send to `next` after a redirect with `status` from `url`.
+    static func redirected(_ request: SSERequest, status: Int, from url: URL, to next: URL) -> SSERequest {
+        var request = request
+        request.url = next
+        if status == 303 && request.method != .get || (status == 301 || status == 302) && request.method == .post {
+            let resumable = request.isResumable
+            request.method = .get
+            request.body = nil
+            request.isResumable = resumable
+            let bodyHeaders: Set<String> = ["content-type", "content-encoding", "content-language", "content-location", "content-length"]
+            request.additionalHeaders = request.additionalHeaders.filter { !bodyHeaders.contains($0.key.lowercased()) }
+        }
+        if origin(next) != origin(url) {
+            request.additionalHeaders = request.additionalHeaders.filter { !["authorization", "cookie", "proxy-authorization"].contains($0.key.lowercased()) }
+        }
+        return request
     }
 
     /// The statuses whose `Location` is followed.
@@ -250,20 +291,23 @@ final class ServerSentEventCore: LifecycleRunner {
         return "\(scheme)://\(url.host?.lowercased() ?? ""):\(url.port ?? (scheme == "https" ? 443 : 80))"
     }
 
-    /// Sends the request for `url` and returns with its response head.
-    private func open(_ url: URL, headers: [String: String], lastEventID: String) async throws -> EventStreamConnection.Opened {
+    /// Sends `request` and returns with its response head.
+    private func open(_ request: SSERequest, lastEventID: String) async throws -> EventStreamConnection.Opened {
         let endpoint: WebSocketRequest.Endpoint
         do {
-            endpoint = try WebSocketRequest(url: url).endpoint()
+            endpoint = try WebSocketRequest(url: request.url).endpoint()
         } catch let error as WebSocketError {
             throw SSEError(.invalidURL, error.message)
         }
-        if let problem = RequestHeaderCheck.problem(headers) {
+        if let problem = RequestHeaderCheck.problem(request.additionalHeaders) {
             throw SSEError(.invalidHeader, problem)
+        }
+        if let problem = request.method.problem {
+            throw SSEError(.invalidRequest, problem)
         }
         var httpHeaders = HTTPHeaders()
         httpHeaders.add(name: "Host", value: endpoint.hostHeader)
-        for (name, value) in headers.sorted(by: { $0.key < $1.key }) {
+        for (name, value) in request.additionalHeaders.sorted(by: { $0.key < $1.key }) {
             httpHeaders.replaceOrAdd(name: name, value: value)
         }
         httpHeaders.replaceOrAdd(name: "Accept", value: "text/event-stream")
@@ -271,18 +315,39 @@ final class ServerSentEventCore: LifecycleRunner {
         if !lastEventID.isEmpty {
             httpHeaders.replaceOrAdd(name: "Last-Event-ID", value: lastEventID)
         }
-        return try await EventStreamConnection.open(endpoint: endpoint, headers: httpHeaders, configuration: configuration)
+        if let body = request.body {
+            httpHeaders.replaceOrAdd(name: "Content-Length", value: String(body.count))
+        } else if request.method != .get {
+            httpHeaders.replaceOrAdd(name: "Content-Length", value: "0")
+        }
+        return try await EventStreamConnection.open(
+            endpoint: endpoint,
+            method: HTTPMethod(rawValue: request.method.rawValue),
+            headers: httpHeaders,
+            body: request.body,
+            configuration: configuration
+        )
     }
 
-    /// A failure for a response that cannot be read as an event stream, or nil.
-    private func check(_ response: HTTPResponseHead) -> SSELoss? {
+    /// A failure for a response that cannot be read as an event stream, or nil. For an answer
+    /// that is not a stream, its body is read (up to ``SSEErrorResponse/bodyLimit``, within the
+    /// connect timeout) into the error. A request that is not resumable is retried only after a
+    /// 429 or a 503, which say that the server did not act on it.
+    private func check(
+        _ response: HTTPResponseHead,
+        body: inout NIOAsyncChannelInboundStream<ByteBuffer>.AsyncIterator,
+        channel: any Channel,
+        resumable: Bool
+    ) async throws -> SSELoss? {
         let status = Int(response.status.code)
         if status == 204 {
             return SSELoss(reason: .streamError(SSEError(.noContent, "the server answered 204 No Content: it asks the client to stop", status: 204)), retry: .never)
         }
         guard (200..<300).contains(status) else {
-            let error = SSEError(.badStatus, "the server answered HTTP \(status)", status: status)
-            if configuration.retryOnServerErrors, retryPolicy.enabled, status >= 500 || status == 429 {
+            let answer = await Self.readAnswer(response, body: &body, channel: channel, within: TimeAmount(configuration.connectTimeout))
+            let error = SSEError(.badStatus, "the server answered HTTP \(status)\(Self.excerpt(answer))", status: status, response: answer)
+            let retried = resumable ? status >= 500 || status == 429 : status == 503 || status == 429
+            if configuration.retryOnServerErrors, retryPolicy.enabled, retried {
                 let after = response.headers.first(name: "Retry-After").flatMap(Self.retryAfter)
                 return SSELoss(reason: .streamError(error), retry: after.map { .after($0) } ?? .policy())
             }
@@ -291,10 +356,55 @@ final class ServerSentEventCore: LifecycleRunner {
         let contentType = response.headers.first(name: "Content-Type") ?? ""
         let mediaType = contentType.split(separator: ";", maxSplits: 1).first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
         guard mediaType == "text/event-stream" else {
-            let error = SSEError(.badContentType, "the response is \(contentType.isEmpty ? "untyped" : String(contentType.prefix(100)).debugDescription), not text/event-stream")
+            let answer = await Self.readAnswer(response, body: &body, channel: channel, within: TimeAmount(configuration.connectTimeout))
+            let error = SSEError(
+                .badContentType,
+                "the response is \(contentType.isEmpty ? "untyped" : String(contentType.prefix(100)).debugDescription), not text/event-stream\(Self.excerpt(answer))",
+                status: status,
+                response: answer
+            )
             return SSELoss(reason: .streamError(error), retry: .never)
         }
         return nil
+    }
+
+    /// The answer `head` with its body: at most ``SSEErrorResponse/bodyLimit`` bytes, read within
+    /// `deadline` (the connection is closed then, and the body kept so far is marked truncated).
+    static func readAnswer(
+        _ head: HTTPResponseHead,
+        body: inout NIOAsyncChannelInboundStream<ByteBuffer>.AsyncIterator,
+        channel: any Channel,
+        within deadline: TimeAmount
+    ) async -> SSEErrorResponse {
+        var answer = SSEErrorResponse(
+            status: Int(head.status.code),
+            retryAfter: head.headers.first(name: "Retry-After"),
+            contentType: head.headers.first(name: "Content-Type")
+        )
+        let timer = channel.eventLoop.scheduleTask(in: deadline) { channel.close(promise: nil) }
+        defer { timer.cancel() }
+        do {
+            while var chunk = try await body.next() {
+                let room = SSEErrorResponse.bodyLimit - answer.body.count
+                if chunk.readableBytes > room {
+                    answer.body.append(contentsOf: chunk.readBytes(length: room) ?? [])
+                    answer.bodyTruncated = true
+                    break
+                }
+                answer.body.append(contentsOf: chunk.readableBytesView)
+            }
+        } catch {
+            answer.bodyTruncated = true
+        }
+        return answer
+    }
+
+    /// The start of an answer's body for a one-line message: `: "…"`, escaped, or nothing.
+    static func excerpt(_ answer: SSEErrorResponse) -> String {
+        let text = answer.text.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !text.isEmpty else { return "" }
+        let shown = text.count > 200 ? String(text.prefix(200)) + "…" : text
+        return ": " + shown.debugDescription
     }
 
     /// `Retry-After` as seconds or an HTTP date.
@@ -329,6 +439,8 @@ final class ServerSentEventCore: LifecycleRunner {
             return SSEError(code, error.message, status: error.status)
         case let error as ServerSentEventError:
             return SSEError(.eventTooLarge, error.message)
+        case let error as HTTPParserError where error == .invalidEOFState:
+            return SSEError(.connectionFailed, "the connection to \(target) closed before the response ended (a drop, not the server's end of the stream)")
         case let error as HTTPParserError where error == .headerOverflow:
             return SSEError(.connectionFailed, "\(target) answered with headers over the size limit")
         case let error as HTTPParserError:

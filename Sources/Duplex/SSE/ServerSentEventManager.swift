@@ -24,6 +24,12 @@ public import Foundation
 /// - ``terminate()`` closes, finishes every stream, and prevents reconnection. So does releasing
 ///   the last reference.
 ///
+/// Streaming APIs: an ``SSERequest`` with a method other than `GET` and a body (a completion, a
+/// search) is answered once: it is never sent again after the server answered unless
+/// ``SSERequest/isResumable`` says so, and its stream finishes at a clean end or at its
+/// ``SSERequest/terminalEvent`` (``hasFinished``); a drop fails it. A refused request's
+/// ``SSEError`` holds the server's answer with its body (``SSEError/response``).
+///
 /// Reconnection, per the WHATWG HTML Standard and the ``RetryPolicy``: after the stream ends or
 /// fails, the manager waits (the server's `retry:` value, else `initialDelay`, growing with each
 /// failure in a row) and reopens the stream, sending the last event id committed at dispatch as
@@ -101,6 +107,49 @@ public final class ServerSentEventManager: Sendable {
     /// The reconnection time the server set with `retry:`, if it did.
     public var serverRetry: Duration? { core.serverRetry }
 
+    /// Whether the stream finished for good: its ``SSERequest/terminalEvent`` arrived, or the
+    /// answer to a request that is not ``SSERequest/isResumable`` ended cleanly. The state is
+    /// then `disconnected(.streamEnded)`, every stream of events and states has finished, and
+    /// ``connect()`` throws ``SSEError/Code/finished``. A drop is not a finish: the state says
+    /// `streamError`.
+    public var hasFinished: Bool { core.hasFinished }
+
+    /// A new stream of every event from now on, its data decoded from JSON as `type`.
+    ///
+    /// It ends when the manager's streams do: normally when the stream finished, or after
+    /// ``disconnect()`` or ``terminate()``; with the error when a request that is not resumable
+    /// (or one whose retries ran out) failed for good, so that a drop is never taken for the end.
+    /// The terminal event is not decoded. An event whose data is not a `type` ends it with
+    /// ``SSEDecodingError``, which holds the event.
+    ///
+    /// ```swift
+    /// struct Token: Decodable { var text: String }
+    /// let tokens = sse.events(decoding: Token.self)
+    /// try await sse.connect()
+    /// for try await token in tokens { print(token.text, terminator: "") }
+    /// ```
+    /// - Parameters:
+    ///   - type: what each event's data is.
+    ///   - decoder: how to decode it.
+    ///   - buffering: how the stream buffers for a reader that falls behind.
+    public func events<T: Decodable & Sendable>(
+        decoding type: T.Type,
+        decoder: JSONDecoder = JSONDecoder(),
+        buffering: StreamBuffering? = nil
+    ) -> AsyncThrowingStream<T, any Error> {
+        let events = EventSource(core.events.makeStream(buffering: buffering))
+        let core = self.core
+        let terminalEvent = core.request.terminalEvent
+        return AsyncThrowingStream {
+            while let event = await events.next() {
+                if terminalEvent?.matches(event) == true { continue }
+                return try event.decode(T.self, decoder: decoder)
+            }
+            if case .disconnected(.streamError(let error)) = core.state { throw error }
+            return nil
+        }
+    }
+
     /// Called before each connection attempt, the first and every reconnection, to rebuild the
     /// request: for example to refresh an `Authorization` header.
     public var prepareRequest: (@Sendable (SSERequest) async -> SSERequest)? {
@@ -126,5 +175,32 @@ public final class ServerSentEventManager: Sendable {
     public func terminate() async {
         core.terminate()
         await core.waitForRunToEnd()
+    }
+}
+
+extension ServerSentEvent {
+    /// This event's data decoded from JSON as `type`.
+    /// - Throws: ``SSEDecodingError``, with this event, when the data is not a `type`.
+    public func decode<T: Decodable>(_ type: T.Type = T.self, decoder: JSONDecoder = JSONDecoder()) throws(SSEDecodingError) -> T {
+        do {
+            return try decoder.decode(T.self, from: Data(data.utf8))
+        } catch {
+            throw SSEDecodingError(event: self, type: String(describing: T.self), underlying: error)
+        }
+    }
+}
+
+/// An event stream's iterator for the unfolding closure of a typed stream, which calls it one
+/// call at a time. `@unchecked Sendable`: `AsyncThrowingStream(unfolding:)` awaits each call
+/// before it makes the next, so the iterator is never used from two tasks at once.
+private final class EventSource: @unchecked Sendable {
+    private var iterator: AsyncStream<ServerSentEvent>.AsyncIterator
+
+    init(_ stream: AsyncStream<ServerSentEvent>) {
+        iterator = stream.makeAsyncIterator()
+    }
+
+    func next() async -> ServerSentEvent? {
+        await iterator.next()
     }
 }

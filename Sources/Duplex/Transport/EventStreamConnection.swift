@@ -1,3 +1,4 @@
+import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
@@ -18,25 +19,32 @@ enum EventStreamConnection {
         var body: NIOAsyncChannel<ByteBuffer, Never>
     }
 
-    /// Sends `GET` for `endpoint` with `headers` over the HTTP the configuration prefers, and
-    /// returns once the response head has arrived.
+    /// Sends `method` for `endpoint` with `headers` and `body` over the HTTP the configuration
+    /// prefers, and returns once the response head has arrived.
     /// - Throws: what ``ClientConnector/connect(_:)`` throws; with
     ///   ``HTTPVersionPreference/http2``, a ``WebSocketError/Code/handshakeFailed`` when the server
     ///   has no HTTP/2 or the URL is not `https://`.
-    static func open(endpoint: WebSocketRequest.Endpoint, headers: HTTPHeaders, configuration: SSEConfiguration) async throws -> Opened {
+    static func open(
+        endpoint: WebSocketRequest.Endpoint,
+        method: HTTPMethod,
+        headers: HTTPHeaders,
+        body: Data?,
+        configuration: SSEConfiguration
+    ) async throws -> Opened {
+        let request = Request(head: HTTPRequestHead(version: .http1_1, method: method, uri: endpoint.target, headers: headers), body: body)
         let key = HTTP2ClientPool.Key(endpoint: endpoint, settings: configuration)
         switch configuration.httpVersion {
         case .http2 where !endpoint.secure:
             throw WebSocketError(.handshakeFailed, "SSE over HTTP/2 needs https://; this URL is http://")
         case .http2:
             do {
-                return try await openHTTP2(endpoint: endpoint, headers: headers, configuration: configuration)
+                return try await openHTTP2(endpoint: endpoint, request: request, configuration: configuration)
             } catch let unavailable as HTTP2ClientConnection.Unavailable {
                 throw WebSocketError(.handshakeFailed, "\(endpoint.host):\(endpoint.port): \(unavailable.reason)")
             }
         case .automatic where endpoint.secure && !HTTP2ClientPool.shared.isWithoutHTTP2(key, forWebSockets: false):
             do {
-                return try await openHTTP2(endpoint: endpoint, headers: headers, configuration: configuration)
+                return try await openHTTP2(endpoint: endpoint, request: request, configuration: configuration)
             } catch let unavailable as HTTP2ClientConnection.Unavailable {
                 HTTP2ClientPool.shared.markWithout(unavailable, key)
             }
@@ -46,8 +54,7 @@ enum EventStreamConnection {
         let connector = ClientConnector(endpoint: endpoint, settings: configuration, waterMark: nil, stageName: "the request")
         let readTimeout = TimeAmount(configuration.readTimeout)
         return try await connector.connect { channel in
-            let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: endpoint.target, headers: headers)
-            let response = EventStreamResponseHandler(request: head, readTimeout: readTimeout, headPromise: channel.eventLoop.makePromise())
+            let response = EventStreamResponseHandler(request: request, readTimeout: readTimeout, headPromise: channel.eventLoop.makePromise())
             let operations = channel.pipeline.syncOperations
             try operations.addHTTPClientHandlers()
             try operations.addHandler(response)
@@ -59,7 +66,7 @@ enum EventStreamConnection {
     /// The request on a stream of the origin's HTTP/2 connection, through swift-nio-http2's
     /// HTTP/1 codec (which makes `Host` the `:authority`), so that the same response handler
     /// reads it. The response head must come within the connect timeout.
-    private static func openHTTP2(endpoint: WebSocketRequest.Endpoint, headers: HTTPHeaders, configuration: SSEConfiguration) async throws -> Opened {
+    private static func openHTTP2(endpoint: WebSocketRequest.Endpoint, request: Request, configuration: SSEConfiguration) async throws -> Opened {
         let lease = try await HTTP2ClientPool.shared.lease(
             endpoint: endpoint,
             settings: configuration,
@@ -70,8 +77,7 @@ enum EventStreamConnection {
         let readTimeout = TimeAmount(configuration.readTimeout)
         let connectTimeout = TimeAmount(configuration.connectTimeout)
         return try await lease.openStream { (channel, opened: EventLoopPromise<Opened>) in
-            let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: endpoint.target, headers: headers)
-            let response = EventStreamResponseHandler(request: head, readTimeout: readTimeout, headPromise: channel.eventLoop.makePromise())
+            let response = EventStreamResponseHandler(request: request, readTimeout: readTimeout, headPromise: channel.eventLoop.makePromise())
             let operations = channel.pipeline.syncOperations
             try operations.addHandler(HTTP2FramePayloadToHTTP1ClientCodec(httpProtocol: .https))
             try operations.addHandler(response)
@@ -90,8 +96,18 @@ enum EventStreamConnection {
     }
 }
 
+extension EventStreamConnection {
+    /// The request's head and body.
+    struct Request: Sendable {
+        var head: HTTPRequestHead
+        var body: Data?
+    }
+}
+
 /// Writes the request once added, completes `headPromise` with the response head, passes the
-/// body's bytes on, and closes the connection at the response's end.
+/// body's bytes on, and closes the connection at the response's end. A connection that closes
+/// after the head and before the response's end is a drop: it fails with
+/// ``SSEError/Code/connectionFailed``, so that a clean end and a drop are never confused.
 ///
 /// After the head (before it, the connector's deadline rules), a read asked for that brings
 /// nothing within `readTimeout` fails the connection with ``SSEError/Code/readTimeout``. The timer
@@ -103,20 +119,25 @@ private final class EventStreamResponseHandler: ChannelDuplexHandler {
     typealias OutboundIn = Never
     typealias OutboundOut = HTTPClientRequestPart
 
-    private let request: HTTPRequestHead
+    private let request: EventStreamConnection.Request
     private let readTimeout: TimeAmount
     let headPromise: EventLoopPromise<HTTPResponseHead>
     private var headArrived = false
+    /// The response's end arrived, or the connection already failed: its close is no drop.
+    private var settled = false
     private var timer: Scheduled<Void>?
 
-    init(request: HTTPRequestHead, readTimeout: TimeAmount, headPromise: EventLoopPromise<HTTPResponseHead>) {
+    init(request: EventStreamConnection.Request, readTimeout: TimeAmount, headPromise: EventLoopPromise<HTTPResponseHead>) {
         self.request = request
         self.readTimeout = readTimeout
         self.headPromise = headPromise
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        context.write(wrapOutboundOut(.head(request)), promise: nil)
+        context.write(wrapOutboundOut(.head(request.head)), promise: nil)
+        if let body = request.body, !body.isEmpty {
+            context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: body)))), promise: nil)
+        }
         context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
     }
 
@@ -142,11 +163,13 @@ private final class EventStreamResponseHandler: ChannelDuplexHandler {
         case .body(let bytes):
             context.fireChannelRead(wrapInboundOut(bytes))
         case .end:
+            settled = true
             context.close(promise: nil)
         }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        settled = true
         headPromise.fail(error)
         context.fireErrorCaught(error)
         context.close(promise: nil)
@@ -155,6 +178,10 @@ private final class EventStreamResponseHandler: ChannelDuplexHandler {
     func channelInactive(context: ChannelHandlerContext) {
         stopTimer()
         headPromise.fail(ChannelError.eof)
+        if headArrived, !settled {
+            settled = true
+            context.fireErrorCaught(SSEError(.connectionFailed, "the connection closed before the response ended (a drop, not the server's end of the stream)"))
+        }
         context.fireChannelInactive()
     }
 

@@ -320,6 +320,41 @@ struct ConnectionLifecycleTests {
         #expect(SSE.Failure.gaveUp(attempts: 3, last: refused).error(retryPolicy: .init()).code == .retriesExhausted)
     }
 
+    @Test("a final loss (an SSE stream that finished, a request that is not resumable) finishes the streams, and connect() is refused with it")
+    func finalLoss() {
+        typealias SSE = ConnectionLifecycle<SSEPolicy>
+        let steady = ReconnectionStrategy(initialDelay: .seconds(1), maxDelay: .seconds(60), backoffMultiplier: 1, jitter: 0)
+        var feed = SSE(policy: SSEPolicy(strategy: steady))
+        _ = feed.connect()
+        _ = feed.connectSucceeded(generation: 1)
+        let ended = SSELoss(reason: .streamEnded, retry: .policy())
+        #expect(feed.connectionLost(generation: 1, loss: ended).contains(.scheduleRetry(attempt: 0, delay: .seconds(1))), "a feed's end is retried")
+        _ = feed.retryTimerFired(attempt: 0)
+        _ = feed.connectSucceeded(generation: 2)
+        let finished = feed.connectionLost(generation: 2, loss: .finish)
+        #expect(finished.last == .finish, "a finish ends every stream, after the state is published")
+        #expect(!finished.contains { if case .scheduleRetry = $0 { true } else { false } })
+        #expect(feed.connect() == .fail(.failed(.finish)))
+        #expect(SSE.Failure.failed(.finish).error(retryPolicy: .init()).code == .finished)
+
+        var oneShot = SSE(policy: SSEPolicy(strategy: steady, resumable: false))
+        _ = oneShot.connect()
+        let refused = SSELoss(reason: .streamError(SSEError(.connectionFailed, "refused")), retry: .policy())
+        #expect(!oneShot.connectFailed(generation: 1, loss: refused).contains(.finish), "a failure before any answer is retried, not final")
+        _ = oneShot.retryTimerFired(attempt: 0)
+        _ = oneShot.connectSucceeded(generation: 2)
+        let dropped = SSELoss(reason: .streamError(SSEError(.connectionFailed, "dropped")), retry: .never)
+        #expect(oneShot.connectionLost(generation: 2, loss: dropped).last == .finish)
+        #expect(oneShot.connect() == .fail(.failed(dropped)))
+
+        var manual = SSE(policy: SSEPolicy(strategy: steady, resumable: false))
+        _ = manual.connect()
+        _ = manual.connectSucceeded(generation: 1)
+        _ = manual.disconnect(code: .normalClosure, reason: "")
+        #expect(!manual.connectionLost(generation: 1, loss: ended).contains(.finish), "disconnect() is never final")
+        #expect(manual.connect() == .wait([.publish(.connecting), .startConnecting(generation: 2)]))
+    }
+
     @Test("connect() during a backoff starts the next attempt at once")
     func connectDuringBackoff() {
         var machine = connected()

@@ -4,7 +4,8 @@ import NIOHTTP1
 import NIOPosix
 
 /// An HTTP server for SSE tests, on 127.0.0.1 and a free port, that answers each request as
-/// scripted for its number (from 1), and records the request headers.
+/// scripted for its number (from 1), once the request's body has arrived, and records each request
+/// (method, target, headers and body).
 final class ScriptedHTTPPeer: Sendable {
     /// One scripted answer.
     struct Answer: Sendable {
@@ -14,11 +15,21 @@ final class ScriptedHTTPPeer: Sendable {
         var chunks: [String] = []
         /// After the chunks: end the response, or stall (keep the connection open, send nothing).
         var stall = false
+        /// After the chunks: close the connection before the response's end (a drop).
+        var drop = false
+    }
+
+    /// A request as it arrived.
+    struct Request: Sendable {
+        var method: HTTPMethod
+        var uri: String
+        var headers: HTTPHeaders
+        var body: String
     }
 
     private let channel: any Channel
     let port: Int
-    private let requests = NIOLockedValueBox<[HTTPHeaders]>([])
+    private let requests = NIOLockedValueBox<[Request]>([])
     private let waiters = NIOLockedValueBox<[(count: Int, continuation: CheckedContinuation<Void, Never>)]>([])
 
     private init(channel: any Channel) {
@@ -27,7 +38,10 @@ final class ScriptedHTTPPeer: Sendable {
     }
 
     /// The headers of every request so far, in order.
-    var requestHeaders: [HTTPHeaders] { requests.withLockedValue { $0 } }
+    var requestHeaders: [HTTPHeaders] { requests.withLockedValue { $0.map(\.headers) } }
+
+    /// Every request so far, in order.
+    var received: [Request] { requests.withLockedValue { $0 } }
 
     /// Returns once `count` requests have arrived. Wrap it in a timeout.
     func waitForRequests(_ count: Int) async {
@@ -50,8 +64,8 @@ final class ScriptedHTTPPeer: Sendable {
                     try child.pipeline.syncOperations.configureHTTPServerPipeline()
                     try child.pipeline.syncOperations.addHandler(
                         AnswerHandler(
-                            record: { headers in
-                                box.withLockedValue { $0 }?.record(headers) ?? 0
+                            record: { request in
+                                box.withLockedValue { $0 }?.record(request) ?? 0
                             }, script: script))
                 }
             }
@@ -66,9 +80,9 @@ final class ScriptedHTTPPeer: Sendable {
         try? await channel.close()
     }
 
-    fileprivate func record(_ headers: HTTPHeaders) -> Int {
+    fileprivate func record(_ request: Request) -> Int {
         let (count, ready) = requests.withLockedValue { requests -> (Int, [CheckedContinuation<Void, Never>]) in
-            requests.append(headers)
+            requests.append(request)
             let count = requests.count
             let ready = waiters.withLockedValue { waiters in
                 let done = waiters.filter { $0.count <= count }.map(\.continuation)
@@ -86,17 +100,29 @@ private final class AnswerHandler: ChannelInboundHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
 
-    let record: @Sendable (HTTPHeaders) -> Int
+    let record: @Sendable (ScriptedHTTPPeer.Request) -> Int
     let script: @Sendable (Int) -> ScriptedHTTPPeer.Answer
+    private var request: ScriptedHTTPPeer.Request?
 
-    init(record: @escaping @Sendable (HTTPHeaders) -> Int, script: @escaping @Sendable (Int) -> ScriptedHTTPPeer.Answer) {
+    init(record: @escaping @Sendable (ScriptedHTTPPeer.Request) -> Int, script: @escaping @Sendable (Int) -> ScriptedHTTPPeer.Answer) {
         self.record = record
         self.script = script
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard case .head(let head) = unwrapInboundIn(data) else { return }
-        let answer = script(record(head.headers))
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            request = .init(method: head.method, uri: head.uri, headers: head.headers, body: "")
+        case .body(let bytes):
+            request?.body += String(buffer: bytes)
+        case .end:
+            guard let request else { return }
+            self.request = nil
+            answer(script(record(request)), context: context)
+        }
+    }
+
+    private func answer(_ answer: ScriptedHTTPPeer.Answer, context: ChannelHandlerContext) {
         var headers = HTTPHeaders(answer.headers)
         headers.add(name: "Connection", value: "close")
         context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: answer.status, headers: headers))), promise: nil)
@@ -104,8 +130,10 @@ private final class AnswerHandler: ChannelInboundHandler {
             context.writeAndFlush(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: chunk)))), promise: nil)
         }
         context.flush()
-        if !answer.stall {
-            let channel = context.channel
+        let channel = context.channel
+        if answer.drop {
+            channel.close(promise: nil)
+        } else if !answer.stall {
             context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
         }
     }
