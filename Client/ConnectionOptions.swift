@@ -16,7 +16,7 @@ struct ConnectionOptions: ParsableArguments {
 
     @Option(
         name: .customLong("pinnedpubkey"),
-        help: ArgumentHelp("Also require the server's public key to be one of these (curl's spelling: sha256//BASE64[;sha256//BASE64...]); wss:// only.", valueName: "pins"))
+        help: ArgumentHelp("Also require the server's public key to be one of these (curl's spelling: sha256//BASE64[;sha256//BASE64...]); wss:// and https://.", valueName: "pins"))
     var pinnedPublicKey: String?
 
     @Option(

@@ -22,7 +22,7 @@ struct Failure: Error {
             switch self {
             case .failed: "failed: an echo reply differed, or a close with an error code"
             case .timeout: "timed out waiting for a reply"
-            case .badURL: "malformed URL, address or request header"
+            case .badURL: "malformed URL, address, request header or method"
             case .unreachable: "host unreachable: refused, unresolvable, or no answer in time"
             case .tls: "TLS failure: handshake, or an untrusted certificate"
             case .refused: "refused: HTTP 4xx/5xx to the handshake, or a refused chat join"
@@ -72,7 +72,7 @@ struct Failure: Error {
 
     static func status(for code: SSEError.Code) -> Status {
         switch code {
-        case .invalidURL, .invalidHeader: .badURL
+        case .invalidURL, .invalidHeader, .invalidRequest: .badURL
         case .connectionFailed: .unreachable
         case .tlsFailed: .tls
         case .proxyFailed: .proxy

@@ -14,9 +14,17 @@ struct ListenCommand: AsyncParsableCommand {
             with the keys "id" (null when none), "event" ("message" when the stream names none), \
             "data" (a string) and "retry" (milliseconds, only when the event set it).
 
-            The first connection must succeed; after that, the stream is reopened per the server's \
-            retry: and an exponential backoff, resuming with Last-Event-ID, and each reconnection \
-            is reported on stderr. A 204 answer ends it with status 0.
+            The first connection must succeed; after that, a GET stream is reopened per the \
+            server's retry: and an exponential backoff, resuming with Last-Event-ID, and each \
+            reconnection is reported on stderr. A 204 answer ends it with status 0.
+
+            Streaming APIs, with curl's spellings: -X POST (or PUT, PATCH, ...) and -d DATA (or \
+            -d @FILE, -d @- for stdin; -d alone means POST, and without -H 'Content-Type: ...' \
+            sends application/x-www-form-urlencoded, as curl does). A stream opened by any \
+            method but GET is answered once: it is never sent again after the server answered, \
+            its clean end exits 0, and a drop exits 7. --until DATA (for example --until \
+            '[DONE]') prints the event whose data is DATA, then exits 0. A refusal (4xx, 5xx) \
+            exits 6 and prints the server's body on stderr (up to 64 KiB).
 
             \(Failure.exitStatusHelp)
             """
@@ -37,10 +45,22 @@ struct ListenCommand: AsyncParsableCommand {
     @Flag(help: "Do not reconnect: exit when the stream ends (0) or fails.")
     var noRetry = false
 
+    @Option(name: [.customShort("X"), .customLong("request")], help: ArgumentHelp("The request method (default GET, or POST with --data).", valueName: "method"))
+    var method: String?
+
+    @Option(
+        name: [.customShort("d"), .customLong("data")],
+        help: ArgumentHelp("Send this request body (POST unless -X says otherwise); @FILE reads a file, @- stdin.", valueName: "data"))
+    var data: String?
+
+    @Option(help: ArgumentHelp("Exit 0 after the event whose data is exactly this, e.g. '[DONE]'.", valueName: "data"))
+    var until: String?
+
     @OptionGroup var connection: ConnectionOptions
 
     func validate() throws {
         if let maxEvents { guard maxEvents > 0 else { throw ValidationError("--max-events must be positive") } }
+        if data != nil, method == "GET" { throw ValidationError("-X GET sends no body: drop -d, or use -X POST") }
         if let lastEventID {
             guard !lastEventID.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) else {
                 throw ValidationError("--last-event-id must not contain CR, LF or NUL")
@@ -51,8 +71,9 @@ struct ListenCommand: AsyncParsableCommand {
     func run() async throws {
         try await reportingFailures {
             let target = try parseURL(url, schemes: ["http", "https"])
+            let request = try makeRequest(target)
             let manager = ServerSentEventManager(
-                request: SSERequest(url: target, additionalHeaders: try connection.headerFields()),
+                request: request,
                 retryPolicy: noRetry ? .disabled : RetryPolicy(),
                 configuration: try connection.secured(SSEConfiguration(connectTimeout: connection.connectDuration)),
                 lastEventID: lastEventID
@@ -60,7 +81,7 @@ struct ListenCommand: AsyncParsableCommand {
             let events = manager.events
             let states = manager.stateEvents
             try await Self.openFirst(manager, states: manager.stateEvents)
-            let (json, maxEvents, noRetry) = (self.json, self.maxEvents, self.noRetry)
+            let (json, maxEvents, noRetry) = (self.json, self.maxEvents, self.noRetry || !request.isResumable)
             let terminal = isatty(STDOUT_FILENO) == 1
             let outcome = await withTaskGroup(of: ListenOutcome.self) { group in
                 group.addTask {
@@ -72,7 +93,7 @@ struct ListenCommand: AsyncParsableCommand {
                     }
                     return .printedAll
                 }
-                group.addTask { await Self.monitor(states, noRetry: noRetry) }
+                group.addTask { await Self.monitor(states, manager: manager, noRetry: noRetry) }
                 let first = await group.next() ?? .printedAll
                 if case .stopped = first {
                     // Let the printer write what arrived before the end, then stop it.
@@ -88,9 +109,35 @@ struct ListenCommand: AsyncParsableCommand {
         }
     }
 
+    /// The request the options describe.
+    private func makeRequest(_ target: URL) throws -> SSERequest {
+        var headers = try connection.headerFields()
+        var body: Data?
+        if let data {
+            body = try Self.body(data)
+            if !headers.keys.contains(where: { $0.lowercased() == "content-type" }) {
+                headers["Content-Type"] = "application/x-www-form-urlencoded"
+            }
+        }
+        let method = method.map(SSERequest.Method.init) ?? (body == nil ? .get : .post)
+        return SSERequest(url: target, method: method, body: body, additionalHeaders: headers, terminalEvent: until.map { .data($0) })
+    }
+
+    /// `-d`'s body: the text itself, or `@FILE`'s bytes, or stdin's for `@-`.
+    private static func body(_ data: String) throws -> Data {
+        guard data.hasPrefix("@") else { return Data(data.utf8) }
+        let path = String(data.dropFirst())
+        if path == "-" { return FileHandle.standardInput.readDataToEndOfFile() }
+        do {
+            return try Data(contentsOf: URL(fileURLWithPath: path))
+        } catch {
+            throw Failure(.badURL, "-d @\(path): cannot read the file: \(error.localizedDescription)")
+        }
+    }
+
     /// Reports reconnections on stderr; returns when the stream stops for good, with the failure
-    /// if it failed.
-    private static func monitor(_ states: AsyncStream<SSEState>, noRetry: Bool) async -> ListenOutcome {
+    /// if it failed. A failure after the stream opened is a lost connection (exit 7).
+    private static func monitor(_ states: AsyncStream<SSEState>, manager: ServerSentEventManager, noRetry: Bool) async -> ListenOutcome {
         // The answers the manager does not retry (its default policy), and so end the command.
         let final: Set<SSEError.Code> = [.noContent, .badStatus, .badContentType, .tlsFailed, .proxyFailed, .invalidURL, .invalidHeader, .retriesExhausted]
         var connected = true
@@ -100,13 +147,16 @@ struct ListenCommand: AsyncParsableCommand {
                 if !connected { printError("reconnected") }
                 connected = true
             case .disconnected(.streamEnded):
-                if noRetry { return .stopped(nil) }
+                if noRetry || manager.hasFinished { return .stopped(nil) }
                 if connected { printError("the stream ended; reconnecting") }
                 connected = false
             case .disconnected(.streamError(let error)):
                 if error.code == .noContent {
                     printError(error.message)
                     return .stopped(nil)
+                }
+                if connected, [.connectionFailed, .readTimeout].contains(error.code), noRetry {
+                    return .stopped(Failure(.connectionLost, "the stream was lost: \(error.message)"))
                 }
                 if noRetry || final.contains(error.code) { return .stopped(Failure(error)) }
                 printError("\(connected ? "the stream failed" : "reconnection failed"): \(error.message); reconnecting")
@@ -139,8 +189,23 @@ struct ListenCommand: AsyncParsableCommand {
                     printError(error.message)
                     throw ExitCode.success
                 }
+                if let error = error as? SSEError, error.code == .badStatus, let response = error.response, !response.body.isEmpty {
+                    Self.printRefusal(response)
+                    throw ExitCode(Failure.status(for: error.code).rawValue)
+                }
                 throw error
             }
+        }
+    }
+
+    /// A refused request on stderr: its status, then its body's lines (control characters made
+    /// visible), as the server sent it, up to 64 KiB.
+    private static func printRefusal(_ response: SSEErrorResponse) {
+        var head = "duplex: the server answered HTTP \(response.status)"
+        if let retryAfter = response.retryAfter { head += " (Retry-After: \(retryAfter.prefix(100)))" }
+        printError(UntrustedText.visible(head + (response.bodyTruncated ? "; the start of its body:" : "; its body:")))
+        for line in response.text.split(separator: "\n", omittingEmptySubsequences: false) {
+            printError(UntrustedText.visible(String(line)))
         }
     }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The built `duplex` CLI against third-party peers and a real terminal:
 # - `duplex echo` and `duplex ws` against Python's `websockets` echo server ($DUPLEX_INTEROP_WS_URL);
-# - `duplex listen --json` against an aiohttp SSE server ($DUPLEX_INTEROP_SSE_URL);
+# - `duplex listen --json` against an aiohttp SSE server ($DUPLEX_INTEROP_SSE_URL), and
+#   `duplex listen -X POST ... --until '[DONE]'` against its completions API, with curl as reference;
 # - `duplex chat` in a tmux terminal: a message that arrives while the user types appears above
 #   the input line, and the half-typed line is kept and sent whole.
 # Usage: Tests/Interop/cli.sh BIN_DIR   (the folder holding duplex and duplex-server)
@@ -59,6 +60,30 @@ events = [json.loads(line) for line in open(sys.argv[1])]
 assert all(set(e) >= {"id", "event", "data"} and isinstance(e["data"], str) for e in events), events
 PY
 echo "duplex listen --json against aiohttp: ok"
+
+# listen -X POST against aiohttp's completions API: what it prints is what curl -N sees, up to
+# [DONE]; a 429 exits 6 with the API's JSON error on stderr; a drop exits 7, and the server counts
+# one request (never sent again).
+api="$DUPLEX_INTEROP_SSE_URL/v1/completions"
+timeout 30 "$bin/duplex" listen --json -X POST -H 'Content-Type: application/json' -d '{"prompt":"hi there"}' --until '[DONE]' "$api" \
+    >"$work/post" 2>"$work/post.err" || fail "duplex listen -X POST exited $?: $(cat "$work/post.err")"
+curl -sSN -X POST -H 'Content-Type: application/json' -d '{"prompt":"hi there"}' "$api" >"$work/post.curl" || fail "curl -N -X POST failed"
+python3 - "$work/post" "$work/post.curl" <<'PY' || fail "duplex listen -X POST printed: $(cat "$work/post") where curl saw: $(cat "$work/post.curl")"
+import json, sys
+printed = [json.loads(line)["data"] for line in open(sys.argv[1])]
+sent = [line[len("data: "):] for line in open(sys.argv[2]).read().splitlines() if line.startswith("data: ")]
+assert printed == sent and sent[-1] == "[DONE]", (printed, sent)
+PY
+set +e
+timeout 30 "$bin/duplex" listen -X POST -H 'Content-Type: application/json' -d '{"prompt":"busy"}' "$api" >/dev/null 2>"$work/busy.err"
+status=$?
+timeout 30 "$bin/duplex" listen -d '{}' "$DUPLEX_INTEROP_SSE_URL/v1/drop?key=cli-$$" >/dev/null 2>"$work/drop.err"
+dropped=$?
+set -e
+[ "$status" -eq 6 ] && grep -q '"rate_limit_error"' "$work/busy.err" || fail "duplex listen against a 429 exited $status: $(cat "$work/busy.err")"
+[ "$dropped" -eq 7 ] || fail "duplex listen of a dropped POST stream exited $dropped, not 7: $(cat "$work/drop.err")"
+[ "$(curl -s "$DUPLEX_INTEROP_SSE_URL/v1/count?key=cli-$$")" = 1 ] || fail "the dropped POST was sent again"
+echo "duplex listen -X POST against aiohttp, as curl -N sees it; 429 exits 6 with its body; a drop exits 7, sent once: ok"
 
 # chat in a real terminal.
 "$bin/duplex-server" --port 0 --log-level warning >"$work/server" 2>&1 &

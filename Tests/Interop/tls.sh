@@ -77,9 +77,33 @@ done
 # SSE: the event data is the HTTP version of the request; duplex listen uses HTTP/2 by default.
 [ "$(timeout 20 "$bin/duplex" listen "https://127.0.0.1:$hc_port/events" --ca "$work/hc-ca.pem" --max-events 1)" = "tick 1 2" ] \
     || fail "duplex listen against Hypercorn did not run over HTTP/2"
+# A streaming API over HTTP/2 and TLS: a POST with a JSON body, events until [DONE] (curl -N is
+# the reference for what duplex prints), and a 429 that exits 6 with the body on stderr.
+for version in 2 1.1; do
+    timeout 20 "$bin/duplex" listen --http "$version" --ca "$work/hc-ca.pem" -X POST -H 'Content-Type: application/json' -d '{"prompt":"hi there"}' \
+        --until '[DONE]' --json "https://127.0.0.1:$hc_port/v1/completions" >"$work/hc-post" 2>"$work/hc-post.err" \
+        || fail "duplex listen --http $version -X POST against Hypercorn exited $?: $(cat "$work/hc-post.err")"
+    curl -sSN --http"$version" --cacert "$work/hc-ca.pem" -X POST -H 'Content-Type: application/json' -d '{"prompt":"hi there"}' \
+        "https://127.0.0.1:$hc_port/v1/completions" >"$work/hc-post.curl" || fail "curl --http$version -X POST against Hypercorn failed"
+    python3 - "$work/hc-post" "$work/hc-post.curl" "$version" <<'PY' || fail "duplex listen --http $version -X POST printed: $(cat "$work/hc-post")"
+import json, sys
+printed = [json.loads(line)["data"] for line in open(sys.argv[1])]
+sent = [line[len("data: "):] for line in open(sys.argv[2]).read().splitlines() if line.startswith("data: ")]
+assert printed == sent, (printed, sent)
+assert [json.loads(d)["text"] for d in printed[:-1]] == ["hi", "there", "HTTP/" + sys.argv[3]] and printed[-1] == "[DONE]", printed
+PY
+done
+set +e
+timeout 20 "$bin/duplex" listen --ca "$work/hc-ca.pem" -X POST -H 'Content-Type: application/json' -d '{"prompt":"busy"}' \
+    "https://127.0.0.1:$hc_port/v1/completions" >/dev/null 2>"$work/hc-busy.err"
+status=$?
+set -e
+[ "$status" -eq 6 ] || fail "duplex listen against a 429 exited $status, not 6: $(cat "$work/hc-busy.err")"
+grep -q 'HTTP 429 (Retry-After: 1)' "$work/hc-busy.err" && grep -q rate_limit_error "$work/hc-busy.err" \
+    || fail "duplex listen did not print the 429's body: $(cat "$work/hc-busy.err")"
 kill -KILL $hypercorn_pid 2>/dev/null || true
 wait $hypercorn_pid 2>/dev/null || true
-echo "hypercorn: duplex --http 2 and auto ran WebSockets over HTTP/2 (RFC 8441), --http 1.1 over HTTP/1.1; duplex listen ran SSE over HTTP/2"
+echo "hypercorn: duplex --http 2 and auto ran WebSockets over HTTP/2 (RFC 8441), --http 1.1 over HTTP/1.1; duplex listen ran SSE over HTTP/2, and a POST stream to [DONE] over HTTP/2 and 1.1 as curl sees it, a 429 with its body"
 
 # Public-key pinning: a wrong pin exits 5 naming the server's key; that key, as curl checks it
 # too, connects.

@@ -3,6 +3,7 @@ import DuplexSchema
 import DuplexServer
 import DuplexTesting
 import Foundation
+import NIOHTTP1
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -348,6 +349,46 @@ struct CLITests {
                 let plain = try await duplex("listen", "--max-events", "1", url).waitForExit()
                 #expect(plain.stdout.hasPrefix("tick "), "\(plain)")
             }
+        }
+    }
+
+    @Test("listen -X POST -d sends the body; --until exits 0 after that event; a drop exits 7 and is not sent again; a refusal exits 6 with its body")
+    func listenPost() async throws {
+        try await withTimeout(Self.limit) {
+            let peer = try await ScriptedHTTPPeer.start { n in
+                switch n {
+                case 1: .init(chunks: ["data: {\"text\":\"hi\"}\n\n", "data: [DONE]\n\n"], stall: true)
+                case 2: .init(chunks: ["id: 1\ndata: part\n\n"], drop: true)
+                case 3: .init(status: .tooManyRequests, headers: [("Retry-After", "2"), ("Content-Type", "application/json")], chunks: ["{\"error\":\n\"slow\u{1b}[2J down\"}"])
+                default: .init(chunks: ["data: x\n\n"])
+                }
+            }
+            defer { Task { await peer.stop() } }
+            let url = "http://127.0.0.1:\(peer.port)/v1/complete"
+            let done = try await duplex("listen", "-X", "POST", "-H", "Content-Type: application/json", "-d", #"{"prompt":"hi"}"#, "--until", "[DONE]", url).waitForExit()
+            #expect(done.status == 0, "\(done)")
+            #expect(done.stdout == "message - {\"text\":\"hi\"}\nmessage - [DONE]\n", "\(done)")
+            let first = try #require(peer.received.first)
+            #expect(first.method == .POST && first.body == #"{"prompt":"hi"}"# && first.headers["Content-Type"] == ["application/json"])
+
+            let dropping = try duplex("listen", "-d", "@-", url)
+            dropping.send("prompt=from stdin")
+            dropping.closeInput()
+            let dropped = try await dropping.waitForExit()
+            #expect(dropped.status == 7, "a drop of a POST stream is a lost connection: \(dropped)")
+            #expect(dropped.stdout == "message 1 part\n")
+            #expect(peer.received.count == 2, "not sent again")
+            #expect(peer.received.last?.headers["Content-Type"] == ["application/x-www-form-urlencoded"], "-d without a Content-Type, as curl sends it")
+            #expect(peer.received.last?.body == "prompt=from stdin\n", "-d @- reads stdin")
+
+            let refused = try await duplex("listen", "-X", "POST", url).waitForExit()
+            #expect(refused.status == 6, "\(refused)")
+            #expect(refused.stderr.contains("HTTP 429 (Retry-After: 2); its body:\n{\"error\":\n\"slow^[[2J down\"}"), "the body's lines, control characters made visible: \(refused)")
+            #expect(peer.received.count == 3)
+
+            let usage = try await duplex("listen", "-X", "GET", "-d", "x", url).waitForExit()
+            #expect(usage.status == 64)
+            #expect(peer.received.count == 3)
         }
     }
 
