@@ -5,6 +5,7 @@ import DuplexServer
 import DuplexTesting
 import Foundation
 import Logging
+import NIOHTTP1
 import ServiceLifecycle
 import Testing
 
@@ -209,6 +210,47 @@ struct ReadmeSSEExamplesTests {
                 #expect(ids == Array(ids[0]..<(ids[0] + 5)), "resumed with Last-Event-ID: no gap, no duplicate")
                 await sse.terminate()
             }
+        }
+    }
+
+    struct Prompt: Encodable { var model: String; var prompt: String; var stream = true }
+    struct Chunk: Decodable, Sendable { var text: String }
+
+    /// README's library section and GettingStarted.md's "Streaming a completion", as written, with
+    /// the peer's URL for the API's: a completion, then a 429.
+    @Test("streaming a completion: a POST with a JSON body, typed chunks to [DONE], and the API's error")
+    func streamingACompletion() async throws {
+        try await withTimeout {
+            let peer = try await ScriptedHTTPPeer.start { n in
+                n == 1
+                    ? .init(chunks: ["data: {\"text\":\"Hi\"}\n\n", "data: {\"text\":\"!\"}\n\n", "data: [DONE]\n\n"], stall: true)
+                    : .init(status: .tooManyRequests, headers: [("Retry-After", "20"), ("Content-Type", "application/json")], chunks: [#"{"error":"rate limited"}"#])
+            }
+            defer { Task { await peer.stop() } }
+            let apiKey = "k"
+            var printed: [String] = []
+            for _ in 1...2 {
+                let request = try SSERequest(
+                    url: URL(string: "http://127.0.0.1:\(peer.port)/v1/completions")!,
+                    json: Prompt(model: "small", prompt: "Say hi"),
+                    additionalHeaders: ["Authorization": "Bearer \(apiKey)"],
+                    terminalEvent: .done  // data: [DONE]
+                )
+                let sse = ServerSentEventManager(request: request)
+                let chunks = sse.events(decoding: Chunk.self)  // ask before connecting: it starts now
+                do {
+                    try await sse.connect()
+                    for try await chunk in chunks { printed.append(chunk.text) }
+                } catch let error as SSEError where error.code == .badStatus {
+                    // 429, 401, 400...: the API's own error, and when to try again
+                    printed.append("\(error.status ?? 0) \(error.response?.retryAfter ?? "-") \(error.response?.text ?? "")")
+                }
+            }
+            #expect(printed == ["Hi", "!", #"429 20 {"error":"rate limited"}"#])
+            let sent = try #require(peer.received.first)
+            #expect(sent.method == .POST)
+            #expect(sent.body.contains(#""prompt":"Say hi""#) && sent.body.contains(#""stream":true"#), "\(sent.body)")
+            #expect(sent.headers["Authorization"] == ["Bearer k"])
         }
     }
 }
