@@ -10,10 +10,11 @@ struct RecordCommand: AsyncParsableCommand {
         commandName: "record",
         abstract: "Record the WebSocket and SSE sessions of a server into a cassette (docs/cassettes.md).",
         discussion: """
-            Forwards every WebSocket connection and every GET (an SSE stream) made to --listen \
-            to the same path and query on --upstream, and writes each session to --out as it \
-            happens: the request (Authorization, Proxy-Authorization, Cookie and --redact \
-            headers replaced by [redacted]), the subprotocol, every message each way and every \
+            Forwards every WebSocket connection and every GET, POST, PUT, PATCH and DELETE (an \
+            SSE stream, with its method and body) made to --listen to the same path and query \
+            on --upstream, and writes each session to --out as it happens: the request \
+            (Authorization, Proxy-Authorization, Cookie and --redact headers replaced by \
+            [redacted]; its method and body), the subprotocol, every message each way and every \
             event with its time, and how it ended. Prints one line when ready:
               duplex record listening on HOST:PORT, recording ws://HOST:PORT to FILE
             Runs until SIGINT or SIGTERM. Then serve the cassette with duplex replay FILE.

@@ -39,6 +39,11 @@ extension Cassette {
         var headers: [[String]]?
         var subprotocol: String?
         var extensions: String?
+        /// An SSE request's method when not GET.
+        var method: String?
+        /// An SSE request's body: as text when it is UTF-8, else base64 in `bodyBinary`.
+        var body: String?
+        var bodyBinary: String?
     }
 
     struct Close: Codable {
@@ -73,7 +78,10 @@ extension Cassette {
             query: session.query,
             headers: session.headers.isEmpty ? nil : session.headers.map { [$0.name, $0.value] },
             subprotocol: session.subprotocol,
-            extensions: session.extensions
+            extensions: session.extensions,
+            method: session.method,
+            body: session.body.flatMap { String(validating: $0, as: UTF8.self) },
+            bodyBinary: session.body.flatMap { String(validating: $0, as: UTF8.self) == nil ? $0.base64EncodedString() : nil }
         )
         return Line(session: number, open: open)
     }
@@ -175,6 +183,7 @@ extension Cassette {
                     }
                     headers.append(Header(pair[0], pair[1]))
                 }
+                let body = try Self.body(of: open, session: number, lineNumber: lineNumber)
                 numbers[number] = sessions.count
                 sessions.append(
                     Session(
@@ -183,7 +192,9 @@ extension Cassette {
                         query: open.query,
                         headers: headers,
                         subprotocol: open.subprotocol,
-                        extensions: open.extensions
+                        extensions: open.extensions,
+                        method: open.method,
+                        body: body
                     )
                 )
                 continue
@@ -198,6 +209,30 @@ extension Cassette {
             throw FormatError(line: max(lineNumber, 1), #"not a Duplex cassette: it is empty (the first line must be {"duplex-cassette":1})"#)
         }
         self.init(sessions: sessions)
+    }
+
+    /// An open line's request method and body, checked: only an SSE session has them, the
+    /// method is an HTTP token, and the body is text or base64, not both.
+    private static func body(of open: Open, session number: Int, lineNumber: Int) throws(FormatError) -> Data? {
+        if open.method != nil || open.body != nil || open.bodyBinary != nil {
+            guard open.kind == .eventStream else {
+                throw FormatError(line: lineNumber, #""method" and "body" belong to an SSE session (session \#(number) is websocket)"#)
+            }
+        }
+        if let method = open.method {
+            let token = "!#$%&'*+-.^_`|~"
+            guard !method.isEmpty, method.unicodeScalars.allSatisfy({ $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || token.unicodeScalars.contains($0)) }) else {
+                throw FormatError(line: lineNumber, "session \(number)'s method \(String(method.prefix(40)).debugDescription) is not an HTTP token")
+            }
+        }
+        switch (open.body, open.bodyBinary) {
+        case (nil, nil): return nil
+        case (let text?, nil): return Data(text.utf8)
+        case (nil, let base64?):
+            guard let data = Data(base64Encoded: base64) else { throw FormatError(line: lineNumber, #""bodyBinary" is not base64"#) }
+            return data
+        case (_?, _?): throw FormatError(line: lineNumber, #"a session has "body" or "bodyBinary", not both"#)
+        }
     }
 
     /// A step line, checked against its session.

@@ -55,6 +55,11 @@ public struct Cassette: Sendable, Hashable {
         public var subprotocol: String?
         /// The extensions the server agreed to (`Sec-WebSocket-Extensions`), as sent, if any.
         public var extensions: String?
+        /// An SSE session's request method when it was not `GET` (a stream that answers a
+        /// `POST`); nil for `GET`.
+        public var method: String?
+        /// An SSE session's request body, if it had one.
+        public var body: Data?
         /// What happened, in order.
         public var steps: [Step]
 
@@ -66,6 +71,8 @@ public struct Cassette: Sendable, Hashable {
             headers: [Header] = [],
             subprotocol: String? = nil,
             extensions: String? = nil,
+            method: String? = nil,
+            body: Data? = nil,
             steps: [Step] = []
         ) {
             self.kind = kind
@@ -74,6 +81,8 @@ public struct Cassette: Sendable, Hashable {
             self.headers = headers
             self.subprotocol = subprotocol
             self.extensions = extensions
+            self.method = method
+            self.body = body
             self.steps = steps
         }
 
@@ -82,9 +91,9 @@ public struct Cassette: Sendable, Hashable {
             Session(kind: .webSocket, path: path, subprotocol: subprotocol, steps: steps)
         }
 
-        /// An SSE session at `path`.
-        public static func eventStream(_ path: String, steps: [Step]) -> Session {
-            Session(kind: .eventStream, path: path, steps: steps)
+        /// An SSE session at `path`: the answer to a `GET`, or to `method` with `body`.
+        public static func eventStream(_ path: String, method: String? = nil, body: Data? = nil, steps: [Step]) -> Session {
+            Session(kind: .eventStream, path: path, method: method, body: body, steps: steps)
         }
     }
 

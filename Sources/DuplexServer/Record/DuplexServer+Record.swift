@@ -7,13 +7,15 @@ import HummingbirdWebSocket
 import NIOCore
 
 extension DuplexServer {
-    /// The routes of a recording server: every `GET` but `/health` and `/metrics` is forwarded
-    /// as an SSE stream (``recordStream(_:_:_:)``).
+    /// The routes of a recording server: every `GET` but `/health` and `/metrics`, and every
+    /// `POST`, `PUT`, `PATCH` and `DELETE`, is forwarded as an SSE stream (``recordStream(_:_:_:)``).
     func addRecordRoutes(_ record: RecordConfiguration, to router: Router<DuplexRequestContext>) {
         addHealthRoute(to: router)
         router.get("metrics") { _, _ -> Response in self.metricsResponse() }
-        router.get("**") { request, context -> Response in
-            await self.recordStream(record, request, context)
+        for method in [HTTPRequest.Method.get, .post, .put, .patch, .delete] {
+            router.on("**", method: method) { request, context -> Response in
+                await self.recordStream(record, request, context)
+            }
         }
     }
 
@@ -56,19 +58,30 @@ extension DuplexServer {
         )
     }
 
-    /// `GET` any path: the upstream's SSE stream at the same path and query (with the client's
-    /// `Last-Event-ID`), forwarded and recorded. An upstream that cannot be reached, or answers
-    /// anything but a stream, is 502 with the reason.
+    /// Any path: the upstream's SSE stream at the same path and query, for the same method and
+    /// body (with the client's `Last-Event-ID`), forwarded and recorded. An upstream that cannot
+    /// be reached, or answers anything but a stream, is 502 with the reason; a body over the
+    /// server's message limit is 413.
     func recordStream(_ record: RecordConfiguration, _ request: Request, _ context: DuplexRequestContext) async -> Response {
         let fields = Self.fields(of: request)
         guard let url = record.url(path: request.uri.path, query: request.uri.query, webSocket: false) else {
             return Self.json(status: .badRequest, #"{"error":"the upstream URL of this path cannot be made"}"#)
         }
+        let method = request.method == .get ? nil : request.method.rawValue
+        var body: Data?
+        if method != nil {
+            do {
+                let bytes = try await request.body.collect(upTo: self.configuration.maxMessageBytes)
+                body = bytes.readableBytes == 0 ? nil : Data(bytes.readableBytesView)
+            } catch {
+                return Self.json(status: .contentTooLarge, #"{"error":"the request body is over the server's message limit (--max-message-bytes)"}"#)
+            }
+        }
         let start = ContinuousClock.now
         var configuration = SSEConfiguration()
         configuration.tlsTrust = record.tlsTrust
         let upstream = ServerSentEventManager(
-            request: SSERequest(url: url, additionalHeaders: RecordConfiguration.forwarded(fields)),
+            request: SSERequest(url: url, method: .init(request.method.rawValue), body: body, additionalHeaders: RecordConfiguration.forwarded(fields)),
             retryPolicy: .none,
             configuration: configuration,
             lastEventID: request.headers[HTTPField.Name("Last-Event-ID")!]
@@ -83,7 +96,7 @@ extension DuplexServer {
             return Self.json(status: .badGateway, reason ?? "{}")
         }
         let recording = record.recorder.begin(
-            Cassette.Session(kind: .eventStream, path: request.uri.path, query: request.uri.query, headers: record.recorded(fields)),
+            Cassette.Session(kind: .eventStream, path: request.uri.path, query: request.uri.query, headers: record.recorded(fields), method: method, body: body),
             at: start
         )
         return EventStreamResponse(server: self).response(

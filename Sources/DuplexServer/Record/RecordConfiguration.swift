@@ -4,9 +4,10 @@ import DuplexSchema
 
 /// What a recording server records, and from where (``DuplexServerConfiguration/record``).
 ///
-/// The server then forwards every WebSocket connection and every `GET` (an SSE stream) to the
-/// same path and query on ``upstream``, with the Duplex clients, and records each session in
-/// ``recorder``: the request (its secrets replaced), the subprotocol, every message each way
+/// The server then forwards every WebSocket connection and every `GET`, `POST`, `PUT`, `PATCH`
+/// and `DELETE` (an SSE stream, with its method and body) to the same path and query on
+/// ``upstream``, with the Duplex clients, and records each session in ``recorder``: the request
+/// (its secrets replaced, its method and body), the subprotocol, every message each way
 /// and every SSE event with its time, and how it ended. A client that offers several
 /// subprotocols is answered with the first; the upstream is offered them all, and the one it
 /// picks is recorded.

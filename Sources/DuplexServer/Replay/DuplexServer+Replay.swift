@@ -1,18 +1,22 @@
 import DuplexSchema
+import Foundation
 import HTTPTypes
 import Hummingbird
 import HummingbirdWebSocket
+import Logging
 import NIOCore
 
 extension DuplexServer {
-    /// The routes of a server that replays a cassette: its SSE paths, its WebSocket paths (426
-    /// without an upgrade), and `/health`, `/metrics` and the chaos routes where the cassette has
-    /// no session. Any other path is 404.
+    /// The routes of a server that replays a cassette: its SSE paths, for each method recorded
+    /// there, its WebSocket paths (426 without an upgrade), and `/health`, `/metrics` and the
+    /// chaos routes where the cassette has no session. Any other path is 404.
     func addReplayRoutes(_ book: ReplayBook, to router: Router<DuplexRequestContext>) {
         let streams = book.paths(.eventStream)
         for path in streams {
-            router.get(RouterPath(path)) { request, context -> Response in
-                self.replayStream(book, request, context)
+            for method in book.methods(at: path) {
+                router.on(RouterPath(path), method: HTTPRequest.Method(method) ?? .get) { request, context -> Response in
+                    await self.replayStream(book, request, context)
+                }
             }
         }
         for path in book.paths(.webSocket) where !streams.contains(path) {
@@ -48,10 +52,22 @@ extension DuplexServer {
     }
 
     /// A replayed SSE session, the next one recorded at the request's path, resuming after the
-    /// request's `Last-Event-ID` when the recording has that id.
-    func replayStream(_ book: ReplayBook, _ request: Request, _ context: DuplexRequestContext) -> Response {
-        guard let (_, session) = book.take(.eventStream, path: request.uri.path) else {
+    /// request's `Last-Event-ID` when the recording has that id. In strict mode the request's
+    /// method and body must be the recorded ones (the body compared by the matcher): a request
+    /// that differs is reported as a mismatch at step 0 and answered 400 with both sides.
+    func replayStream(_ book: ReplayBook, _ request: Request, _ context: DuplexRequestContext) async -> Response {
+        guard let (number, session) = book.take(.eventStream, path: request.uri.path) else {
             return Self.json(status: .notFound, #"{"error":"the cassette has no SSE session at this path"}"#)
+        }
+        if book.configuration.strict {
+            let body = try? await request.body.collect(upTo: configuration.maxMessageBytes)
+            let received = body.map { $0.readableBytes == 0 ? nil : Data($0.readableBytesView) } ?? nil
+            if let mismatch = Self.requestMismatch(session, number: number, method: request.method.rawValue, body: received, bodyTooLarge: body == nil, matcher: book.configuration.matcher) {
+                logger.error("replay mismatch", metadata: ["session": "\(number)", "path": "\(session.path)", "step": "0", "recorded": "\(mismatch.recorded)", "received": "\(mismatch.received)"])
+                book.configuration.onMismatch?(mismatch)
+                let reason = (try? JSONEncoder().encode(["error": mismatch.description])).map { String(decoding: $0, as: UTF8.self) }
+                return Self.json(status: .badRequest, reason ?? "{}")
+            }
         }
         let lastEventID = request.headers[HTTPField.Name("Last-Event-ID")!]
         let replay = book.configuration
@@ -64,5 +80,39 @@ extension DuplexServer {
             let source = ReplayEventSource(session: session, lastEventID: lastEventID, replay: replay, sink: sink, eventLoop: eventLoop)
             return source.stop
         }
+    }
+
+    /// How a request differs from the one `session` recorded, or nil when it does not.
+    static func requestMismatch(
+        _ session: Cassette.Session,
+        number: Int,
+        method: String,
+        body: Data?,
+        bodyTooLarge: Bool,
+        matcher: ReplayMatcher
+    ) -> ReplayMismatch? {
+        let recordedMethod = session.method ?? "GET"
+        func show(_ method: String, _ body: Data?) -> String {
+            guard let body else { return "request \(method) with no body" }
+            return "request \(method) with body " + ReplayMismatch.show(String(validating: body, as: UTF8.self).map(Cassette.Message.text) ?? .binary(body)).dropFirst("client ".count)
+        }
+        let sameBody: Bool =
+            switch (session.body, body) {
+            case (nil, nil): true
+            case (let recorded?, let received?):
+                matcher.matches(
+                    String(validating: recorded, as: UTF8.self).map(Cassette.Message.text) ?? .binary(recorded),
+                    String(validating: received, as: UTF8.self).map(Cassette.Message.text) ?? .binary(received)
+                )
+            default: false
+            }
+        guard bodyTooLarge || method != recordedMethod || !sameBody else { return nil }
+        return ReplayMismatch(
+            session: number,
+            path: session.path,
+            step: 0,
+            recorded: show(recordedMethod, session.body),
+            received: bodyTooLarge ? "request \(method) with a body over the server's message limit" : show(method, body)
+        )
     }
 }

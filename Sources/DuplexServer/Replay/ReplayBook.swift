@@ -28,6 +28,12 @@ final class ReplayBook: Sendable {
         sessions.keys.filter { $0.kind == kind }.map(\.path).sorted()
     }
 
+    /// The methods of the SSE sessions recorded at `path` (`GET` for those with none), sorted.
+    func methods(at path: String) -> [String] {
+        let indices = sessions[Key(kind: .eventStream, path: path)] ?? []
+        return Set(indices.map { configuration.cassette.sessions[$0].method ?? "GET" }).sorted()
+    }
+
     /// The next session of `kind` at `path` and its number in the cassette (from 1); nil when
     /// none was recorded there.
     func take(_ kind: Cassette.Session.Kind, path: String) -> (number: Int, session: Cassette.Session)? {

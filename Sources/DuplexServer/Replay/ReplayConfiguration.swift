@@ -85,7 +85,8 @@ public struct ReplayMismatch: Error, Sendable, Hashable, CustomStringConvertible
     /// The session's number in the cassette (from 1), and its path.
     public var session: Int
     public var path: String
-    /// The step of the session (from 1) the client's message was compared with.
+    /// The step of the session (from 1) the client's message was compared with; 0 for an SSE
+    /// session's request (its method and body).
     public var step: Int
     /// What the recording has there: `client text "hello"`, or why none was expected.
     public var recorded: String

@@ -2,6 +2,7 @@ import DuplexSchema
 import DuplexServer
 import DuplexTesting
 import Foundation
+import NIOHTTP1
 import Testing
 
 @testable import Duplex
@@ -150,6 +151,61 @@ struct RecordTests {
                 #expect(replayed == seen)
                 await sse.terminate()
             }
+        }
+    }
+
+    @Test("a POST stream through the recorder: its method and body forwarded and recorded; replayed strictly, the same request gets the events, another body is 400 with both sides")
+    func postStreamRecordAndReplay() async throws {
+        try await withTimeout(Self.wait) {
+            let peer = try await ScriptedHTTPPeer.start { _ in .init(chunks: ["data: {\"text\":\"hi\"}\n\n", "data: [DONE]\n\n"]) }
+            defer { Task { await peer.stop() } }
+            let body = Data(#"{"prompt":"hi"}"#.utf8)
+            let request = { (url: URL) in
+                SSERequest(url: url, method: .post, body: body, additionalHeaders: ["Content-Type": "application/json"], terminalEvent: .done)
+            }
+            let (seen, cassette) = try await Self.withRecorder(upstream: URL(string: "http://127.0.0.1:\(peer.port)/")!) { recorderServer, recorder in
+                let sse = ServerSentEventManager(request: request(recorderServer.httpURL("/v1/completions")), retryPolicy: .none)
+                let events = sse.events
+                try await sse.connect()
+                var seen: [String] = []
+                for await event in events { seen.append(event.data) }
+                return (seen, try recorder.cassette())
+            }
+            #expect(seen == [#"{"text":"hi"}"#, "[DONE]"])
+            let upstreamRequest = try #require(peer.received.first)
+            #expect(upstreamRequest.method == .POST && upstreamRequest.body == #"{"prompt":"hi"}"#, "forwarded with its method and body")
+            let session = try #require(cassette.sessions.first)
+            #expect(session.kind == .eventStream && session.method == "POST" && session.body == body)
+            let reread = try Cassette(jsonLines: cassette.encoded())
+            #expect(reread.sessions.first?.method == "POST" && reread.sessions.first?.body == body, "the file keeps the method and body")
+
+            // The differing request is a mismatch: withReplayServer throws it once its body ends.
+            var thrown: ReplayMismatches?
+            do {
+                try await withReplayServer(cassette) { server in
+                    let same = ServerSentEventManager(request: request(server.httpURL("/v1/completions")), retryPolicy: .none)
+                    let events = same.events
+                    try await same.connect()
+                    var replayed: [String] = []
+                    for await event in events { replayed.append(event.data) }
+                    #expect(replayed == seen)
+
+                    var other = request(server.httpURL("/v1/completions"))
+                    other.body = Data(#"{"prompt":"bye"}"#.utf8)
+                    let differing = ServerSentEventManager(request: other, retryPolicy: .none)
+                    let error = await #expect(throws: SSEError.self) { try await differing.connect() }
+                    #expect(error?.status == 400)
+                    let said = error?.response?.text ?? ""
+                    #expect(said.contains("step 0") && said.contains("prompt") && said.contains("bye"), "the answer says what differed: \(said)")
+                    let mismatch = try #require(server.mismatches.first)
+                    #expect(mismatch.step == 0)
+                    #expect(mismatch.recorded == #"request POST with body text "{\"prompt\":\"hi\"}""#)
+                    #expect(mismatch.received == #"request POST with body text "{\"prompt\":\"bye\"}""#)
+                }
+            } catch let mismatches as ReplayMismatches {
+                thrown = mismatches
+            }
+            #expect(thrown?.mismatches.count == 1)
         }
     }
 
