@@ -220,8 +220,7 @@ extension Cassette {
             }
         }
         if let method = open.method {
-            let token = "!#$%&'*+-.^_`|~"
-            guard !method.isEmpty, method.unicodeScalars.allSatisfy({ $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || token.unicodeScalars.contains($0)) }) else {
+            guard HTTPToken.isToken(method) else {
                 throw FormatError(line: lineNumber, "session \(number)'s method \(String(method.prefix(40)).debugDescription) is not an HTTP token")
             }
         }

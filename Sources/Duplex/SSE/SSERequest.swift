@@ -163,7 +163,7 @@ extension SSERequest {
 
         /// Why the method cannot be sent, or nil.
         var problem: String? {
-            if rawValue.isEmpty || !rawValue.utf8.allSatisfy(RequestHeaderCheck.isTokenByte) {
+            if !HTTPToken.isToken(rawValue) {
                 return "the method \(String(rawValue.prefix(40)).debugDescription) is not an HTTP token"
             }
             if ["HEAD", "CONNECT", "TRACE"].contains(rawValue.uppercased()) {

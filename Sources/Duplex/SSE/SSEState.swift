@@ -146,7 +146,7 @@ public struct SSEErrorResponse: Sendable, Hashable {
 }
 
 /// An event whose data could not be decoded as the type asked for
-/// (``ServerSentEventManager/events(decoding:decoder:buffering:)``, ``ServerSentEvent/decode(_:decoder:)``).
+/// (``ServerSentEventManager/events(decoding:decoder:buffering:)``, ``DuplexSchema/ServerSentEvent/decode(_:decoder:)``).
 public struct SSEDecodingError: Error, Sendable, CustomStringConvertible {
     /// The event.
     public var event: ServerSentEvent

@@ -1,3 +1,4 @@
+import DuplexSchema
 import Foundation
 
 /// One extra request header, as seed 004 writes them: `.authorization(.bearer("token"))`.
@@ -101,7 +102,7 @@ enum RequestHeaderCheck {
     /// Why `headers` cannot be sent, or nil when they can.
     static func problem(_ headers: [String: String]) -> String? {
         for (name, value) in headers.sorted(by: { $0.key < $1.key }) {
-            if name.isEmpty || !name.utf8.allSatisfy(isTokenByte) {
+            if !HTTPToken.isToken(name) {
                 return "the header name \(String(name.prefix(60)).debugDescription) is not an HTTP token"
             }
             if value.utf8.contains(where: { ($0 < 0x20 && $0 != 0x09) || $0 == 0x7F }) {
@@ -109,15 +110,5 @@ enum RequestHeaderCheck {
             }
         }
         return nil
-    }
-
-    /// RFC 9110's `tchar`.
-    static func isTokenByte(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-            true
-        default:
-            "!#$%&'*+-.^_`|~".utf8.contains(byte)
-        }
     }
 }

@@ -95,12 +95,9 @@ struct PythonSSEInteropTests {
             let tokens = sse.events(decoding: Token.self)
             let states = sse.stateEvents
             try await sse.connect()
-            var texts: [String] = []
-            let thrown = await #expect(throws: SSEError.self) {
-                for try await token in tokens { texts.append(token.text) }
-            }
-            #expect(texts == ["partial "])
-            #expect(thrown?.code == .connectionFailed)
+            let (received, thrown) = await drain(tokens)
+            #expect(received.map(\.text) == ["partial "])
+            #expect((thrown as? SSEError)?.code == .connectionFailed, "the typed stream throws the drop: \(String(describing: thrown))")
             for await _ in states {}  // over for good: no attempt can follow
             let (count, _) = try await URLSession.shared.data(from: URL(string: Self.base + "/v1/count?key=\(key)")!)
             #expect(String(decoding: count, as: UTF8.self) == "1")

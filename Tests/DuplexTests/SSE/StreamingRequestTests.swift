@@ -84,12 +84,9 @@ struct StreamingRequestTests {
             let tokens = sse.events(decoding: Token.self)
             let states = sse.stateEvents
             try await sse.connect()
-            var texts: [String] = []
-            let thrown = await #expect(throws: SSEError.self) {
-                for try await token in tokens { texts.append(token.text) }
-            }
-            #expect(texts == ["a"])
-            #expect(thrown?.code == .connectionFailed)
+            let (received, thrown) = await drain(tokens)
+            #expect(received.map(\.text) == ["a"])
+            #expect((thrown as? SSEError)?.code == .connectionFailed, "the typed stream throws the drop: \(String(describing: thrown))")
             // The state stream ends: nothing can start another attempt. It held no second one.
             let seen = await Self.allStates(states)
             #expect(seen.filter { $0 == .connecting }.count == 1, "connecting once: \(seen)")

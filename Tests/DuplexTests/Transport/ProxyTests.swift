@@ -56,8 +56,21 @@ struct ProxyTests {
                 sse.proxy = .http(host: "127.0.0.1", port: proxy.port)
                 #expect(try await Self.firstEvent(plain.httpURL("/events?interval=20"), sse) == "tick")
                 #expect(try await Self.firstEvent(secure.httpURL("/events?interval=20"), sse) == "tick")
+                // A POST stream's body goes through the tunnel too.
+                let peer = try await ScriptedHTTPPeer.start { _ in .init(chunks: ["data: [DONE]\n\n"]) }
+                defer { Task { await peer.stop() } }
+                let post = ServerSentEventManager(
+                    request: SSERequest(url: URL(string: "http://127.0.0.1:\(peer.port)/v1")!, method: .post, body: Data("through".utf8), terminalEvent: .done),
+                    retryPolicy: .disabled,
+                    configuration: sse
+                )
+                let events = post.events
+                try await post.connect()
+                #expect(try await events.first(within: .seconds(10)).data == "[DONE]")
+                #expect(post.hasFinished)
+                #expect(peer.received.map(\.body) == ["through"])
                 let log = proxy.log
-                for port in [plain.port, secure.port] {
+                for port in [plain.port, secure.port, peer.port] {
                     #expect(log.contains("127.0.0.1:\(port)") || log.contains("port \(port)") || log.contains(":\(port)"), "the proxy opened connections to \(port): \(log)")
                 }
             }
