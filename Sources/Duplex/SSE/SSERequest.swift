@@ -45,6 +45,7 @@ public struct SSERequest: Sendable, Hashable {
     /// for every other method unless set, since sending a `POST` again may repeat what it does.
     /// Set it for a server that resumes a stream from `Last-Event-ID` (sent on the re-send).
     /// A connection that failed before any answer is retried per the ``RetryPolicy`` either way.
+    /// The manager's request decides it; ``ServerSentEventManager/prepareRequest`` does not.
     public var isResumable: Bool {
         get { resumable ?? (method == .get) }
         set { resumable = newValue }
