@@ -11,7 +11,7 @@ import UnixSignals
 struct ProxyCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "proxy",
-        abstract: "Run a TCP proxy that injects network faults (latency, bandwidth, blackhole, resets).",
+        abstract: "Run a TCP proxy that injects network faults (latency, bandwidth, blackhole, resets, path switches, suspension).",
         discussion: """
             Forwards every connection to --listen on to --upstream, applying the toxics set by \
             the flags to the --direction given. Prints three lines when ready:
@@ -26,12 +26,21 @@ struct ProxyCommand: AsyncParsableCommand {
               POST   /toxics?type=T&...     add one: type=latency&ms=M[&jitter=M],
                                             type=bandwidth&rate=BYTES_PER_S, type=blackhole,
                                             type=reset-peer, type=close-after&bytes=N,
-                                            type=slicer&size=N[&variation=N][&delay=MS];
-                                            each with [&direction=both|upstream|downstream]
-                                            and [&toxicity=P], the probability (0 to 1) that
-                                            it applies to a connection
+                                            type=slicer&size=N[&variation=N][&delay=MS],
+                                            type=path-switch (the connections open now go
+                                            half-open: nothing arrives either way, no FIN, no
+                                            RST; new ones pass), type=suspend&ms=M (freeze,
+                                            then deliver everything held, in order);
+                                            each with [&direction=both|upstream|downstream],
+                                            [&toxicity=P], the probability (0 to 1) that it
+                                            applies to a connection, and
+                                            [&connections=all|open|new|N]: every connection,
+                                            the ones open now, the ones opened later, or
+                                            connection N (numbered from 1 as accepted)
               DELETE /toxics/ID             remove one
               DELETE /toxics                remove all: the path heals
+              GET    /connections           the connections open now: number, age, bytes
+                                            each way, and whether a path switch cut them
               POST   /drop                  close every proxied connection
             Example: curl -X POST 'http://127.0.0.1:9001/toxics?type=latency&ms=300'
             --scenario FILE applies a timeline of faults (docs/scenarios.md), one line each:
@@ -244,11 +253,22 @@ final class ToxicRegistry: Sendable {
             }
             proxy.removeAll()
             return json(.ok, ["removed": count])
+        case (.GET, ["connections"]):
+            let connections = proxy.connections.map { connection -> [String: Any] in
+                [
+                    "id": connection.number,
+                    "ageMs": Int(connection.age / .milliseconds(1)),
+                    "bytesUpstream": connection.bytesUpstream,
+                    "bytesDownstream": connection.bytesDownstream,
+                    "severed": connection.severed,
+                ]
+            }
+            return json(.ok, ["connections": connections])
         case (.POST, ["drop"]):
             let count = proxy.connectionCount
             proxy.dropAll()
             return json(.ok, ["accepted": count])
-        case (_, ["toxics"]), (_, ["drop"]):
+        case (_, ["toxics"]), (_, ["drop"]), (_, ["connections"]):
             return json(.methodNotAllowed, ["error": "\(request.method) is not allowed on \(request.path)"])
         default:
             return json(.notFound, ["error": "no such endpoint: \(request.path)"])

@@ -23,9 +23,10 @@ extension FaultProxy.Toxic: CustomStringConvertible {
     /// A toxic described by name and parameters, as `duplex proxy`'s control endpoint and
     /// scenario files give them: `type=latency&ms=M[&jitter=M]`, `type=bandwidth&rate=BYTES_PER_S`,
     /// `type=blackhole`, `type=reset-peer`, `type=close-after&bytes=N`,
-    /// `type=slicer&size=N[&variation=N][&delay=MS]`, each with `[&toxicity=P]`. Other fields
-    /// (`direction`, a name) are left to the caller. Times are at most a day (86,400,000 ms),
-    /// sizes and rates at most 2^31 - 1.
+    /// `type=slicer&size=N[&variation=N][&delay=MS]`, `type=path-switch`, `type=suspend&ms=M`,
+    /// each with `[&toxicity=P]` and `[&connections=all|open|new|N]` (a path switch's default is
+    /// `open`, the others' `all`). Other fields (`direction`, a name) are left to the caller.
+    /// Times are at most a day (86,400,000 ms), sizes and rates at most 2^31 - 1.
     /// - Throws: ``FaultProxy/InvalidToxic``, saying which field is wrong and why.
     public init(fields: [String: String]) throws {
         func number(_ key: String, default value: Int? = nil, minimum: Int = 0) throws -> Int {
@@ -57,10 +58,21 @@ extension FaultProxy.Toxic: CustomStringConvertible {
                 sizeVariation: try number("variation", default: 0),
                 delay: .milliseconds(try number("delay", default: 0))
             )
+        case "path-switch":
+            toxic = .pathSwitch
+        case "suspend":
+            toxic = .suspend(.milliseconds(try number("ms")))
         case let other:
             throw FaultProxy.InvalidToxic(
-                message: "type must be latency, bandwidth, blackhole, reset-peer, close-after or slicer, not \(other.map { "\"\($0)\"" } ?? "missing")"
+                message:
+                    "type must be latency, bandwidth, blackhole, reset-peer, close-after, slicer, path-switch or suspend, not \(other.map { "\"\($0)\"" } ?? "missing")"
             )
+        }
+        if let text = fields["connections"] {
+            guard let connections = FaultProxy.Connections(name: text) else {
+                throw FaultProxy.InvalidToxic(message: "connections must be all, open, new or a connection's number from 1, not \"\(text)\"")
+            }
+            toxic = toxic.connections(connections)
         }
         if let text = fields["toxicity"] {
             guard let toxicity = Double(text), (0...1).contains(toxicity) else {
@@ -88,8 +100,23 @@ extension FaultProxy.Toxic: CustomStringConvertible {
             text = "close-after \(bytes) bytes"
         case .slicer(let size, let variation, let delay):
             text = "slicer \(size)" + (variation > 0 ? " ± \(variation)" : "") + " bytes, \(Self.milliseconds(delay)) ms apart"
+        case .pathSwitch:
+            text = "path-switch"
+        case .suspend(let duration):
+            text = "suspend \(Self.milliseconds(duration)) ms"
         }
-        return toxicity < 1 ? "\(text) (toxicity \(toxicity))" : text
+        var notes: [String] = []
+        if toxicity < 1 { notes.append("toxicity \(toxicity)") }
+        let usual: FaultProxy.Connections = kind == .pathSwitch ? .openNow : .all
+        if connections != usual {
+            switch connections.kind {
+            case .all: notes.append("every connection")
+            case .openNow: notes.append("connections open when added")
+            case .openedLater: notes.append("connections opened later")
+            case .number(let number): notes.append("connection \(number)")
+            }
+        }
+        return notes.isEmpty ? text : "\(text) (\(notes.joined(separator: ", ")))"
     }
 
     /// The longest time a toxic's fields take: a day.

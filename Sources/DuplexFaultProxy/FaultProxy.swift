@@ -45,14 +45,27 @@ public final class FaultProxy: Sendable {
             case resetPeer
             case closeAfter(bytes: Int)
             case slicer(averageSize: Int, sizeVariation: Int, delay: Duration)
+            case pathSwitch
+            case suspend(Duration)
         }
 
         let kind: Kind
         /// The probability that the toxic applies to a connection, from 0 to 1.
         public private(set) var toxicity = 1.0
+        /// Which connections the toxic applies to.
+        public private(set) var connections: Connections
 
-        init(kind: Kind) {
+        init(kind: Kind, connections: Connections = .all) {
             self.kind = kind
+            self.connections = connections
+        }
+
+        /// The same toxic, applying only to `connections`: the ones open when it is added, the
+        /// ones opened after, or one connection by its number.
+        public func connections(_ connections: Connections) -> Toxic {
+            var toxic = self
+            toxic.connections = connections
+            return toxic
         }
 
         /// The same toxic, applying to each connection with probability `toxicity` (from 0 to 1;
@@ -89,6 +102,86 @@ public final class FaultProxy: Sendable {
         public static func slicer(averageSize: Int, sizeVariation: Int = 0, delay: Duration = .zero) -> Toxic {
             Toxic(kind: .slicer(averageSize: max(averageSize, 1), sizeVariation: max(sizeVariation, 0), delay: delay))
         }
+
+        /// The network path changed under the connections open now, as when a phone moves from
+        /// Wi-Fi to cellular: they become half-open. Nothing they send arrives, either way, and
+        /// no FIN or RST reaches either end (a close by one side is not passed on), while the
+        /// sockets stay open. Connections opened after it pass normally. A connection that lost
+        /// data to it stays dead once the toxic is removed, as a real one does; one that sent
+        /// nothing meanwhile goes on. Add it with direction `.both`.
+        public static let pathSwitch = Toxic(kind: .pathSwitch, connections: .openNow)
+
+        /// Freezes the connections for `duration`, as a process that was suspended and resumed
+        /// sees them (a laptop's sleep, an app in the background): what is sent meanwhile is
+        /// held and delivered in order when it ends, and nothing is lost. One direction, or
+        /// both. It removes itself once the time is up.
+        public static func suspend(_ duration: Duration) -> Toxic {
+            Toxic(kind: .suspend(max(duration, .zero)))
+        }
+    }
+
+    /// Which connections a toxic applies to (``Toxic/connections(_:)``).
+    public struct Connections: Sendable, Hashable, CustomStringConvertible {
+        enum Kind: Sendable, Hashable {
+            case all
+            case openNow
+            case openedLater
+            case number(Int)
+        }
+
+        let kind: Kind
+
+        /// Every connection, open now or later. The default.
+        public static let all = Connections(kind: .all)
+        /// The connections open when the toxic is added.
+        public static let openNow = Connections(kind: .openNow)
+        /// The connections opened after the toxic is added.
+        public static let openedLater = Connections(kind: .openedLater)
+
+        /// The connection with this number: the proxy numbers them from 1 in the order it
+        /// accepts them (``FaultProxy/connections``), so `number(2)` is the second connection,
+        /// open now or to come: after one reconnection, the connection after it.
+        public static func number(_ number: Int) -> Connections { Connections(kind: .number(max(number, 1))) }
+
+        /// How ``init(name:)`` reads it: `all`, `open`, `new` or a number.
+        public var description: String {
+            switch kind {
+            case .all: "all"
+            case .openNow: "open"
+            case .openedLater: "new"
+            case .number(let number): "\(number)"
+            }
+        }
+
+        /// The connections `name` names: `all`, `open` (open now), `new` (opened later), or a
+        /// connection's number from 1.
+        public init?(name: String) {
+            switch name {
+            case "all": kind = .all
+            case "open": kind = .openNow
+            case "new": kind = .openedLater
+            default:
+                guard let number = Int(name), number >= 1 else { return nil }
+                kind = .number(number)
+            }
+        }
+
+        private init(kind: Kind) {
+            self.kind = kind
+        }
+    }
+
+    /// A proxied connection, as ``FaultProxy/connections`` lists it.
+    public struct ConnectionInfo: Sendable, Hashable {
+        /// Its number, from 1, in the order the proxy accepted it.
+        public var number: Int
+        /// How long it has been open.
+        public var age: Duration
+        /// The bytes the client sent, and the upstream, as read by the proxy (before toxics).
+        public var bytesUpstream: Int
+        public var bytesDownstream: Int
+        /// Whether a path switch cut it: nothing it sends arrives any more.
+        public var severed: Bool
     }
 
     /// Names an added toxic, to remove it.
@@ -101,6 +194,21 @@ public final class FaultProxy: Sendable {
         let id: ToxicID
         let toxic: Toxic
         let direction: Direction
+        /// When it was added.
+        let added: NIODeadline
+        /// The numbers of the connections open when it was added, and the first number after.
+        let openWhenAdded: Set<UInt64>
+        let nextWhenAdded: UInt64
+
+        /// Whether it applies to the connection with index `index` (from 0).
+        func covers(_ index: UInt64) -> Bool {
+            switch toxic.connections.kind {
+            case .all: true
+            case .openNow: openWhenAdded.contains(index)
+            case .openedLater: index >= nextWhenAdded
+            case .number(let number): index + 1 == UInt64(number)
+            }
+        }
     }
 
     private struct State {
@@ -169,19 +277,35 @@ public final class FaultProxy: Sendable {
         return proxy
     }
 
-    /// Adds a toxic; it applies to data that passes from now on, on every connection.
+    /// Adds a toxic; it applies to data that passes from now on, on the connections it covers
+    /// (``Toxic/connections(_:)``: every connection unless it says otherwise).
     @discardableResult
     public func add(_ toxic: Toxic, direction: Direction) -> ToxicID {
-        let (id, links) = state.withLockedValue { state in
+        let (active, links) = state.withLockedValue { state in
             state.nextID += 1
-            let id = ToxicID(value: state.nextID)
-            state.toxics.append(Active(id: id, toxic: toxic, direction: direction))
-            return (id, Array(state.links.values))
+            let active = Active(
+                id: ToxicID(value: state.nextID),
+                toxic: toxic,
+                direction: direction,
+                added: .now(),
+                openWhenAdded: Set(state.links.values.map(\.index)),
+                nextWhenAdded: UInt64(state.connections)
+            )
+            state.toxics.append(active)
+            return (active, Array(state.links.values))
         }
-        if toxic.kind == .resetPeer {
-            for link in links where link.suffers(id, toxic) { link.reset() }
+        switch toxic.kind {
+        case .resetPeer:
+            for link in links where active.covers(link.index) && link.suffers(active.id, toxic) { link.reset() }
+        case .suspend(let duration):
+            // Over once its time is up: what it held is released then.
+            listenerLoop.scheduleTask(in: .nanoseconds(clampedNanoseconds(duration))) { [weak self] in
+                self?.remove(active.id)
+            }
+        default:
+            break
         }
-        return id
+        return active.id
     }
 
     /// Removes one toxic.
@@ -196,6 +320,13 @@ public final class FaultProxy: Sendable {
 
     /// How many connections the proxy has accepted.
     public var connectionCount: Int { state.withLockedValue { $0.connections } }
+
+    /// The connections open now, by number.
+    public var connections: [ConnectionInfo] {
+        let links = state.withLockedValue { Array($0.links.values) }
+        let now = NIODeadline.now()
+        return links.map { $0.info(now: now) }.sorted { $0.number < $1.number }
+    }
 
     /// Closes every proxied connection (both sides), with no toxic involved.
     public func dropAll() {
@@ -212,6 +343,9 @@ public final class FaultProxy: Sendable {
     func toxics(for direction: Direction) -> [Active] {
         state.withLockedValue { state in state.toxics.filter { $0.direction.includes(direction) } }
     }
+
+    /// The event loop the proxy's own timers run on.
+    private var listenerLoop: any EventLoop { MultiThreadedEventLoopGroup.singleton.any() }
 
     private func accept(_ client: any Channel) -> EventLoopFuture<Void> {
         let (upstreamHost, upstreamPort) = upstream.withLockedValue { $0 }
@@ -230,7 +364,7 @@ public final class FaultProxy: Sendable {
                 state.links[key] = link
                 return state.toxics
             }
-            let reset = toxics.contains { $0.toxic.kind == .resetPeer && link.suffers($0.id, $0.toxic) }
+            let reset = toxics.contains { $0.toxic.kind == .resetPeer && $0.covers(index) && link.suffers($0.id, $0.toxic) }
             client.closeFuture.and(upstream.closeFuture).whenComplete { _ in
                 self.state.withLockedValue { _ = $0.links.removeValue(forKey: key) }
             }
@@ -254,6 +388,10 @@ final class ProxyLink: Sendable {
     let client: any Channel
     let upstream: any Channel
     private let loop: NIOLoopBoundBox<Timing>
+    /// When it was accepted.
+    private let opened = NIODeadline.now()
+    /// The bytes read from each side, and whether a path switch cut it: read by ``info(now:)``.
+    private let counters = NIOLockedValueBox((upstream: 0, downstream: 0, severed: false))
 
     struct Timing {
         var nextRelease: [FaultProxy.Direction: NIODeadline] = [:]
@@ -285,6 +423,21 @@ final class ProxyLink: Sendable {
         return decision.unit() < toxic.toxicity
     }
 
+    /// The connection as ``FaultProxy/connections`` lists it.
+    func info(now: NIODeadline) -> FaultProxy.ConnectionInfo {
+        let counters = counters.withLockedValue { $0 }
+        return FaultProxy.ConnectionInfo(
+            number: Int(index) + 1,
+            age: .nanoseconds((now - opened).nanoseconds),
+            bytesUpstream: counters.upstream,
+            bytesDownstream: counters.downstream,
+            severed: counters.severed
+        )
+    }
+
+    /// Whether a path switch cut this connection: for good, once it lost data to one.
+    private var severed: Bool { counters.withLockedValue { $0.severed } }
+
     func target(of direction: FaultProxy.Direction) -> any Channel {
         direction == .upstream ? upstream : client
     }
@@ -308,13 +461,26 @@ final class ProxyLink: Sendable {
 
     /// Runs on the event loop: applies the toxics to `data` and forwards what is left.
     func forward(_ data: ByteBuffer, direction: FaultProxy.Direction) {
-        let toxics = proxy.toxics(for: direction).filter { suffers($0.id, $0.toxic) }.map(\.toxic)
+        let severed = counters.withLockedValue { counters in
+            if direction == .upstream { counters.upstream += data.readableBytes } else { counters.downstream += data.readableBytes }
+            return counters.severed
+        }
+        guard !severed else { return }
+        let active = proxy.toxics(for: direction).filter { covers($0) }
+        let now = NIODeadline.now()
         var data = data
         var delay = Duration.zero
         var rate: Int?
         var slices: (average: Int, variation: Int, gap: Duration)?
-        for toxic in toxics {
+        for (toxic, added) in active.map({ ($0.toxic, $0.added) }) {
             switch toxic.kind {
+            case .pathSwitch:
+                counters.withLockedValue { $0.severed = true }
+                return
+            case .suspend(let duration):
+                // Held until the suspension ends, then released in order.
+                let end = added + TimeAmount.nanoseconds(nanoseconds(duration))
+                if end > now { delay = max(delay, .nanoseconds((end - now).nanoseconds)) }
             case .blackhole:
                 return
             case .resetPeer:
@@ -356,9 +522,20 @@ final class ProxyLink: Sendable {
         schedule(pieces, direction: direction, delay: delay, rate: rate, gap: slices?.gap ?? .zero)
     }
 
+    /// Whether the toxic applies to this connection: it covers it, and its toxicity picked it.
+    private func covers(_ active: FaultProxy.Active) -> Bool {
+        active.covers(index) && suffers(active.id, active.toxic)
+    }
+
     /// The side sending in `direction` closed: close the other side once what is scheduled
-    /// for it has gone out.
+    /// for it has gone out. Over a switched path the close does not arrive: the other side
+    /// stays open, half-open, until it gives up by itself.
     func senderClosed(_ direction: FaultProxy.Direction) {
+        let cut = severed || proxy.toxics(for: direction).contains { $0.toxic.kind == .pathSwitch && covers($0) }
+        guard !cut else {
+            counters.withLockedValue { $0.severed = true }
+            return
+        }
         let target = self.target(of: direction)
         let release = max(loop.value.nextRelease[direction] ?? .now(), .now())
         target.eventLoop.scheduleTask(deadline: release + .milliseconds(1)) { target.close(promise: nil) }
@@ -401,13 +578,17 @@ final class ProxyLink: Sendable {
         loop.value.nextRelease[direction] = max(release, loop.value.nextRelease[direction] ?? release)
     }
 
-    /// `duration` in nanoseconds, at most about 290 years: a toxic given an absurd time in code
-    /// holds data that long rather than trapping.
     private func nanoseconds(_ duration: Duration) -> Int64 {
-        let (seconds, attoseconds) = duration.components
-        guard seconds < 9_000_000_000 else { return 9_000_000_000 * 1_000_000_000 }
-        return max(seconds, 0) * 1_000_000_000 + attoseconds / 1_000_000_000
+        clampedNanoseconds(duration)
     }
+}
+
+/// `duration` in nanoseconds, at most about 290 years: a toxic given an absurd time in code
+/// holds data that long rather than trapping.
+private func clampedNanoseconds(_ duration: Duration) -> Int64 {
+    let (seconds, attoseconds) = duration.components
+    guard seconds < 9_000_000_000 else { return 9_000_000_000 * 1_000_000_000 }
+    return max(seconds, 0) * 1_000_000_000 + attoseconds / 1_000_000_000
 }
 
 /// Reads one side of a link and forwards through the toxics to the other side.

@@ -529,6 +529,26 @@ struct CLITests {
                 #expect(try await Self.http("GET", "\(control)/toxics").body.contains(#""toxicity":0.5"#))
                 let unknown = try await Self.http("DELETE", "\(control)/toxics/999")
                 #expect(unknown.status == 404)
+                _ = try await Self.http("DELETE", "\(control)/toxics")
+
+                // A path switch: the open connection goes half-open, a new one echoes, and the
+                // control endpoint lists the first as severed.
+                let switched = try await Self.http("POST", "\(control)/toxics?type=path-switch")
+                #expect(switched.status == 201, "\(switched.body)")
+                await #expect(throws: WebSocketError.self) { _ = try await socket.ping(timeout: .milliseconds(300)) }
+                let fresh = WebSocket(url: URL(string: "ws://127.0.0.1:\(listenPort)/echo")!)
+                try await fresh.connect()
+                #expect(try await fresh.ping(timeout: .seconds(5)) > .zero)
+                let connections = try await Self.http("GET", "\(control)/connections")
+                #expect(connections.status == 200)
+                #expect(connections.body.contains(#""id":1"#) && connections.body.contains(#""severed":true"#), "\(connections.body)")
+                #expect(connections.body.contains(#""id":2"#) && connections.body.contains(#""severed":false"#), "\(connections.body)")
+                let suspended = try await Self.http("POST", "\(control)/toxics?type=suspend&ms=200&connections=2")
+                #expect(suspended.status == 201, "\(suspended.body)")
+                #expect(try await fresh.ping(timeout: .seconds(5)) >= .milliseconds(150), "held until the suspension ended")
+                let badScope = try await Self.http("POST", "\(control)/toxics?type=blackhole&connections=0")
+                #expect(badScope.status == 400 && badScope.body.contains("connections must be all, open, new"), "\(badScope.body)")
+                await fresh.terminate()
 
                 await socket.terminate()
                 proxy.signal(SIGTERM)

@@ -59,6 +59,89 @@ struct FaultProxyTests {
         }
     }
 
+    @Test("a path switch leaves the connections open now half-open: nothing arrives either way, the server's close does not reach the client, while a new connection echoes and closes normally")
+    func pathSwitch() async throws {
+        try await withProxy { proxy, url, server in
+            let old = WebSocket(url: url)
+            let oldEvents = old.events
+            try await old.connect()
+            _ = try await roundTrip(old, oldEvents, "before")
+            proxy.add(.pathSwitch, direction: .both)
+            let fresh = WebSocket(url: url)
+            let freshEvents = fresh.events
+            try await fresh.connect()
+            _ = try await roundTrip(fresh, freshEvents, "after")
+            await #expect(throws: WebSocketError.self) { _ = try await old.ping(timeout: .milliseconds(300)) }
+            // The server drops both: the new connection hears of it, the switched one never does.
+            #expect(server.server.dropConnections(.route("echo")) == 2)
+            _ = try await freshEvents.first(within: Self.wait) { if case .disconnected = $0 { true } else { false } }
+            await #expect(throws: WebSocketError.self) { _ = try await old.ping(timeout: .milliseconds(300)) }
+            #expect(old.state == .connected, "no FIN and no RST reached the client: it is half-open")
+            let listed = proxy.connections
+            #expect(listed.first { $0.number == 1 }?.severed == true, "\(listed)")
+            #expect(listed.first { $0.number == 1 }.map { $0.bytesUpstream > 0 && $0.bytesDownstream > 0 } == true)
+            #expect(!listed.contains { $0.number == 2 }, "the new connection closed")
+            await old.terminate()
+            await fresh.terminate()
+        }
+    }
+
+    @Test("a suspension holds everything both ways, then delivers it in order when it ends, and removes itself")
+    func suspension() async throws {
+        try await withProxy { proxy, url, _ in
+            let socket = WebSocket(url: url)
+            let messages = socket.messages
+            try await socket.connect()
+            proxy.add(.suspend(.milliseconds(300)), direction: .both)
+            let start = ContinuousClock.now
+            for text in ["one", "two", "three"] { try await socket.send(text) }
+            var received: [String] = []
+            for await message in messages {
+                received.append(message.text ?? "")
+                if received.count == 3 { break }
+            }
+            #expect(received == ["one", "two", "three"], "nothing lost, nothing reordered")
+            #expect(start.duration(to: .now) >= .milliseconds(250), "held until the suspension ended")
+            // It removed itself: a ping comes back without waiting for anything.
+            #expect(try await socket.ping(timeout: .seconds(5)) < .milliseconds(250))
+            #expect(proxy.connections.first?.severed == false)
+            await socket.terminate()
+        }
+    }
+
+    @Test("a toxic can target the connections opened later, or one connection by number: the second after a reconnection")
+    func connectionScopes() async throws {
+        try await withProxy { proxy, url, _ in
+            let first = WebSocket(url: url)
+            try await first.connect()
+            let later = proxy.add(.blackhole.connections(.openedLater), direction: .both)
+            let quick = WebSocketConfiguration(connectTimeout: .seconds(1))
+            let second = WebSocket(url: url, configuration: quick)
+            await #expect(throws: WebSocketError.self) { try await second.connect() }
+            #expect(try await first.ping(timeout: .seconds(5)) > .zero, "open before: untouched")
+            proxy.remove(later)
+            proxy.add(.blackhole.connections(.number(4)), direction: .both)
+            let third = WebSocket(url: url)
+            try await third.connect()
+            #expect(try await third.ping(timeout: .seconds(5)) > .zero, "connection 3 is not connection 4")
+            let fourth = WebSocket(url: url, configuration: quick)
+            await #expect(throws: WebSocketError.self) { try await fourth.connect() }
+            #expect(proxy.connections.map(\.number).contains(4))
+            for socket in [first, second, third, fourth] { await socket.terminate() }
+        }
+    }
+
+    @Test("the new toxics read from fields, as the control endpoint and scenarios give them, and say what they are")
+    func newToxicFields() throws {
+        #expect(try FaultProxy.Toxic(fields: ["type": "path-switch"]) == .pathSwitch)
+        #expect(try FaultProxy.Toxic(fields: ["type": "path-switch"]).description == "path-switch")
+        #expect(try FaultProxy.Toxic(fields: ["type": "suspend", "ms": "250", "connections": "2"]).description == "suspend 250 ms (connection 2)")
+        #expect(try FaultProxy.Toxic(fields: ["type": "blackhole", "connections": "new"]) == .blackhole.connections(.openedLater))
+        #expect(try FaultProxy.Toxic(fields: ["type": "path-switch", "connections": "all"]).description == "path-switch (every connection)")
+        #expect(throws: FaultProxy.InvalidToxic.self) { try FaultProxy.Toxic(fields: ["type": "suspend"]) }
+        #expect(throws: FaultProxy.InvalidToxic.self) { try FaultProxy.Toxic(fields: ["type": "blackhole", "connections": "0"]) }
+    }
+
     @Test("bandwidth limits throughput")
     func bandwidth() async throws {
         try await withProxy { proxy, url, _ in
