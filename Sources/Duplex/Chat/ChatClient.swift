@@ -133,6 +133,16 @@ public final class ChatClient: Sendable {
         await core.waitForDelivery(timeout: timeout)
     }
 
+    /// Checks the connection at once because the network path changed or the app resumed, and
+    /// reconnects now, the backoff reset, when it does not answer within `deadline`: the client
+    /// rejoins, resumes after its last seq, and resends what was not acknowledged, so nothing
+    /// is lost or shown twice. See ``WebSocket/checkConnection(within:)``.
+    /// - Returns: true when the connection answered (or there was none to check).
+    @discardableResult
+    public func checkConnection(within deadline: Duration = .seconds(2)) async -> Bool {
+        await socket.checkConnection(within: deadline)
+    }
+
     /// Leaves the room: closes the connection with 1000, for good.
     public func leave() async {
         core.box.withLockedValue { $0.left = true }

@@ -349,6 +349,44 @@ struct ConnectionLifecycle<Policy: LifecyclePolicy> {
         }
     }
 
+    /// What to do when the network path changed or the app resumed (``networkChanged()``).
+    enum CheckDecision: Equatable {
+        /// Check the open connection of this generation at once (a ping with a short deadline,
+        /// or for SSE some bytes within it); report a failure with ``checkFailed(generation:loss:)``.
+        case probe(generation: UInt64)
+        /// The lifecycle was waiting to reconnect: it starts the attempt now, with the backoff
+        /// reset (these actions).
+        case reconnectNow([Action])
+        /// Nothing to check: connecting already, or not connected at all.
+        case nothing
+    }
+
+    /// The network path changed, or the app resumed: a connection that looked alive may be
+    /// half-open, and a backoff grown against a dead network is stale.
+    mutating func networkChanged() -> CheckDecision {
+        switch phase {
+        case .connected(let generation):
+            return .probe(generation: generation)
+        case .waiting:
+            schedule.connectionProved()
+            return .reconnectNow([.cancelRetryTimer] + beginAttempt(retrying: true))
+        case .idle, .connecting, .disconnecting, .ended, .terminated:
+            return .nothing
+        }
+    }
+
+    /// The check of ``networkChanged()`` found the connection of `generation` dead: it is dropped
+    /// at once, and when the policy retries the loss, the next attempt starts now, the backoff
+    /// reset, rather than after the strategy's delay.
+    mutating func checkFailed(generation: UInt64, loss: Loss) -> [Action] {
+        guard case .connected(let live) = phase, live == generation else { return [] }
+        var actions = connectionLost(generation: generation, loss: loss, abort: true)
+        guard case .waiting = phase else { return actions }
+        actions.removeAll { if case .scheduleRetry = $0 { true } else { false } }
+        schedule.connectionProved()
+        return actions + beginAttempt(retrying: true)
+    }
+
     mutating func retryTimerFired(attempt: Int) -> [Action] {
         guard case .waiting(let waiting, _) = phase, waiting == attempt else { return [] }
         return beginAttempt(retrying: true)

@@ -32,6 +32,9 @@ final class ServerSentEventCore: LifecycleRunner {
         var retryTimer: Task<Void, Never>?
         var connectWaiters = Waiters<Void>()
         var disconnectWaiters = Waiters<Void>()
+        /// Chunks read from the live stream, and who waits for the next (``checkConnection(within:)``).
+        var chunks: UInt64 = 0
+        var chunkWaiters = Waiters<Void>()
         var prepareRequest: (@Sendable (SSERequest) async -> SSERequest)?
         var afterUnlock: [@Sendable () -> Void] = []
     }
@@ -104,6 +107,35 @@ final class ServerSentEventCore: LifecycleRunner {
 
     func connectError(_ failure: Lifecycle.Failure, atOnce: Bool) -> any Error {
         failure.error(retryPolicy: retryPolicy)
+    }
+
+    /// The network path changed or the app resumed: the open stream must bring some bytes (an
+    /// event or a heartbeat comment) within `deadline`, or it is reopened at once, the backoff
+    /// reset, resuming with `Last-Event-ID`; a reconnection waiting out a backoff starts now. A
+    /// stream that is not resumable is left alone: it cannot be reopened. True when the stream
+    /// answered (or there was nothing to check).
+    func checkConnection(within deadline: Duration) async -> Bool {
+        let decision = box.locked { state -> (ConnectionLifecycle<SSEPolicy>.CheckDecision, UInt64) in
+            let decision = state.lifecycle.networkChanged()
+            if case .reconnectNow(let actions) = decision {
+                logger.info("the network changed: reconnecting now")
+                perform(actions, in: &state)
+            }
+            return (decision, state.chunks)
+        }
+        guard case (.probe(let generation), let before) = decision, request.isResumable else { return true }
+        let arrived = (try? await withDeadline(deadline, clock: clock, orThrow: { SSEError(.readTimeout, "") }) {
+            try await self.box.wait(in: \.chunkWaiters) { state in state.chunks != before ? .success(()) : nil }
+        }) != nil
+        if arrived { return true }
+        return box.locked { state in
+            // A reader that is behind holds the body back: its silence is not the network's.
+            guard state.chunks == before, gate.isOpen else { return true }
+            let error = SSEError(.readTimeout, "nothing arrived within \(deadline) after the network changed")
+            logger.info("the network changed and the stream was silent: reopening it now")
+            perform(state.lifecycle.checkFailed(generation: generation, loss: SSELoss(reason: .streamError(error), retry: .policy())), in: &state)
+            return false
+        }
     }
 
     /// Returns once the attempt or stream under way (cancelled by ``terminate()``) has ended.
@@ -182,6 +214,8 @@ final class ServerSentEventCore: LifecycleRunner {
     private func received(_ parsed: [ServerSentEvent], parser: ServerSentEventParser, generation: UInt64) {
         box.locked { state in
             guard state.lifecycle.received(generation: generation) == .deliver else { return }
+            state.chunks += 1
+            state.resume(state.chunkWaiters.takeAll(), with: .success(()))
             for event in parsed {
                 metrics.received(bytes: event.data.utf8.count)
                 events.yield(event)

@@ -157,6 +157,23 @@ public final class ServerSentEventManager: Sendable {
         set { core.prepareRequest = newValue }
     }
 
+    /// Checks the stream at once, because the network path changed or the app resumed, when an
+    /// open stream is often half-open: nothing arrives and nothing fails.
+    ///
+    /// The open stream must bring some bytes (an event, or a heartbeat comment) within
+    /// `deadline`; when it does not, it is reopened at once, with the backoff reset, resuming
+    /// with `Last-Event-ID`. A reconnection waiting out a backoff starts now. A stream whose
+    /// request is not ``SSERequest/isResumable`` is left alone, since it cannot be sent again.
+    /// Call it from `NWPathMonitor`'s update handler or when `scenePhase` becomes `.active`;
+    /// pick a deadline longer than the server's heartbeat interval.
+    /// - Parameter deadline: how long the stream may stay silent. Default 2 s.
+    /// - Returns: true when the stream answered (or there was none to check); false when it was
+    ///   found silent and reopened.
+    @discardableResult
+    public func checkConnection(within deadline: Duration = .seconds(2)) async -> Bool {
+        await core.checkConnection(within: deadline)
+    }
+
     /// Opens the stream; returns once it is open, at once when it already is.
     /// - Throws: ``SSEError``: the stream cannot be opened for good (a 204, a non-2xx answer, a
     ///   wrong content type, a bad URL or TLS failure), retries ran out, or ``disconnect()`` or

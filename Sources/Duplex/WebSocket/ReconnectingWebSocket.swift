@@ -121,6 +121,15 @@ public final class ReconnectingWebSocket: WebSocketProtocol {
         core.terminate()
     }
 
+    /// Checks the connection at once because the network path changed or the app resumed,
+    /// and reconnects now, the backoff reset, when it does not answer within `deadline`; a
+    /// reconnection waiting out a backoff starts now. See ``WebSocket/checkConnection(within:)``.
+    /// - Returns: true when the connection answered (or there was none to check).
+    @discardableResult
+    public func checkConnection(within deadline: Duration = .seconds(2)) async -> Bool {
+        await core.checkConnection(within: deadline)
+    }
+
     /// Sends on the current connection, or queues the message while reconnecting.
     /// - Throws: ``WebSocketError``: ``WebSocketError/Code/sendQueueFull`` when the queue is
     ///   full, ``WebSocketError/Code/notConnected`` when stopped or never started.

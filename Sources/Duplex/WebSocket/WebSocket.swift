@@ -214,6 +214,30 @@ public final class WebSocket: WebSocketProtocol {
         try await core.ping(timeout: timeout)
     }
 
+    /// Checks the connection at once, because the network path changed (Wi-Fi to cellular, a
+    /// VPN, a network that came back) or the app resumed from the background, when open
+    /// connections are often half-open: nothing arrives and nothing fails, no FIN and no RST.
+    ///
+    /// An open connection is sent a ping that must be answered within `deadline`; when it is not,
+    /// the connection is dropped and, when the
+    /// ``WebSocketConfiguration/reconnection`` strategy retries, a new one is opened at once, with
+    /// the backoff reset, not after the next keep-alive ping and its misses. A reconnection that
+    /// was waiting out a backoff starts now. Sends made while reconnecting go out on the new
+    /// connection; a message sent on the half-open connection before the check is lost with it,
+    /// as over any dead connection (``ChatClient`` resends what was not acknowledged).
+    /// Call it from `NWPathMonitor`'s update handler or when `scenePhase` becomes `.active`:
+    ///
+    /// ```swift
+    /// monitor.pathUpdateHandler = { _ in Task { await socket.checkConnection() } }
+    /// ```
+    /// - Parameter deadline: how long the pong may take. Default 2 s.
+    /// - Returns: true when the connection answered (or there was none to check); false when it
+    ///   was found dead and a reconnection started.
+    @discardableResult
+    public func checkConnection(within deadline: Duration = .seconds(2)) async -> Bool {
+        await core.checkConnection(within: deadline)
+    }
+
     /// Sends a message: returns once it is in the connection's outbound buffer, before it is
     /// written, and waits only while that buffer is above
     /// ``WebSocketConfiguration/sendBufferHighWatermark``. While reconnecting, it is queued and

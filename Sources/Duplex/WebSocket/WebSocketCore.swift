@@ -308,6 +308,38 @@ final class WebSocketCore: LifecycleRunner {
         }
     }
 
+    /// The network path changed or the app resumed: checks the open connection with a ping
+    /// that must be answered within `deadline`, and drops it and reconnects at once (the backoff
+    /// reset) when it is not; a reconnection that was waiting starts now. True when the
+    /// connection answered, or there was none to check.
+    ///
+    /// Only the pong counts: messages that arrive meanwhile may have been on their way before
+    /// the path changed. Reads held back for a slow reader excuse a late pong, which may sit
+    /// unread behind them.
+    func checkConnection(within deadline: Duration) async -> Bool {
+        let decision = state.locked { state -> ConnectionLifecycle<WebSocketPolicy>.CheckDecision in
+            let decision = state.lifecycle.networkChanged()
+            if case .reconnectNow(let actions) = decision {
+                configuration.logger.info("the network changed: reconnecting now")
+                perform(actions, in: &state)
+            }
+            return decision
+        }
+        guard case .probe(let generation) = decision else { return true }
+        do {
+            _ = try await ping(timeout: deadline)
+            return true
+        } catch {
+            return state.locked { state in
+                guard gate.isOpen else { return true }
+                let loss = WebSocketLoss.failed(WebSocketError(.pingFailed, "no pong within \(deadline) after the network changed"))
+                configuration.logger.info("the network changed and the connection did not answer: reconnecting now")
+                perform(state.lifecycle.checkFailed(generation: generation, loss: loss), in: &state)
+                return false
+            }
+        }
+    }
+
     // MARK: Reports
 
     func connectionOpened(generation: UInt64, connection: any WebSocketTransportConnection) {

@@ -355,6 +355,35 @@ struct ConnectionLifecycleTests {
         #expect(manual.connect() == .wait([.publish(.connecting), .startConnecting(generation: 2)]))
     }
 
+    @Test("a network change: an open connection is probed; a failed probe drops it and reconnects at once with the backoff reset; a waiting reconnection starts now")
+    func networkChanged() {
+        let growing = ReconnectionStrategy(initialDelay: .seconds(1), maxDelay: .seconds(60), backoffMultiplier: 2, jitter: 0)
+        var machine = connected(growing)
+        #expect(machine.networkChanged() == .probe(generation: 1))
+        let dead = WebSocketLoss.failed(WebSocketError(.pingFailed, "no pong"))
+        let failed = machine.checkFailed(generation: 1, loss: dead)
+        #expect(failed.contains(.abortConnection), "the half-open connection is dropped at once")
+        #expect(!failed.contains { if case .scheduleRetry = $0 { true } else { false } }, "no backoff wait")
+        #expect(failed.suffix(2) == [.publish(.connecting), .startConnecting(generation: 2)])
+        #expect(machine.attempts == 0, "the backoff starts over")
+        #expect(machine.checkFailed(generation: 1, loss: dead).isEmpty, "a late report for an old connection is ignored")
+        #expect(machine.networkChanged() == .nothing, "connecting already")
+
+        // Three failures in a row grow the backoff; a network change cuts the wait short and resets it.
+        #expect(machine.connectFailed(generation: 2, loss: dead).contains(.scheduleRetry(attempt: 0, delay: .seconds(1))))
+        _ = machine.retryTimerFired(attempt: 0)
+        #expect(machine.connectFailed(generation: 3, loss: dead).contains(.scheduleRetry(attempt: 1, delay: .seconds(2))))
+        guard case .reconnectNow(let actions) = machine.networkChanged() else {
+            Issue.record("a waiting reconnection starts now")
+            return
+        }
+        #expect(actions == [.cancelRetryTimer, .publish(.connecting), .startConnecting(generation: 4)])
+        #expect(machine.connectFailed(generation: 4, loss: dead).contains(.scheduleRetry(attempt: 0, delay: .seconds(1))), "from the first delay again")
+
+        var idle = lifecycle(growing)
+        #expect(idle.networkChanged() == .nothing, "never connected: nothing to check")
+    }
+
     @Test("connect() during a backoff starts the next attempt at once")
     func connectDuringBackoff() {
         var machine = connected()

@@ -86,6 +86,86 @@ struct FaultProxyTests {
         }
     }
 
+    @Test("told the network changed, a WebSocket finds its half-open connection within the check's deadline and reconnects at once; one on a live path stays")
+    func checkConnectionAfterPathSwitch() async throws {
+        try await withProxy { proxy, url, _ in
+            // Keep-alive pings too far apart to notice within the test: only the check can.
+            let slowPings = WebSocketConfiguration(ping: PingConfig(pingInterval: .seconds(300), maxPingFailures: 2), reconnection: .exponentialBackoff(baseDelay: .seconds(30), maxDelay: .seconds(60)))
+            let socket = WebSocket(url: url, configuration: slowPings)
+            let events = socket.events
+            try await socket.connect()
+            #expect(await socket.checkConnection(within: .seconds(5)), "a live connection answers")
+            proxy.add(.pathSwitch, direction: .both)
+            #expect(await !socket.checkConnection(within: .milliseconds(300)), "the half-open connection does not answer")
+            // Reconnecting at once (the 30 s backoff reset and skipped): a send now is queued for the new connection.
+            try await socket.send("queued across the switch")
+            _ = try await events.first(within: Self.wait) { $0 == .message(.string("queued across the switch")) }
+            #expect(socket.state == .connected)
+            #expect(proxy.connections.map(\.number).contains(2))
+            #expect(await socket.checkConnection(within: .seconds(5)))
+            await socket.terminate()
+        }
+    }
+
+    @Test("told the network changed, a ChatClient recovers from a path switch at once and loses nothing; one not told stays on its half-open connection")
+    func chatClientCheckAfterPathSwitch() async throws {
+        try await withProxy(path: "/chat/switch") { proxy, url, _ in
+            let configuration = WebSocketConfiguration(ping: PingConfig(pingInterval: .seconds(300), maxPingFailures: 2), reconnection: .exponentialBackoff(baseDelay: .seconds(30), maxDelay: .seconds(60)))
+            let told = ChatClient(url: url, name: "told", configuration: configuration)
+            let unaware = ChatClient(url: url, name: "unaware", configuration: configuration)
+            let toldEvents = told.events
+            let presence = told.events
+            try await told.join()
+            try await unaware.join()
+            // Everything sent before the switch has arrived: the last of it, unaware's arrival.
+            _ = try await presence.first(within: Self.wait) { if case .joined(let presence) = $0 { presence.name == "unaware" } else { false } }
+            proxy.add(.pathSwitch, direction: .both)
+            for n in 1...3 { try await told.say("after the switch \(n)") }
+            #expect(await !told.checkConnection(within: .milliseconds(300)))
+            #expect(await told.waitForDelivery(timeout: .seconds(10)), "every message acknowledged on the new connection")
+            var seen: [String] = []
+            for await event in toldEvents {
+                if case .message(let message) = event, message.from == "told" { seen.append(message.text) }
+                if seen.count == 3 { break }
+            }
+            #expect(seen == (1...3).map { "after the switch \($0)" }, "each once, in order")
+            #expect(unaware.socket.state == .connected, "without the hint it waits for its pings: still on the dead connection")
+            #expect(proxy.connections.first { $0.number == 2 }?.severed == true, "the unaware client's connection is the severed one")
+            await told.leave()
+            await unaware.socket.terminate()
+        }
+    }
+
+    @Test("told the network changed, an SSE stream silent past the check's deadline is reopened at once and resumes with Last-Event-ID: no gap, no duplicate")
+    func sseCheckAfterPathSwitch() async throws {
+        try await withProxy(path: "/events?interval=50") { proxy, _, _ in
+            let url = URL(string: "http://127.0.0.1:\(proxy.port)/events?interval=50")!
+            let sse = ServerSentEventManager(
+                url: url,
+                retryPolicy: RetryPolicy(initialDelay: 30, maxDelay: 60, jitter: 0),
+                configuration: SSEConfiguration(readTimeout: .seconds(300))
+            )
+            let events = sse.events
+            try await sse.connect()
+            var ids: [Int] = []
+            for await event in events {
+                ids.append(Int(event.id ?? "") ?? -1)
+                if ids.count == 2 { break }
+            }
+            #expect(await sse.checkConnection(within: .seconds(5)), "ticks every 50 ms: the stream answers")
+            proxy.add(.pathSwitch, direction: .both)
+            #expect(await !sse.checkConnection(within: .milliseconds(500)), "the half-open stream stays silent")
+            for await event in events {
+                ids.append(Int(event.id ?? "") ?? -1)
+                if ids.count == 8 { break }
+            }
+            try #require(ids.count == 8)
+            #expect(ids == Array(ids[0]..<(ids[0] + 8)), "resumed with Last-Event-ID on the new connection: \(ids)")
+            #expect(proxy.connections.contains { $0.number >= 2 && !$0.severed })
+            await sse.terminate()
+        }
+    }
+
     @Test("a suspension holds everything both ways, then delivers it in order when it ends, and removes itself")
     func suspension() async throws {
         try await withProxy { proxy, url, _ in

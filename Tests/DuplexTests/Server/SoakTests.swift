@@ -108,7 +108,7 @@ struct SoakTests {
                 let chaos = Task {
                     while ContinuousClock.now < end, ProcessInfo.processInfo.environment["DUPLEX_SOAK_NO_FAULTS"] == nil {
                         try? await Task.sleep(for: .milliseconds(Int.random(in: Self.faultPause)))
-                        switch Int(ProcessInfo.processInfo.environment["DUPLEX_SOAK_FAULT"] ?? "") ?? Int.random(in: 0..<8) {
+                        switch Int(ProcessInfo.processInfo.environment["DUPLEX_SOAK_FAULT"] ?? "") ?? Int.random(in: 0..<10) {
                         case 0: proxy.dropAll(); faults.withLockedValue { $0.append("proxy drop") }
                         case 1:
                             let id = proxy.add(.latency(.milliseconds(300), jitter: .milliseconds(100)), direction: .both)
@@ -124,6 +124,15 @@ struct SoakTests {
                         case 4: server.server.stallConnections(.room("r\(Int.random(in: 0..<5))"), for: .seconds(2)); faults.withLockedValue { $0.append("stall") }
                         case 5: proxy.add(.resetPeer, direction: .both); proxy.removeAll(); faults.withLockedValue { $0.append("reset") }
                         case 6: server.server.restart(downFor: .milliseconds(200)); faults.withLockedValue { $0.append("restart") }
+                        case 8:
+                            // Every open connection goes half-open; the clients' pings notice.
+                            let id = proxy.add(.pathSwitch, direction: .both)
+                            faults.withLockedValue { $0.append("path switch") }
+                            try? await Task.sleep(for: .seconds(2))
+                            proxy.remove(id)
+                        case 9:
+                            proxy.add(.suspend(.milliseconds(1500)), direction: .both)
+                            faults.withLockedValue { $0.append("suspension") }
                         default: server.server.restart(downFor: .milliseconds(200), amnesia: true); faults.withLockedValue { $0.append("amnesiac restart") }
                         }
                     }
