@@ -124,9 +124,10 @@ final class ServerSentEventCore: LifecycleRunner {
             return (decision, state.chunks)
         }
         guard case (.probe(let generation), let before) = decision, request.isResumable else { return true }
-        let arrived = (try? await withDeadline(deadline, clock: clock, orThrow: { SSEError(.readTimeout, "") }) {
-            try await self.box.wait(in: \.chunkWaiters) { state in state.chunks != before ? .success(()) : nil }
-        }) != nil
+        let arrived =
+            (try? await withDeadline(deadline, clock: clock, orThrow: { SSEError(.readTimeout, "") }) {
+                try await self.box.wait(in: \.chunkWaiters) { state in state.chunks != before ? .success(()) : nil }
+            }) != nil
         if arrived { return true }
         return box.locked { state in
             // A reader that is behind holds the body back: its silence is not the network's.

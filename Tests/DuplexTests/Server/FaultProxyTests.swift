@@ -86,12 +86,17 @@ struct FaultProxyTests {
         }
     }
 
+    /// Keep-alive pings too far apart, and a backoff too long, to notice or recover within a
+    /// test: only the check can.
+    static let slowPings = WebSocketConfiguration(
+        ping: PingConfig(pingInterval: .seconds(300), maxPingFailures: 2),
+        reconnection: .exponentialBackoff(baseDelay: .seconds(30), maxDelay: .seconds(60))
+    )
+
     @Test("told the network changed, a WebSocket finds its half-open connection within the check's deadline and reconnects at once; one on a live path stays")
     func checkConnectionAfterPathSwitch() async throws {
         try await withProxy { proxy, url, _ in
-            // Keep-alive pings too far apart to notice within the test: only the check can.
-            let slowPings = WebSocketConfiguration(ping: PingConfig(pingInterval: .seconds(300), maxPingFailures: 2), reconnection: .exponentialBackoff(baseDelay: .seconds(30), maxDelay: .seconds(60)))
-            let socket = WebSocket(url: url, configuration: slowPings)
+            let socket = WebSocket(url: url, configuration: Self.slowPings)
             let events = socket.events
             try await socket.connect()
             #expect(await socket.checkConnection(within: .seconds(5)), "a live connection answers")
@@ -110,9 +115,8 @@ struct FaultProxyTests {
     @Test("told the network changed, a ChatClient recovers from a path switch at once and loses nothing; one not told stays on its half-open connection")
     func chatClientCheckAfterPathSwitch() async throws {
         try await withProxy(path: "/chat/switch") { proxy, url, _ in
-            let configuration = WebSocketConfiguration(ping: PingConfig(pingInterval: .seconds(300), maxPingFailures: 2), reconnection: .exponentialBackoff(baseDelay: .seconds(30), maxDelay: .seconds(60)))
-            let told = ChatClient(url: url, name: "told", configuration: configuration)
-            let unaware = ChatClient(url: url, name: "unaware", configuration: configuration)
+            let told = ChatClient(url: url, name: "told", configuration: Self.slowPings)
+            let unaware = ChatClient(url: url, name: "unaware", configuration: Self.slowPings)
             let toldEvents = told.events
             let presence = told.events
             try await told.join()
