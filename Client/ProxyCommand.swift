@@ -276,7 +276,12 @@ final class ToxicRegistry: Sendable {
     }
 
     private func listing() -> [String: Any] {
-        let toxics = entries.withLockedValue { $0.byID }.sorted { $0.key < $1.key }.map { number, entry -> [String: Any] in
+        // A suspension removes itself when its time is up: it leaves the list then.
+        let current = entries.withLockedValue { entries in
+            entries.byID = entries.byID.filter { proxy.isActive($0.value.id) }
+            return entries.byID
+        }
+        let toxics = current.sorted { $0.key < $1.key }.map { number, entry -> [String: Any] in
             var object: [String: Any] = ["id": number]
             for (key, value) in entry.fields { object[key] = Int(value).map { $0 as Any } ?? Double(value).map { $0 as Any } ?? value }
             return object

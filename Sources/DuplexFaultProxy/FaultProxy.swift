@@ -308,6 +308,11 @@ public final class FaultProxy: Sendable {
         return active.id
     }
 
+    /// Whether the toxic is still in place: not removed, and (a suspension) not over.
+    public func isActive(_ id: ToxicID) -> Bool {
+        state.withLockedValue { state in state.toxics.contains { $0.id == id } }
+    }
+
     /// Removes one toxic.
     public func remove(_ id: ToxicID) {
         state.withLockedValue { $0.toxics.removeAll { $0.id == id } }

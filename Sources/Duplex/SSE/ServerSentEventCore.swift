@@ -216,7 +216,7 @@ final class ServerSentEventCore: LifecycleRunner {
         box.locked { state in
             guard state.lifecycle.received(generation: generation) == .deliver else { return }
             state.chunks += 1
-            state.resume(state.chunkWaiters.takeAll(), with: .success(()))
+            if !state.chunkWaiters.isEmpty { state.resume(state.chunkWaiters.takeAll(), with: .success(())) }
             for event in parsed {
                 metrics.received(bytes: event.data.utf8.count)
                 events.yield(event)
