@@ -15,6 +15,9 @@ struct WSCommand: AsyncParsableCommand {
             lines go to stderr. At the end of stdin the client closes with 1000 (after --linger \
             seconds). On exit it prints the close code and reason on stderr.
 
+            --preamble TEXT (repeatable) is sent first on the connection, before any line of \
+            stdin, as an app's own handshake.
+
             Commands, on a terminal (or with --commands): /ping sends a ping and prints the round \
             trip; /close [CODE [REASON]] closes with that code (default 1000); /quit closes with \
             1000; //text sends "/text".
@@ -55,6 +58,9 @@ struct WSCommand: AsyncParsableCommand {
     @Flag(help: "Offer permessage-deflate; messages of 256 bytes or more then go out compressed if the server accepts.")
     var compress = false
 
+    @Option(help: ArgumentHelp("Send this text first, before any line of stdin (an app's own hello or auth); repeatable, in order.", valueName: "text"))
+    var preamble: [String] = []
+
     @OptionGroup var connection: ConnectionOptions
 
     func validate() throws {
@@ -81,6 +87,12 @@ struct WSCommand: AsyncParsableCommand {
                         compression: compress ? PerMessageDeflate() : nil
                     ))
             )
+            if !preamble.isEmpty {
+                let preamble = self.preamble
+                socket.preamble = { connection in
+                    for text in preamble { connection.send(text) }
+                }
+            }
             let console = Console(prompt: "> ")
             let events = socket.events
             let states = socket.stateEvents

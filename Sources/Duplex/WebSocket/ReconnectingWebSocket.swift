@@ -121,6 +121,13 @@ public final class ReconnectingWebSocket: WebSocketProtocol {
         core.terminate()
     }
 
+    /// The app's own handshake, run on every connection before the queued sends go out; see
+    /// ``WebSocket/preamble``.
+    public var preamble: (@Sendable (WebSocketPreamble) async throws -> Void)? {
+        get { core.preamble }
+        set { core.preamble = newValue }
+    }
+
     /// Checks the connection at once because the network path changed or the app resumed,
     /// and reconnects now, the backoff reset, when it does not answer within `deadline`; a
     /// reconnection waiting out a backoff starts now. See ``WebSocket/checkConnection(within:)``.

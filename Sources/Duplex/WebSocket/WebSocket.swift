@@ -171,6 +171,26 @@ public final class WebSocket: WebSocketProtocol {
         set { core.prepareRequest = newValue }
     }
 
+    /// The app's own handshake, run on every connection (the first and each reconnection) once
+    /// the WebSocket handshake is done and before the socket is reported connected: what it
+    /// sends goes out before the sends queued while reconnecting, and what it receives is taken
+    /// before the streams see it (``WebSocketPreamble``). When it throws, or waits in vain, the
+    /// connection is dropped and counts as a failed attempt (``WebSocketError/Code/preambleFailed``):
+    /// `connect()` throws it for the first connection, and a reconnection is retried per the
+    /// strategy.
+    ///
+    /// ```swift
+    /// socket.preamble = { connection in
+    ///     connection.send(#"{"type":"hello","token":"\(token())"}"#)
+    ///     let welcome = try await connection.receive(timeout: .seconds(5))
+    ///     guard welcome.text?.contains("welcome") == true else { throw HandshakeRefused() }
+    /// }
+    /// ```
+    public var preamble: (@Sendable (WebSocketPreamble) async throws -> Void)? {
+        get { core.preamble }
+        set { core.preamble = newValue }
+    }
+
     public func connect() async throws {
         try await core.connect()
     }

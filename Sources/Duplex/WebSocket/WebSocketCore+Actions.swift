@@ -115,6 +115,8 @@ extension WebSocketCore {
             do {
                 let request = await prepare?(original) ?? original
                 let connection = try await transport.connect(request: request, configuration: configuration, delegate: delegate)
+                // The app's own handshake goes first on every connection, before anything queued.
+                try await delegate.core?.runPreamble(generation: generation, connection: connection)
                 delegate.core?.connectionOpened(generation: generation, connection: connection)
                     ?? connection.close(code: .goingAway, reason: "released")
             } catch {

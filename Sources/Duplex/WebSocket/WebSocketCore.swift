@@ -49,6 +49,11 @@ final class WebSocketCore: LifecycleRunner {
         var roundTripTime: Duration?
         var onPingFailed: (@Sendable (WebSocketError) -> Void)?
         var prepareRequest: (@Sendable (WebSocketRequest) async -> WebSocketRequest)?
+        var preamble: (@Sendable (WebSocketPreamble) async throws -> Void)?
+        /// The preamble of a connection not yet reported open, waiting for its next message.
+        var preambleWaiter: (generation: UInt64, continuation: CheckedContinuation<WebSocketMessage, any Error>)?
+        /// A connection that closed during its preamble, and why.
+        var preambleClosed: (generation: UInt64, error: WebSocketError)?
         /// Pings sent by ``WebSocket/ping(timeout:)``, by payload, waiting for their pong.
         var manualPings: [[UInt8]: (sentAt: ContinuousClock.Instant, continuation: CheckedContinuation<Duration, any Error>)] = [:]
         var manualPingCount: UInt64 = 0
@@ -138,6 +143,51 @@ final class WebSocketCore: LifecycleRunner {
     var prepareRequest: (@Sendable (WebSocketRequest) async -> WebSocketRequest)? {
         get { state.locked { $0.prepareRequest } }
         set { state.locked { $0.prepareRequest = newValue } }
+    }
+
+    var preamble: (@Sendable (WebSocketPreamble) async throws -> Void)? {
+        get { state.locked { $0.preamble } }
+        set { state.locked { $0.preamble = newValue } }
+    }
+
+    /// Runs the preamble, if any, on the connection of `generation` before it is reported open.
+    /// - Throws: ``WebSocketError/Code/preambleFailed`` when it throws; the connection is then
+    ///   dropped.
+    func runPreamble(generation: UInt64, connection: any WebSocketTransportConnection) async throws {
+        guard let preamble = state.locked({ $0.preamble }) else { return }
+        do {
+            try await preamble(WebSocketPreamble(core: self, generation: generation, connection: connection))
+        } catch {
+            connection.abort()
+            if let error = error as? WebSocketError, error.code == .preambleFailed { throw error }
+            throw WebSocketError(.preambleFailed, "the preamble failed: \(error)")
+        }
+    }
+
+    /// The next message of the connection of `generation`, for its preamble.
+    func preambleReceive(generation: UInt64, timeout: Duration) async throws -> WebSocketMessage {
+        try await withDeadline(timeout, clock: clock, orThrow: { WebSocketError(.preambleFailed, "no message within \(timeout) during the preamble") }) {
+            try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<WebSocketMessage, any Error>) in
+                    self.state.locked { state in
+                        if state.early.generation == generation, !state.early.messages.isEmpty {
+                            let message = state.early.messages.removeFirst()
+                            state.afterUnlock.append { continuation.resume(returning: message) }
+                        } else if let closed = state.preambleClosed, closed.generation == generation {
+                            state.afterUnlock.append { continuation.resume(throwing: closed.error) }
+                        } else {
+                            state.preambleWaiter = (generation, continuation)
+                        }
+                    }
+                }
+            } onCancel: {
+                self.state.locked { state -> CheckedContinuation<WebSocketMessage, any Error>? in
+                    guard let waiter = state.preambleWaiter, waiter.generation == generation else { return nil }
+                    state.preambleWaiter = nil
+                    return waiter.continuation
+                }?.resume(throwing: CancellationError())
+            }
+        }
     }
 
     /// A new events stream; it starts with `.connected` when a connection is open, so a loop
@@ -367,6 +417,12 @@ final class WebSocketCore: LifecycleRunner {
             case .deliver:
                 deliver(message, generation: generation, in: &state)
             case .holdBack:
+                if let waiter = state.preambleWaiter, waiter.generation == generation {
+                    // The preamble takes it: the streams never see it.
+                    state.preambleWaiter = nil
+                    state.afterUnlock.append { waiter.continuation.resume(returning: message) }
+                    return
+                }
                 if state.early.generation != generation { state.early = (generation, []) }
                 state.early.messages.append(message)
             case .drop:
@@ -443,6 +499,15 @@ final class WebSocketCore: LifecycleRunner {
                 events.yield(.error(failure))
             }
             let loss = WebSocketLoss.closed(code: code, reason: reason, error: error)
+            if case .connecting(let pending, _) = state.lifecycle.phase, pending == generation {
+                // Closed during its preamble: what the preamble waits for will not come.
+                let failure = WebSocketError(.preambleFailed, "the connection closed during the preamble (\(loss.reason))")
+                state.preambleClosed = (generation, failure)
+                if let waiter = state.preambleWaiter, waiter.generation == generation {
+                    state.preambleWaiter = nil
+                    state.afterUnlock.append { waiter.continuation.resume(throwing: failure) }
+                }
+            }
             perform(state.lifecycle.connectionLost(generation: generation, loss: loss), in: &state)
         }
     }

@@ -49,6 +49,9 @@ public struct WebSocketError: Error, Sendable, Equatable, CustomStringConvertibl
         public static let connectionLost = Code("connectionLost")
         /// A frame could not be decoded as the typed channel's message type.
         public static let decodingFailed = Code("decodingFailed")
+        /// The ``WebSocket/preamble`` threw, or waited for a message that did not come in time:
+        /// the connection counts as a failed attempt.
+        public static let preambleFailed = Code("preambleFailed")
 
         public var description: String { value }
     }

@@ -323,6 +323,21 @@ struct CLITests {
         }
     }
 
+    @Test("ws --preamble sends its texts first, in order, before any line of stdin")
+    func wsPreamble() async throws {
+        try await withTimeout(Self.limit) {
+            try await withDuplexServer { server in
+                let ws = try duplex("ws", "--preamble", "hello", "--preamble", "token", server.webSocketURL("/echo").absoluteString)
+                ws.send("line")
+                _ = try await ws.wait("three echoes", within: .seconds(10)) { $0.stdout.split(separator: "\n").count >= 3 }
+                ws.closeInput()
+                let output = try await ws.waitForExit()
+                #expect(output.status == 0, "\(output)")
+                #expect(output.stdout == "hello\ntoken\nline\n", "\(output)")
+            }
+        }
+    }
+
     // MARK: listen
 
     @Test("listen --json prints one object per event; --last-event-id resumes after that id")
