@@ -13,6 +13,8 @@ extension DuplexServer {
     /// - `POST /_chaos/close?code=C[&reason=T][&route=R|room=N]`: close with a code and reason
     ///   (at most 123 bytes of UTF-8; a longer one gets 400).
     /// - `POST /_chaos/stall?ms=M[&route=R|room=N]`: stop reading and writing for M ms.
+    /// - `POST /_chaos/path-switch[?route=R|room=N]`: stop reading and writing the connections
+    ///   open now for good, with no close, while new ones are served (``switchPath(_:)``).
     /// - `POST /_chaos/end-sse[?route=R|room=N]`: end SSE streams cleanly.
     /// - `POST /_chaos/refuse?ms=M`: answer new connections and upgrades with 503 for M ms.
     /// - `POST /_chaos/goaway`: send every HTTP/2 connection GOAWAY (no error, its last stream):
@@ -43,6 +45,9 @@ extension DuplexServer {
             try self.chaos(request, context) { scope, query in
                 self.stallConnections(scope, for: .milliseconds(try Self.milliseconds(query)))
             }
+        }
+        router.post("_chaos/path-switch") { request, context in
+            try self.chaos(request, context) { scope, _ in self.switchPath(scope) }
         }
         router.post("_chaos/end-sse") { request, context in
             try self.chaos(request, context) { scope, _ in self.endEventStreams(scope) }

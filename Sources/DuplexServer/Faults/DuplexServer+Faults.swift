@@ -50,6 +50,18 @@ extension DuplexServer {
         connections.send(.stall(duration), matching: scope.matches)
     }
 
+    /// The path to the clients of the connections in `scope` went dead, as when a phone moves
+    /// from Wi-Fi to cellular: the server stops reading and writing them for good, and sends no
+    /// close, while connections opened after are served. A client notices by its pings, or at
+    /// once when told the network changed (`checkConnection(within:)`). The connections end when
+    /// the client gives up on them. For the faithful half-open fault, where even a close the
+    /// server makes never arrives, put `FaultProxy`'s `.pathSwitch` in front.
+    /// - Returns: how many connections it reached.
+    @discardableResult
+    public func switchPath(_ scope: FaultScope = .all) -> Int {
+        connections.send(.stall(.seconds(366 * 86_400)), matching: scope.matches)
+    }
+
     /// Ends the SSE streams in `scope` cleanly, as a server that finished a response would.
     /// - Returns: how many streams it reached.
     @discardableResult

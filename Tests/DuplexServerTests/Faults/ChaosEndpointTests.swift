@@ -56,6 +56,28 @@ struct ChaosEndpointTests {
         }
     }
 
+    /// That the old connection hears nothing, not even a pong, is FaultProxyTests' `serverPathSwitch`.
+    @Test("path-switch over HTTP reaches the open connections in scope, while a new one is served; a bad scope gets 400")
+    func pathSwitch() async throws {
+        try await withTimeout {
+            try await withDuplexServer(configuration: .init(chaos: true)) { server in
+                try await TestWebSocket.with(port: server.port, path: "/echo") { old in
+                    try await old.sendText("warm")
+                    _ = try await old.receiveText()
+                    let (status, body) = try await post(server.port, "/_chaos/path-switch?route=echo")
+                    #expect(status == 200 && body == #"{"affected":1}"#)
+                    try await old.sendText("into the void")
+                    try await TestWebSocket.with(port: server.port, path: "/echo") { fresh in
+                        try await fresh.sendText("served")
+                        #expect(try await fresh.receiveText() == "served")
+                    }
+                }
+                let (status, _) = try await post(server.port, "/_chaos/path-switch?route=nope")
+                #expect(status == 400)
+            }
+        }
+    }
+
     @Test("refuse answers new connections and upgrades with 503, leaves open ones alone, and lets /_chaos/ through")
     func refuse() async throws {
         try await withTimeout {

@@ -171,6 +171,22 @@ struct FaultProxyTests {
         }
     }
 
+    @Test("the server's own path switch: its open connections go silent for good while new ones are served; a client told the network changed moves to a new one")
+    func serverPathSwitch() async throws {
+        try await withTimeout {
+            try await withDuplexServer { server in
+                let socket = WebSocket(url: server.webSocketURL("/echo"), configuration: Self.slowPings)
+                let events = socket.events
+                try await socket.connect()
+                #expect(server.server.switchPath(.route("echo")) == 1)
+                #expect(await !socket.checkConnection(within: .milliseconds(300)))
+                try await socket.send("on the new connection")
+                _ = try await events.first(within: Self.wait) { $0 == .message(.string("on the new connection")) }
+                await socket.terminate()
+            }
+        }
+    }
+
     @Test("a suspension holds everything both ways, then delivers it in order when it ends")
     func suspension() async throws {
         try await withProxy { proxy, url, _ in
