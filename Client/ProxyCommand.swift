@@ -11,7 +11,7 @@ import UnixSignals
 struct ProxyCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "proxy",
-        abstract: "Run a TCP proxy that injects network faults (latency, bandwidth, blackhole, resets, path switches, suspension).",
+        abstract: "Run a TCP proxy that injects network faults (latency, bandwidth, blackhole, resets, path switches, suspension, link profiles).",
         discussion: """
             Forwards every connection to --listen on to --upstream, applying the toxics set by \
             the flags to the --direction given. Prints three lines when ready:
@@ -30,7 +30,9 @@ struct ProxyCommand: AsyncParsableCommand {
                                             type=path-switch (the connections open now go
                                             half-open: nothing arrives either way, no FIN, no
                                             RST; new ones pass), type=suspend&ms=M (freeze,
-                                            then deliver everything held, in order);
+                                            then deliver everything held, in order),
+                                            type=profile&name=NAME (a link profile, as
+                                            --profile);
                                             each with [&direction=both|upstream|downstream],
                                             [&toxicity=P], the probability (0 to 1) that it
                                             applies to a connection, and
@@ -90,6 +92,14 @@ struct ProxyCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Vary slice sizes by up to ± this many bytes.", valueName: "bytes"))
     var sliceVariation: Int = 0
 
+    @Option(
+        help: ArgumentHelp(
+            "Shape the link as a named profile with the Network Link Conditioner's figures (docs/scenarios.md): \(FaultProxy.LinkProfile.all.map(\.name).joined(separator: ", ")). Loss stalls the stream as TCP retransmission does; no byte is dropped.",
+            valueName: "name"
+        )
+    )
+    var profile: String?
+
     @Option(help: ArgumentHelp("The probability, from 0 to 1, that the flags' toxics apply to a connection.", valueName: "p"))
     var toxicity: Double = 1
 
@@ -101,6 +111,10 @@ struct ProxyCommand: AsyncParsableCommand {
 
     func validate() throws {
         guard FaultProxy.Direction(name: direction) != nil else { throw ValidationError("--direction must be both, upstream or downstream") }
+        if let profile, FaultProxy.LinkProfile(name: profile) == nil {
+            let names = FaultProxy.LinkProfile.all.map(\.name).joined(separator: ", ")
+            throw ValidationError("--profile must be one of \(names), not \"\(profile)\"")
+        }
         do {
             _ = try flagToxics()
         } catch let error as FaultProxy.InvalidToxic {
@@ -125,6 +139,7 @@ struct ProxyCommand: AsyncParsableCommand {
         if blackhole { specs.append(["type": "blackhole"]) }
         if resetPeer { specs.append(["type": "reset-peer"]) }
         if let closeAfter { specs.append(["type": "close-after", "bytes": "\(closeAfter)"]) }
+        if let profile { specs.append(["type": "profile", "name": profile]) }
         if let slice { specs.append(["type": "slicer", "size": "\(slice)", "variation": "\(sliceVariation)", "delay": "\(sliceDelay)"]) }
         if toxicity != 1 {
             for index in specs.indices { specs[index]["toxicity"] = "\(toxicity)" }

@@ -24,6 +24,8 @@ extension FaultProxy.Toxic: CustomStringConvertible {
     /// scenario files give them: `type=latency&ms=M[&jitter=M]`, `type=bandwidth&rate=BYTES_PER_S`,
     /// `type=blackhole`, `type=reset-peer`, `type=close-after&bytes=N`,
     /// `type=slicer&size=N[&variation=N][&delay=MS]`, `type=path-switch`, `type=suspend&ms=M`,
+    /// `type=profile&name=NAME` (a ``FaultProxy/LinkProfile``: `3g`, `edge`, `lte`, `dsl`,
+    /// `wifi`, `lossy-wifi`, `very-bad-network`, `100-loss`),
     /// each with `[&toxicity=P]` and `[&connections=all|open|new|N]` (a path switch's default is
     /// `open`, the others' `all`). Other fields (`direction`, a name) are left to the caller.
     /// Times are at most a day (86,400,000 ms), sizes and rates at most 2^31 - 1.
@@ -62,10 +64,17 @@ extension FaultProxy.Toxic: CustomStringConvertible {
             toxic = .pathSwitch
         case "suspend":
             toxic = .suspend(.milliseconds(try number("ms")))
+        case "profile":
+            let names = FaultProxy.LinkProfile.all.map(\.name).joined(separator: ", ")
+            guard let name = fields["name"] else { throw FaultProxy.InvalidToxic(message: "profile needs name=\(names)") }
+            guard let profile = FaultProxy.LinkProfile(name: name) else {
+                throw FaultProxy.InvalidToxic(message: "name must be one of \(names), not \"\(name)\"")
+            }
+            toxic = .profile(profile)
         case let other:
             throw FaultProxy.InvalidToxic(
                 message:
-                    "type must be latency, bandwidth, blackhole, reset-peer, close-after, slicer, path-switch or suspend, not \(other.map { "\"\($0)\"" } ?? "missing")"
+                    "type must be latency, bandwidth, blackhole, reset-peer, close-after, slicer, path-switch, suspend or profile, not \(other.map { "\"\($0)\"" } ?? "missing")"
             )
         }
         if let text = fields["connections"] {
@@ -104,6 +113,8 @@ extension FaultProxy.Toxic: CustomStringConvertible {
             text = "path-switch"
         case .suspend(let duration):
             text = "suspend \(Self.milliseconds(duration)) ms"
+        case .profile(let profile):
+            text = "profile \(profile)"
         }
         var notes: [String] = []
         if toxicity < 1 { notes.append("toxicity \(toxicity)") }

@@ -47,6 +47,7 @@ public final class FaultProxy: Sendable {
             case slicer(averageSize: Int, sizeVariation: Int, delay: Duration)
             case pathSwitch
             case suspend(Duration)
+            case profile(LinkProfile)
         }
 
         let kind: Kind
@@ -315,12 +316,20 @@ public final class FaultProxy: Sendable {
 
     /// Removes one toxic.
     public func remove(_ id: ToxicID) {
-        state.withLockedValue { $0.toxics.removeAll { $0.id == id } }
+        let links = state.withLockedValue { state in
+            state.toxics.removeAll { $0.id == id }
+            return Array(state.links.values)
+        }
+        for link in links { link.releaseHeld() }
     }
 
     /// Removes every toxic: the path heals.
     public func removeAll() {
-        state.withLockedValue { $0.toxics.removeAll() }
+        let links = state.withLockedValue { state in
+            state.toxics.removeAll()
+            return Array(state.links.values)
+        }
+        for link in links { link.releaseHeld() }
     }
 
     /// How many connections the proxy has accepted.
@@ -405,6 +414,10 @@ final class ProxyLink: Sendable {
         var pending: [FaultProxy.Direction: Int] = [:]
         /// Each direction's random choices (jitter, slice sizes), in the order its data passes.
         var random: [FaultProxy.Direction: SeededGenerator]
+        /// Data held by a link that loses every packet (`100-loss`), in order, until it goes.
+        var held: [FaultProxy.Direction: [ByteBuffer]] = [:]
+        /// The directions whose sender closed while data was held: the close follows the data.
+        var closeHeld: Set<FaultProxy.Direction> = []
     }
 
     init(proxy: FaultProxy, index: UInt64, client: any Channel, upstream: any Channel) {
@@ -471,6 +484,30 @@ final class ProxyLink: Sendable {
             return counters.severed
         }
         guard !severed else { return }
+        pass(data, direction: direction)
+    }
+
+    /// Runs on the event loop: delivers what a link that lost every packet held, in order,
+    /// through the toxics in place now, and the close that came after it.
+    func releaseHeld() {
+        client.eventLoop.execute {
+            for direction in [FaultProxy.Direction.upstream, .downstream] {
+                let held = self.loop.value.held.removeValue(forKey: direction) ?? []
+                for data in held { self.pass(data, direction: direction) }
+                if self.loop.value.held[direction, default: []].isEmpty, self.loop.value.closeHeld.remove(direction) != nil {
+                    self.senderClosed(direction)
+                }
+            }
+        }
+    }
+
+    /// Applies the toxics to `data`, read in `direction`, and forwards what is left.
+    private func pass(_ data: ByteBuffer, direction: FaultProxy.Direction) {
+        if loop.value.held[direction]?.isEmpty == false {
+            // behind data already held: it waits its turn
+            loop.value.held[direction]!.append(data)
+            return
+        }
         let active = proxy.toxics(for: direction).filter { covers($0) }
         let now = NIODeadline.now()
         var data = data
@@ -502,12 +539,18 @@ final class ProxyLink: Sendable {
                     return
                 }
             case .latency(let base, let jitter):
-                var extra = Duration.zero
-                if jitter > .zero {
-                    let range = min(Double(jitter.components.seconds) + Double(jitter.components.attoseconds) / 1e18, 86_400)
-                    extra = .nanoseconds(Int64(Double.random(in: -range...range, using: &loop.value.random[direction]!) * 1e9))
+                delay += max(base + self.jitter(jitter, direction: direction), .zero)
+            case .profile(let profile):
+                let link = profile.link(direction)
+                guard link.loss < 1 else {
+                    loop.value.held[direction, default: []].append(data)
+                    return
                 }
-                delay += max(base + extra, .zero)
+                delay += max(link.delay + jitter(link.jitter, direction: direction), .zero)
+                if let bytesPerSecond = link.bytesPerSecond { rate = min(rate ?? .max, bytesPerSecond) }
+                if link.loss > 0 {
+                    delay += stall(bytes: data.readableBytes, loss: link.loss, timeout: profile.retransmissionTimeout, direction: direction)
+                }
             case .bandwidth(let bytesPerSecond):
                 rate = min(rate ?? .max, bytesPerSecond)
             case .slicer(let average, let variation, let gap):
@@ -527,6 +570,33 @@ final class ProxyLink: Sendable {
         schedule(pieces, direction: direction, delay: delay, rate: rate, gap: slices?.gap ?? .zero)
     }
 
+    /// A random extra delay from -`jitter` to +`jitter`.
+    private func jitter(_ jitter: Duration, direction: FaultProxy.Direction) -> Duration {
+        guard jitter > .zero else { return .zero }
+        let range = min(Double(jitter.components.seconds) + Double(jitter.components.attoseconds) / 1e18, 86_400)
+        return .nanoseconds(Int64(Double.random(in: -range...range, using: &loop.value.random[direction]!) * 1e9))
+    }
+
+    /// How long a chunk of `bytes` waits for retransmissions over a link that loses each packet
+    /// with probability `loss`: nothing if none of its 1,460-byte segments is lost; otherwise
+    /// a retransmission timeout, which doubles each time the retransmission is lost too (at
+    /// most ten times), as TCP's backoff does. Lost segments in one chunk are resent together,
+    /// as selective acknowledgements let TCP do.
+    private func stall(bytes: Int, loss: Double, timeout: Duration, direction: FaultProxy.Direction) -> Duration {
+        var noneLost = 1.0
+        for _ in 0..<max(1, (bytes + 1_459) / 1_460) { noneLost *= 1 - loss }
+        guard Double.random(in: 0..<1, using: &loop.value.random[direction]!) >= noneLost else { return .zero }
+        var wait = timeout
+        var total = timeout
+        var retries = 0
+        while retries < 10, Double.random(in: 0..<1, using: &loop.value.random[direction]!) < loss {
+            wait = wait * 2
+            total += wait
+            retries += 1
+        }
+        return total
+    }
+
     /// Whether the toxic applies to this connection: it covers it, and its toxicity picked it.
     private func covers(_ active: FaultProxy.Active) -> Bool {
         active.covers(index) && suffers(active.id, active.toxic)
@@ -539,6 +609,11 @@ final class ProxyLink: Sendable {
         let cut = severed || proxy.toxics(for: direction).contains { $0.toxic.kind == .pathSwitch && covers($0) }
         guard !cut else {
             counters.withLockedValue { $0.severed = true }
+            return
+        }
+        guard loop.value.held[direction]?.isEmpty != false else {
+            // the FIN is lost with the data before it, and arrives after it
+            loop.value.closeHeld.insert(direction)
             return
         }
         let target = self.target(of: direction)

@@ -572,6 +572,44 @@ struct CLITests {
         }
     }
 
+    @Test("proxy --profile shapes the link as a named profile; the control endpoint adds one by name, and 100-loss holds data until removed; an unknown name is refused")
+    func proxyProfile() async throws {
+        try await withTimeout(Self.limit) {
+            try await withDuplexServer { server in
+                let refused = try await duplex("proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:\(server.port)", "--profile", "5g").waitForExit()
+                #expect(refused.status == 64, "\(refused)")
+                #expect(refused.stderr.contains("--profile must be one of 3g, edge, lte, dsl, wifi, lossy-wifi, very-bad-network, 100-loss, not \"5g\""), "\(refused)")
+
+                let proxy = try duplex("proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:\(server.port)", "--profile", "3g")
+                let ready = try await proxy.waitForStdout("duplex proxy control on http://")
+                let listenPort = try #require(Self.port(after: "listening on 127.0.0.1:", in: ready.stdout))
+                let controlPort = try #require(Self.port(after: "control on http://127.0.0.1:", in: ready.stdout))
+                let control = "http://127.0.0.1:\(controlPort)"
+                #expect(try await Self.http("GET", "\(control)/toxics").body.contains(#""name":"3g""#))
+
+                let socket = WebSocket(url: URL(string: "ws://127.0.0.1:\(listenPort)/echo")!)
+                try await socket.connect()
+                #expect(try await socket.ping(timeout: .seconds(5)) >= .milliseconds(200), "3g: 100 ms each way")
+                _ = try await Self.http("DELETE", "\(control)/toxics")
+                #expect(try await socket.ping(timeout: .seconds(5)) < .milliseconds(200))
+
+                let lost = try await Self.http("POST", "\(control)/toxics?type=profile&name=100-loss")
+                #expect(lost.status == 201, "\(lost.body)")
+                let held = socket.messages
+                try await socket.send("held")
+                await #expect(throws: WebSocketError.self) { _ = try await socket.ping(timeout: .milliseconds(300)) }
+                _ = try await Self.http("DELETE", "\(control)/toxics")
+                #expect(try await held.first(within: .seconds(10)).text == "held", "delivered once the link is back")
+
+                let unknown = try await Self.http("POST", "\(control)/toxics?type=profile&name=5g")
+                #expect(unknown.status == 400 && unknown.body.contains("name must be one of 3g, edge"), "\(unknown.body)")
+                await socket.terminate()
+                proxy.signal(SIGTERM)
+                #expect(try await proxy.waitForExit().status == 0)
+            }
+        }
+    }
+
     static func port(after marker: String, in text: String) -> Int? {
         guard let range = text.range(of: marker) else { return nil }
         return Int(text[range.upperBound...].prefix { $0.isNumber })

@@ -245,6 +245,87 @@ struct FaultProxyTests {
         #expect(throws: FaultProxy.InvalidToxic.self) { try FaultProxy.Toxic(fields: ["type": "blackhole", "connections": "0"]) }
     }
 
+    @Test("a link profile delays each way with its own figures and reads from fields; every named profile has the figures docs/scenarios.md gives")
+    func linkProfiles() async throws {
+        #expect(try FaultProxy.Toxic(fields: ["type": "profile", "name": "3g"]) == .profile(.threeG))
+        #expect(FaultProxy.Toxic.profile(.threeG).description == "profile 3g (down 780 kbit/s 100 ms, up 330 kbit/s 100 ms)")
+        #expect(FaultProxy.Toxic.profile(.veryBadNetwork).description == "profile very-bad-network (down 1000 kbit/s 500 ms 10 % loss, up 1000 kbit/s 500 ms 10 % loss)")
+        #expect(throws: FaultProxy.InvalidToxic.self) { try FaultProxy.Toxic(fields: ["type": "profile", "name": "5g"]) }
+        #expect(throws: FaultProxy.InvalidToxic.self) { try FaultProxy.Toxic(fields: ["type": "profile"]) }
+        #expect(FaultProxy.LinkProfile.all.map(\.name) == ["3g", "edge", "lte", "dsl", "wifi", "lossy-wifi", "very-bad-network", "100-loss"])
+        #expect(FaultProxy.LinkProfile.all.allSatisfy { FaultProxy.LinkProfile(name: $0.name) == $0 })
+        try await withProxy { proxy, url, _ in
+            let socket = WebSocket(url: url)
+            let events = socket.events
+            try await socket.connect()
+            let uplinkOnly = FaultProxy.LinkProfile(
+                name: "slow-up",
+                downlink: .init(kilobitsPerSecond: nil, delay: .zero),
+                uplink: .init(kilobitsPerSecond: nil, delay: .milliseconds(250))
+            )
+            let slow = proxy.add(.profile(uplinkOnly), direction: .both)
+            #expect(try await roundTrip(socket, events, "uplink") >= .milliseconds(250))
+            proxy.remove(slow)
+            proxy.add(.profile(uplinkOnly), direction: .downstream)
+            #expect(try await roundTrip(socket, events, "downlink side only") < .milliseconds(250), "the downlink's figures: no delay")
+            await socket.terminate()
+        }
+    }
+
+    @Test("loss on a link profile stalls the stream as TCP retransmission does: every byte arrives, in order, later")
+    func profileLossStalls() async throws {
+        try await withTimeout(.seconds(60)) {
+            try await withDuplexServer { server in
+                let proxy = try await FaultProxy.start(upstreamPort: server.port, seed: 7)
+                let lossy = FaultProxy.LinkProfile(
+                    name: "lossy",
+                    downlink: .init(kilobitsPerSecond: nil, delay: .zero, loss: 0.3),
+                    uplink: .init(kilobitsPerSecond: nil, delay: .zero)
+                )
+                let socket = WebSocket(url: URL(string: "ws://127.0.0.1:\(proxy.port)/echo")!)
+                let messages = socket.messages
+                try await socket.connect()
+                proxy.add(.profile(lossy), direction: .both)
+                let start = ContinuousClock.now
+                let sent = (1...5).map { "message \($0) " + String(repeating: "é", count: $0 * 500) }
+                for text in sent { try await socket.send(text) }
+                var received: [String] = []
+                for await message in messages {
+                    received.append(message.text ?? "")
+                    if received.count == sent.count { break }
+                }
+                #expect(received == sent, "nothing dropped, reordered or corrupted")
+                #expect(start.duration(to: .now) >= .milliseconds(200), "a lost segment waits at least one retransmission timeout")
+                #expect(proxy.connections.first?.severed == false)
+                await socket.terminate()
+                await proxy.stop()
+            }
+        }
+    }
+
+    @Test("100-loss: nothing arrives and nothing closes while it is in place; once removed, what was sent arrives in order and the connection goes on")
+    func fullLossHoldsUntilRemoved() async throws {
+        try await withProxy { proxy, url, _ in
+            let socket = WebSocket(url: url)
+            try await socket.connect()
+            let early = socket.messages
+            let late = socket.messages
+            let lost = proxy.add(.profile(.fullLoss), direction: .both)
+            for text in ["one", "two"] { try await socket.send(text) }
+            await #expect(throws: (any Error).self) { _ = try await early.first(within: .milliseconds(400)) }
+            #expect(socket.state == .connected)
+            proxy.remove(lost)
+            var received: [String] = []
+            for await message in late {
+                received.append(message.text ?? "")
+                if received.count == 2 { break }
+            }
+            #expect(received == ["one", "two"])
+            #expect(try await socket.ping(timeout: .seconds(5)) > .zero)
+            await socket.terminate()
+        }
+    }
+
     @Test("bandwidth limits throughput")
     func bandwidth() async throws {
         try await withProxy { proxy, url, _ in

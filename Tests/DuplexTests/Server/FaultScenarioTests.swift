@@ -82,7 +82,7 @@ struct FaultScenarioTests {
             (#"{"steps": [{"at": 0, "heal": false}]}"#, "step 1: heal takes true"),
             (#"{"steps": [{"at": 0, "heal": true, "for": 2}]}"#, "step 1: for goes with add only"),
             (#"{"steps": [{"at": 0, "hael": true}]}"#, #"step 1: unknown field "hael""#),
-            (#"{"steps": [{"at": 0, "add": {"type": "lag"}}]}"#, #"step 1: type must be latency, bandwidth, blackhole, reset-peer, close-after, slicer, path-switch or suspend, not "lag""#),
+            (#"{"steps": [{"at": 0, "add": {"type": "lag"}}]}"#, #"step 1: type must be latency, bandwidth, blackhole, reset-peer, close-after, slicer, path-switch, suspend or profile, not "lag""#),
             (#"{"steps": [{"at": 0, "add": {"type": "latency"}}]}"#, "step 1: latency needs ms=N"),
             (#"{"steps": [{"at": 0, "add": {"type": "blackhole", "direction": "sideways"}}]}"#, "step 1: direction must be both, upstream or downstream"),
             (#"{"steps": [{"at": 0, "add": {"type": "blackhole", "toxicity": 2}}]}"#, "step 1: toxicity must be a number from 0 to 1"),
