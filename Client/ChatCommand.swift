@@ -10,8 +10,10 @@ struct ChatCommand: AsyncParsableCommand {
         abstract: "Join a Duplex chat room: type lines to say them, see everyone else's.",
         discussion: """
             Lines typed are sent; messages, joins and leaves are printed above the line being \
-            typed. Commands: /who lists who is here, /quit leaves (so do Ctrl-C and Ctrl-D), /help. \
-            A line starting with // says it with one / fewer.
+            typed. Commands: /who lists who is here, /check checks the connection at once (as \
+            after a network change: a connection found half-open is replaced within 2 s, not \
+            after the pings' timeout), /quit leaves (so do Ctrl-C and Ctrl-D), /help. A line \
+            starting with // says it with one / fewer.
 
             When the connection drops, the client says so, reconnects with backoff, and resumes \
             where it left off: nothing said is lost, and nothing is shown twice. When stdin is not \
@@ -31,10 +33,17 @@ struct ChatCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Seconds to wait to join, and for delivery at the end of input.", valueName: "seconds"))
     var timeout: Double = 10
 
+    @Option(
+        help: ArgumentHelp(
+            "Send a ping every this many seconds; two missed pongs count the connection as lost, and it reconnects. Default 10.",
+            valueName: "seconds"))
+    var pingInterval: Double?
+
     @OptionGroup var connection: ConnectionOptions
 
     func validate() throws {
         guard timeout > 0, timeout <= 86_400 else { throw ValidationError("--timeout must be from 0 to 86400 seconds") }
+        if let pingInterval { guard pingInterval >= 0.05, pingInterval <= 86_400 else { throw ValidationError("--ping-interval must be from 0.05 to 86400 seconds") } }
         do {
             try ChatLimits().validate(name: name)
         } catch {
@@ -50,6 +59,7 @@ struct ChatCommand: AsyncParsableCommand {
             configuration.tlsTrust = try connection.tlsTrust()
             configuration.tlsIdentity = try connection.tlsIdentity()
             configuration.proxy = try connection.proxySetting()
+            if let pingInterval { configuration.ping = PingConfig(pingInterval: .milliseconds(Int64(pingInterval * 1000)), maxPingFailures: 2) }
             let chat = ChatClient(url: target, name: name, configuration: configuration)
             let headers = try connection.headerFields()
             if !headers.isEmpty {
@@ -65,7 +75,7 @@ struct ChatCommand: AsyncParsableCommand {
             let welcome = try await chat.join(timeout: limit)
             let console = Console(prompt: "\(name)> ", escapeControls: true)
             console.print("* joined #\(welcome.room) as \(welcome.name); here: \(welcome.members.joined(separator: ", "))")
-            if !console.isInteractive { console.print("* type a line to say it; /who, /quit") }
+            if !console.isInteractive { console.print("* type a line to say it; /who, /check, /quit") }
             let printer = Task { () -> Failure? in
                 var session = welcome.session
                 var lost = false
@@ -98,8 +108,11 @@ struct ChatCommand: AsyncParsableCommand {
                         case "/who":
                             let members = chat.members
                             console.print("* \(members.count) here: \(members.joined(separator: ", "))")
+                        case "/check":
+                            // A connection found dead is reported by the printer's "connection lost" line.
+                            if await chat.checkConnection(within: .seconds(2)) { console.print("* connection checked: it answered") }
                         case "/help":
-                            console.print("* /who lists who is here, /quit leaves, //text says /text")
+                            console.print("* /who lists who is here, /check checks the connection now, /quit leaves, //text says /text")
                         default:
                             console.printError("! unknown command \(trimmed); try /help")
                         }

@@ -4,7 +4,8 @@
 # close injected by curl through /_chaos/) and
 # `curl -N` (SSE ticks and Last-Event-ID); GET /metrics parsed by Python's prometheus_client, its
 # counters checked against that traffic; those clients' sessions recorded by `duplex record` and
-# replayed by `duplex replay` (the duplex CLI next to the server binary).
+# replayed by `duplex replay` (the duplex CLI next to the server binary); and a path switch
+# through `duplex proxy` as websockets and curl see it without a network-change hint.
 # Usage: Tests/Interop/run.sh PATH/TO/duplex-server
 set -euo pipefail
 server_bin=${1:?usage: run.sh PATH/TO/duplex-server}
@@ -142,5 +143,31 @@ curl -s -N --max-time 1 "http://127.0.0.1:$replay_port/events?interval=50" >"$wo
 kill -INT "$replayer"
 wait "$replayer" || fail "duplex replay exited $? (a mismatch?): $(cat "$work/replay.out")"
 echo "record and replay: ok ($sessions sessions, $(grep -c '^id: ' "$work/recorded-sse") SSE events, replayed strictly)"
+stop_server
+# A path switch through `duplex proxy`, as third-party clients without a network-change hint see
+# it: Python websockets notices only by its keepalive's timeout; curl -N reading SSE sees its
+# stream go silent, nothing closes, and it waits until its own --max-time.
+start_server
+"$duplex_bin" proxy --listen 127.0.0.1:0 --upstream "127.0.0.1:$port" >"$work/proxy.out" 2>&1 &
+proxier=$!
+proxy_port=$(listening_port "$work/proxy.out" "duplex proxy listening on" "$proxier")
+for _ in $(seq 1 100); do grep -q "duplex proxy control on" "$work/proxy.out" && break; sleep 0.1; done
+control_port=$(grep -m1 "duplex proxy control on" "$work/proxy.out" | sed -E 's|.*http://127\.0\.0\.1:([0-9]+).*|\1|')
+[[ "$control_port" =~ ^[0-9]+$ ]] || fail "no control line: $(cat "$work/proxy.out")"
+control="http://127.0.0.1:$control_port"
+DUPLEX_PROXY_CONTROL="$control" timeout 30 python3 "$here/websockets_client.py" "$proxy_port" path_switch
+curl -s -X DELETE "$control/toxics" >/dev/null
+curl -s -N --max-time 3 "http://127.0.0.1:$proxy_port/events?interval=100" >"$work/switched-sse" &
+reader=$!
+wait_ticks() { for _ in $(seq 1 50); do [ "$(grep -c '^id: ' "$work/switched-sse")" -ge 3 ] && return 0; sleep 0.1; done; return 1; }
+wait_ticks || fail "curl read no ticks through the proxy"
+curl -s -X POST "$control/toxics?type=path-switch" >/dev/null
+sleep 0.5
+at_switch=$(wc -c <"$work/switched-sse")
+wait "$reader" && curl_status=0 || curl_status=$?
+[ "$curl_status" -eq 28 ] || fail "curl -N exited $curl_status over a switched path, not 28 (its --max-time)"
+[ "$(wc -c <"$work/switched-sse")" -eq "$at_switch" ] || fail "bytes arrived over a switched path"
+echo "path switch (curl -N, no hint): the stream went silent and stayed open until curl's own --max-time (exit 28)"
+kill -TERM "$proxier"; wait "$proxier" || true
 stop_server
 echo "interop: all checks passed"

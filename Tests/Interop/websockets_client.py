@@ -3,7 +3,10 @@ RFC 6455 client. Usage: websockets_client.py PORT CHECK, where CHECK is one of t
 below. Exits non-zero, with a message, when a check fails; every wait has a timeout."""
 import asyncio
 import json
+import os
 import sys
+import time
+import urllib.request
 
 import websockets
 from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory, PerMessageDeflate
@@ -156,6 +159,38 @@ async def wait_for_chaos_close(port):
         except websockets.ConnectionClosed as closed:
             check(closed.rcvd is not None and closed.rcvd.code == 4000 and closed.rcvd.reason == "scripted", f"chaos close: {closed.rcvd}")
             print(f"chaos: ok (close {closed.rcvd.code} {closed.rcvd.reason!r} from a script)")
+
+
+async def path_switch(port):
+    """Through `duplex proxy` (PORT is the proxy's; its control endpoint is in
+    $DUPLEX_PROXY_CONTROL): the reference for what a client without a network-change hint sees of
+    a path switch. Its send succeeds into a half-open connection, nothing comes back, and it
+    notices only when its own keepalive times out (ping_interval + ping_timeout, then its
+    close_timeout: the closing handshake gets no answer either); a new connection
+    through the same proxy echoes at once."""
+    control = os.environ["DUPLEX_PROXY_CONTROL"]
+    interval = 0.3
+    async with websockets.connect(f"ws://127.0.0.1:{port}/echo", ping_interval=interval, ping_timeout=interval,
+                                  close_timeout=interval) as ws:
+        await ws.send("before")
+        check(await asyncio.wait_for(ws.recv(), TIMEOUT) == "before", "echo before the switch")
+        request = urllib.request.Request(f"{control}/toxics?type=path-switch", method="POST")
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as answer:
+            check(answer.status == 201, f"path-switch answered {answer.status}")
+        started = time.monotonic()
+        await ws.send("into a half-open connection")
+        try:
+            await asyncio.wait_for(ws.recv(), TIMEOUT)
+            raise SystemExit("FAIL: a reply came back over a switched path")
+        except websockets.ConnectionClosed:
+            elapsed = time.monotonic() - started
+    check(elapsed >= interval, f"noticed after {elapsed:.2f} s, before a ping could go unanswered")
+    check(elapsed <= 3 * interval + 3, f"noticed only after {elapsed:.2f} s")
+    async with websockets.connect(f"ws://127.0.0.1:{port}/echo") as fresh:
+        await fresh.send("a new path")
+        check(await asyncio.wait_for(fresh.recv(), TIMEOUT) == "a new path", "a new connection echoes")
+    print(f"path switch (websockets, no hint): noticed after {elapsed:.2f} s, by its keepalive "
+          f"(ping_interval + ping_timeout + close_timeout, {interval} s each); a new connection echoes")
 
 
 if __name__ == "__main__":

@@ -85,6 +85,54 @@ struct CLITests {
         }
     }
 
+    @Test("chat notices a path switch by its pings (--ping-interval), and at once on /check; both resume and lose nothing")
+    func chatPathSwitch() async throws {
+        try await withTimeout(Self.limit) {
+            try await withDuplexServer { server in
+                let proxy = try await FaultProxy.start(upstreamPort: server.port)
+                let url = "ws://127.0.0.1:\(proxy.port)/chat/moving"
+                let alice = ChatClient(url: server.webSocketURL("/chat/moving"), name: "alice")
+                let heard = alice.events
+                _ = try await alice.join(timeout: .seconds(10))
+
+                // No hint: the pings find the half-open connection, after pingInterval × (2 + 1) at most.
+                let pinged = try duplex("chat", url, "--name", "bob", "--ping-interval", "0.3")
+                try await pinged.waitForStdout("* joined #moving as bob")
+                let switched = ContinuousClock.now
+                proxy.add(.pathSwitch, direction: .both)
+                try await pinged.waitForStderr("connection lost")
+                let noticed = switched.duration(to: .now)
+                #expect(noticed >= .milliseconds(250), "not before a ping went unanswered: \(noticed)")
+                try await pinged.waitForStdout("* reconnected to #moving")
+                pinged.send("after the switch")
+                _ = try await heard.first(within: .seconds(10)) { event in
+                    if case .message(let message) = event { return message.text == "after the switch" }
+                    return false
+                }
+
+                // The hint: pings every 60 s would take minutes; /check replaces the connection at once.
+                let hinted = try duplex("chat", url, "--name", "carol", "--ping-interval", "60")
+                try await hinted.waitForStdout("* joined #moving as carol")
+                hinted.send("/check")
+                try await hinted.waitForStdout("* connection checked: it answered")
+                proxy.add(.pathSwitch, direction: .both)
+                hinted.send("/check")
+                try await hinted.waitForStderr("connection lost")
+                try await hinted.waitForStdout("* reconnected to #moving")
+                hinted.send("carol after the switch")
+                try await pinged.waitForStdout("carol: carol after the switch")
+                #expect(pinged.output.stdout.components(separatedBy: "carol: carol after the switch").count == 2, "shown once")
+
+                for process in [pinged, hinted] {
+                    process.closeInput()
+                    #expect(try await process.waitForExit().status == 0)
+                }
+                await alice.leave()
+                await proxy.stop()
+            }
+        }
+    }
+
     @Test("chat: piped input is said, delivered before exit at end of input")
     func chatPiped() async throws {
         try await withTimeout(Self.limit) {
