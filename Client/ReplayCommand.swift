@@ -43,6 +43,9 @@ struct ReplayCommand: AsyncParsableCommand {
     @Flag(help: "Do not check the client's messages against the recording.")
     var lenient = false
 
+    @Flag(help: "Serve the server's own routes (/echo, /chat/ROOM, /events, ...) where the cassette recorded nothing; its paths come first.")
+    var builtInRoutes = false
+
     @Flag(help: "Serve the chaos routes (/_chaos/...) too, as duplex-server --chaos does.")
     var chaos = false
 
@@ -76,6 +79,7 @@ struct ReplayCommand: AsyncParsableCommand {
                 mismatched.withLockedValue { $0 += 1 }
                 printError(mismatch.description)
             }
+            configuration.replay?.builtInRoutes = builtInRoutes
             var logger = Logger(label: "duplex-replay")
             logger.logLevel = .critical
             let server = DuplexServer(configuration: configuration, logger: logger)

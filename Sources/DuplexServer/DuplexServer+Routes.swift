@@ -9,68 +9,71 @@ import NIOCore
 import NIOWebSocket
 
 extension DuplexServer {
-    /// The HTTP routes. A request for a WebSocket path that does not ask to upgrade gets 426, or
-    /// for a chat room with a bad room, name or since, 400 (503 past the room limit) with a JSON
-    /// `error` body.
-    func makeRouter() -> Router<DuplexRequestContext> {
-        let router = Router(context: DuplexRequestContext.self)
-        router.add(middleware: RequestTracingMiddleware { [weak self] in self?.activeTracer })
+    /// The server's route table: a replayed cassette's routes (then the built-in ones, with
+    /// ``ReplayConfiguration/builtInRoutes``), or a recording server's, or the built-in ones
+    /// (``builtInRoutes()``); the first and the last with `/health`, `/metrics`
+    /// and the chaos routes where they have none of their own. A recording server forwards
+    /// every other path, `/_chaos/` included.
+    func makeRouteTable() -> RouteTable {
+        var table = RouteTable()
+        if let record = configuration.record, replayBook == nil {
+            table.add(recordRoutes(record))
+            return table
+        }
         if let replayBook {
-            addReplayRoutes(replayBook, to: router)
-            return router
+            table.add(replayRoutes(replayBook))
+            if replayBook.configuration.builtInRoutes { table.add(builtInRoutes()) }
+        } else {
+            table.add(builtInRoutes())
         }
-        if let record = configuration.record {
-            addRecordRoutes(record, to: router)
-            return router
-        }
-        router.get("/") { _, _ -> Response in
-            DemoPage.response()
-        }
-        router.get("metrics") { _, _ -> Response in
-            self.metricsResponse()
-        }
-        router.get("metrics/live") { request, context -> Response in
-            self.liveMetricsStream(request, context)
-        }
-        addHealthRoute(to: router)
-        router.get("tls-faults") { _, _ -> Response in
-            self.tlsFaultsResponse()
-        }
-        router.get("echo") { _, _ -> Response in
-            self.upgradeRequired()
-        }
-        router.get("chat/:room") { request, context -> Response in
-            switch self.chatJoin(request, context) {
-            case .failure(let refusal): self.counted(refusal.response)
-            case .success: self.upgradeRequired()
-            }
-        }
-        router.get("events") { request, context -> Response in
-            self.tickStream(request, context)
-        }
-        router.get("chat/:room/events") { request, context -> Response in
-            self.roomEventStream(request, context)
-        }
-        router.get("\(Self.refusedPath.dropFirst())/:status") { _, context -> Response in
-            let status = context.parameters.get("status").flatMap { Int($0) } ?? 400
-            let known: [Int: String] = [
-                408: "the request head did not arrive within the request head timeout",
-                414: "the request line is too long",
-                431: "the request head is too large or has too many fields",
-            ]
-            var response = Self.json(status: .init(code: (400..<600).contains(status) ? status : 400), #"{"error":"\#(known[status] ?? "the request was refused")"}"#)
-            response.headers[.connection] = "close"
-            return response
-        }
-        addChaosRoutes(to: router)
-        return router
+        table.add(healthRoutes())
+        table.add(chaosRoutes())
+        return table
     }
 
-    /// `GET /health`: `{"status":"ok","store":…}`.
-    func addHealthRoute(to router: Router<DuplexRequestContext>) {
-        router.get("health") { _, _ -> Response in
-            Self.json(status: .ok, #"{"status":"ok","store":\#(self.rooms.healthJSON),"http2":\#(self.metrics.http2.healthJSON)}"#)
-        }
+    /// The routes of the loopback server. A request for a WebSocket path that does not ask to
+    /// upgrade gets 426, or for a chat room with a bad room, name or since, 400 (503 past the
+    /// room limit) with a JSON `error` body.
+    func builtInRoutes() -> [RouteTable.Route] {
+        [
+            .get("/") { _, _ in DemoPage.response() },
+            .get("/metrics/live") { request, context in self.liveMetricsStream(request, context) },
+            .get("/tls-faults") { _, _ in self.tlsFaultsResponse() },
+            .webSocket("/echo", upgrade: { request, _ in self.echoService(for: request) }, plain: { _, _ in self.upgradeRequired() }),
+            .webSocket(
+                "/chat/:room",
+                upgrade: { request, captures in self.chatService(for: request, room: captures["room"] ?? "") },
+                plain: { request, context in
+                    switch self.chatJoin(request, context) {
+                    case .failure(let refusal): self.counted(refusal.response)
+                    case .success: self.upgradeRequired()
+                    }
+                }
+            ),
+            .get("/events") { request, context in self.tickStream(request, context) },
+            .get("/chat/:room/events") { request, context in self.roomEventStream(request, context) },
+            .get("\(Self.refusedPath)/:status") { _, context in
+                let status = context.parameters.get("status").flatMap { Int($0) } ?? 400
+                let known: [Int: String] = [
+                    408: "the request head did not arrive within the request head timeout",
+                    414: "the request line is too long",
+                    431: "the request head is too large or has too many fields",
+                ]
+                var response = Self.json(status: .init(code: (400..<600).contains(status) ? status : 400), #"{"error":"\#(known[status] ?? "the request was refused")"}"#)
+                response.headers[.connection] = "close"
+                return response
+            },
+        ]
+    }
+
+    /// `GET /health`, `{"status":"ok","store":…}`, and `GET /metrics`.
+    func healthRoutes() -> [RouteTable.Route] {
+        [
+            .get("/health") { _, _ in
+                Self.json(status: .ok, #"{"status":"ok","store":\#(self.rooms.healthJSON),"http2":\#(self.metrics.http2.healthJSON)}"#)
+            },
+            .get("/metrics") { _, _ in self.metricsResponse() },
+        ]
     }
 
     /// `GET /tls-faults`: each TLS fault's base URL, by name, in ``TLSFault`` order; 404 when
@@ -97,27 +100,23 @@ extension DuplexServer {
     /// connection, so that its answer comes after theirs.
     static let refusedPath = "/.duplex-refused"
 
-    /// The WebSocket routes, decided and served on the connection's event loop, with no task:
-    /// `/echo`, and `/chat/{room}` on any room store (a join that fails validation is refused
-    /// there too, with its error frame and close code). Nil refuses the upgrade (400).
-    func webSocketService(for request: Request) -> (HTTPFields, WebSocketService)? {
-        let path = request.uri.path
+    /// `/echo`, decided and served on the connection's event loop, with no task.
+    func echoService(for request: Request) -> (HTTPFields, WebSocketService) {
         let requestHeaders = request.headers
-        if let replayBook { return replayWebSocketService(replayBook, for: request) }
-        if let record = configuration.record { return recordWebSocketService(record, for: request) }
-        if path == "/echo" {
-            let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: configuration.echoSubprotocols)
-            return (
-                headers,
-                WebSocketService { channel, deflate in
-                    let trace = ConnectionTrace(requestHeaders, route: "echo", tracer: self.activeTracer)
-                    try self.installEventLoopService(EchoService.shared, on: channel, deflate: deflate, trace: trace)
-                }
-            )
-        }
-        guard path.hasPrefix("/chat/") else { return nil }
-        let roomName = String(path.dropFirst("/chat/".count))
-        guard !roomName.isEmpty, !roomName.contains("/") else { return nil }
+        let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: configuration.echoSubprotocols)
+        return (
+            headers,
+            WebSocketService { channel, deflate in
+                let trace = ConnectionTrace(requestHeaders, route: "echo", tracer: self.activeTracer)
+                try self.installEventLoopService(EchoService.shared, on: channel, deflate: deflate, trace: trace)
+            }
+        )
+    }
+
+    /// `/chat/{room}` on any room store, decided and served on the connection's event loop: a
+    /// join that fails validation is refused there too, with its error frame and close code.
+    func chatService(for request: Request, room roomName: String) -> (HTTPFields, WebSocketService) {
+        let requestHeaders = request.headers
         let join = chatJoin(request, room: roomName)
         let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: [ChatProtocol.subprotocol])
         return (

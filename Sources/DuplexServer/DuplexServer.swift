@@ -291,7 +291,9 @@ public final class DuplexServer: Service, Sendable {
             maxRequestHeadBytes: configuration.maxRequestHeadBytes,
             maxHeaderFields: configuration.maxHeaderFields
         )
-        let router = makeRouter()
+        let table = makeRouteTable()
+        refusal.exempting(table.servesWhileRefusing)
+        let router = table.router(middleware: RequestTracingMiddleware { [weak self] in self?.activeTracer })
         // The server counts as listening once every listener does.
         let startup = NIOLockedValueBox((waiting: listeners.count, port: port))
         let applications: [any Service] = listeners.map { listener in
@@ -315,7 +317,7 @@ public final class DuplexServer: Service, Sendable {
                                     connections: self.http2Connections
                                 )
                                 : nil,
-                            route: self.webSocketService(for:)
+                            route: table.webSocket(for:)
                         ),
                         limits: guardLimits,
                         refusal: self.refusal,

@@ -57,6 +57,8 @@ public struct RunningReplayServer: Sendable {
 ///   - matcher: how a client's message is compared with the recorded one.
 ///   - speed: how much faster than recorded the server's steps follow each other; by default
 ///     `.infinity`, each step as soon as the client's messages before it arrived.
+///   - builtInRoutes: whether the server's own routes (`/echo`, `/chat/{room}`, `/events`, …)
+///     answer where the cassette recorded nothing. Default false: any other path is 404.
 ///   - configuration: the server's other settings (its SSE `retry:`, limits, compression); its
 ///     port is replaced by a free one.
 ///   - logger: the server's logger; by default one that logs nothing below `.critical`.
@@ -67,6 +69,7 @@ public func withReplayServer<Result: Sendable>(
     strict: Bool = true,
     matcher: ReplayMatcher = .exact,
     speed: Double = .infinity,
+    builtInRoutes: Bool = false,
     configuration: DuplexServerConfiguration = .init(),
     logger: Logger? = nil,
     _ body: (RunningReplayServer) async throws -> Result
@@ -76,6 +79,7 @@ public func withReplayServer<Result: Sendable>(
     configuration.replay = ReplayConfiguration(cassette: cassette, speed: speed, strict: strict, matcher: matcher) { mismatch in
         reports.withLockedValue { $0.append(mismatch) }
     }
+    configuration.replay?.builtInRoutes = builtInRoutes
     let outcome: Swift.Result<Result, any Error>
     do {
         outcome = .success(

@@ -25,55 +25,59 @@ extension DuplexServer {
     ///   `amnesia=1`, forget every chat room too, as a new process would.
     ///
     /// Each answers `{"affected":N}` (how many connections it reached), or 400 with the reason.
-    func addChaosRoutes(to router: Router<DuplexRequestContext>) {
-        router.post("_chaos/drop") { request, context in
-            try self.chaos(request, context) { scope, _ in self.dropConnections(scope) }
-        }
-        router.post("_chaos/close") { request, context in
-            try self.chaos(request, context) { scope, query in
-                guard let text = query["code"], let number = UInt16(text), WebSocketCloseCode(number).isSendable else {
-                    throw ChaosError("code must be a close code that may be sent (1000-1003, 1007-1014, 3000-4999)")
+    /// They are served while the server refuses requests (`refuse`), so a script can lift it.
+    func chaosRoutes() -> [RouteTable.Route] {
+        let routes: [RouteTable.Route] = [
+            .post("/_chaos/drop") { request, context in
+                try self.chaos(request, context) { scope, _ in self.dropConnections(scope) }
+            },
+            .post("/_chaos/close") { request, context in
+                try self.chaos(request, context) { scope, query in
+                    guard let text = query["code"], let number = UInt16(text), WebSocketCloseCode(number).isSendable else {
+                        throw ChaosError("code must be a close code that may be sent (1000-1003, 1007-1014, 3000-4999)")
+                    }
+                    let reason = query["reason"] ?? ""
+                    guard reason.utf8.count <= Self.maxCloseReasonBytes else {
+                        throw ChaosError("reason is \(reason.utf8.count) bytes; a close frame holds at most \(Self.maxCloseReasonBytes) bytes of reason")
+                    }
+                    return self.closeConnections(scope, code: WebSocketCloseCode(number), reason: reason)
                 }
-                let reason = query["reason"] ?? ""
-                guard reason.utf8.count <= Self.maxCloseReasonBytes else {
-                    throw ChaosError("reason is \(reason.utf8.count) bytes; a close frame holds at most \(Self.maxCloseReasonBytes) bytes of reason")
+            },
+            .post("/_chaos/stall") { request, context in
+                try self.chaos(request, context) { scope, query in
+                    self.stallConnections(scope, for: .milliseconds(try Self.milliseconds(query)))
                 }
-                return self.closeConnections(scope, code: WebSocketCloseCode(number), reason: reason)
-            }
-        }
-        router.post("_chaos/stall") { request, context in
-            try self.chaos(request, context) { scope, query in
-                self.stallConnections(scope, for: .milliseconds(try Self.milliseconds(query)))
-            }
-        }
-        router.post("_chaos/path-switch") { request, context in
-            try self.chaos(request, context) { scope, _ in self.switchPath(scope) }
-        }
-        router.post("_chaos/end-sse") { request, context in
-            try self.chaos(request, context) { scope, _ in self.endEventStreams(scope) }
-        }
-        router.post("_chaos/restart") { request, context in
-            // The restart is queued; a graceful shutdown lets this answer finish first.
-            try self.chaos(request, context) { _, query in
-                let downtime = Duration.milliseconds(try Self.milliseconds(query))
-                let affected = self.connections.count
-                let amnesia = ["1", "true"].contains(query["amnesia"] ?? "")
-                self.restart(downFor: downtime, amnesia: amnesia)
-                return affected
-            }
-        }
-        router.post("_chaos/goaway") { request, context in
-            try self.chaos(request, context) { scope, _ in
-                guard scope == .all else { throw ChaosError("goaway takes no route or room: it is sent to every HTTP/2 connection") }
-                return self.goAwayHTTP2Connections()
-            }
-        }
-        router.post("_chaos/refuse") { request, context in
-            try self.chaos(request, context) { _, query in
-                self.refuseConnections(for: .milliseconds(try Self.milliseconds(query)))
-                return 0
-            }
-        }
+            },
+            .post("/_chaos/path-switch") { request, context in
+                try self.chaos(request, context) { scope, _ in self.switchPath(scope) }
+            },
+            .post("/_chaos/end-sse") { request, context in
+                try self.chaos(request, context) { scope, _ in self.endEventStreams(scope) }
+            },
+            .post("/_chaos/restart") { request, context in
+                // The restart is queued; a graceful shutdown lets this answer finish first.
+                try self.chaos(request, context) { _, query in
+                    let downtime = Duration.milliseconds(try Self.milliseconds(query))
+                    let affected = self.connections.count
+                    let amnesia = ["1", "true"].contains(query["amnesia"] ?? "")
+                    self.restart(downFor: downtime, amnesia: amnesia)
+                    return affected
+                }
+            },
+            .post("/_chaos/goaway") { request, context in
+                try self.chaos(request, context) { scope, _ in
+                    guard scope == .all else { throw ChaosError("goaway takes no route or room: it is sent to every HTTP/2 connection") }
+                    return self.goAwayHTTP2Connections()
+                }
+            },
+            .post("/_chaos/refuse") { request, context in
+                try self.chaos(request, context) { _, query in
+                    self.refuseConnections(for: .milliseconds(try Self.milliseconds(query)))
+                    return 0
+                }
+            },
+        ]
+        return routes.map { $0.servedWhileRefusing() }
     }
 
     struct ChaosError: Error {

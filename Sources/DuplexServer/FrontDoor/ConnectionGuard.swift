@@ -225,7 +225,7 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
             return Failure(status: 400, reason: "Bad Request", message: "the request line is malformed")
         }
 
-        if refusal.isRefusing, !request.path.hasPrefix("/_chaos/") {
+        if refusal.refuses(request.path) {
             return Failure(status: 503, reason: "Service Unavailable", message: "the server is refusing new connections (chaos)", headers: [("Retry-After", "1")])
         }
         guard request.asksForWebSocket else { return nil }

@@ -4,6 +4,8 @@ import NIOConcurrencyHelpers
 final class RefusalGate: Sendable {
     private let until = NIOLockedValueBox<ContinuousClock.Instant?>(nil)
     private let stopping = NIOLockedValueBox(false)
+    /// The paths still served while refusing: the route table's say (the chaos routes).
+    private let exempt = NIOLockedValueBox<@Sendable (String) -> Bool>({ _ in false })
 
     func refuse(for duration: Duration) {
         until.withLockedValue { $0 = .now + duration }
@@ -11,6 +13,17 @@ final class RefusalGate: Sendable {
 
     var isRefusing: Bool {
         until.withLockedValue { $0.map { $0 > .now } ?? false }
+    }
+
+    /// Serves the paths `predicate` names (a request's target, query included) while refusing.
+    func exempting(_ predicate: @escaping @Sendable (String) -> Bool) {
+        exempt.withLockedValue { $0 = predicate }
+    }
+
+    /// Whether a request for `target` (a path and query) is refused now.
+    func refuses(_ target: String) -> Bool {
+        guard isRefusing else { return false }
+        return !exempt.withLockedValue { $0 }(target)
     }
 
     /// Marks the server as stopping (or, with false, serving again after a restart): new requests

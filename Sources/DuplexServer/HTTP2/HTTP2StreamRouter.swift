@@ -42,7 +42,7 @@ final class HTTP2StreamRouter: ChannelInboundHandler, RemovableChannelHandler {
         let path = head.path ?? "/"
         if connection.refusal.isStopping {
             refuse(.serviceUnavailable, "the server is stopping", headers: [.retryAfter: "1"], context: context)
-        } else if connection.refusal.isRefusing, !path.hasPrefix("/_chaos/") {
+        } else if connection.refusal.refuses(path) {
             refuse(.serviceUnavailable, "the server is refusing new connections (chaos)", headers: [.retryAfter: "1"], context: context)
         } else if head.method == .connect {
             serveWebSocket(head, context: context)

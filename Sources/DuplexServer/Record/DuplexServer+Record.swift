@@ -7,16 +7,19 @@ import HummingbirdWebSocket
 import NIOCore
 
 extension DuplexServer {
-    /// The routes of a recording server: every `GET` but `/health` and `/metrics`, and every
-    /// `POST`, `PUT`, `PATCH` and `DELETE`, is forwarded as an SSE stream (``recordStream(_:_:_:)``).
-    func addRecordRoutes(_ record: RecordConfiguration, to router: Router<DuplexRequestContext>) {
-        addHealthRoute(to: router)
-        router.get("metrics") { _, _ -> Response in self.metricsResponse() }
-        for method in [HTTPRequest.Method.get, .post, .put, .patch, .delete] {
-            router.on("**", method: method) { request, context -> Response in
-                await self.recordStream(record, request, context)
-            }
-        }
+    /// The routes of a recording server: a WebSocket upgrade at any path is forwarded
+    /// (``recordWebSocketService(_:for:)``), and so is every `GET` without one and every
+    /// `POST`, `PUT`, `PATCH` and `DELETE`, as an SSE stream (``recordStream(_:_:_:)``). The
+    /// table serves `/health` and `/metrics` itself.
+    func recordRoutes(_ record: RecordConfiguration) -> [RouteTable.Route] {
+        let stream: RouteTable.Handler = { request, context in await self.recordStream(record, request, context) }
+        return healthRoutes() + [
+            .webSocket("/**", upgrade: { request, _ in self.recordWebSocketService(record, for: request) }, plain: stream),
+            .on(.post, "/**", stream),
+            .on(.put, "/**", stream),
+            .on(.patch, "/**", stream),
+            .on(.delete, "/**", stream),
+        ]
     }
 
     /// The request's header fields, in order.

@@ -8,28 +8,26 @@ import NIOCore
 
 extension DuplexServer {
     /// The routes of a server that replays a cassette: its SSE paths, for each method recorded
-    /// there, its WebSocket paths (426 without an upgrade), and `/health`, `/metrics` and the
-    /// chaos routes where the cassette has no session. Any other path is 404.
-    func addReplayRoutes(_ book: ReplayBook, to router: Router<DuplexRequestContext>) {
+    /// there, and its WebSocket paths (426 without an upgrade). The table adds `/health`,
+    /// `/metrics` and the chaos routes where the cassette has no session; any other path is 404.
+    func replayRoutes(_ book: ReplayBook) -> [RouteTable.Route] {
+        var routes: [RouteTable.Route] = []
         let streams = book.paths(.eventStream)
         for path in streams {
             for method in book.methods(at: path) {
-                router.on(RouterPath(path), method: HTTPRequest.Method(method) ?? .get) { request, context -> Response in
-                    await self.replayStream(book, request, context)
-                }
+                routes.append(.on(HTTPRequest.Method(method) ?? .get, path) { request, context in await self.replayStream(book, request, context) })
             }
         }
-        for path in book.paths(.webSocket) where !streams.contains(path) {
-            router.get(RouterPath(path)) { _, _ -> Response in
-                self.upgradeRequired()
+        for path in book.paths(.webSocket) {
+            // A path recorded both ways answers a plain GET with its stream.
+            let recordedBothWays = streams.contains(path)
+            let plain: RouteTable.Handler = { request, context in
+                recordedBothWays ? await self.replayStream(book, request, context) : self.upgradeRequired()
             }
+            routes.removeAll { $0.method == .get && $0.pattern == RoutePattern(path) }
+            routes.append(.webSocket(path, upgrade: { request, _ in self.replayWebSocketService(book, for: request) }, plain: plain))
         }
-        let recorded = Set(streams + book.paths(.webSocket))
-        if !recorded.contains("/health") { addHealthRoute(to: router) }
-        if !recorded.contains("/metrics") {
-            router.get("metrics") { _, _ -> Response in self.metricsResponse() }
-        }
-        addChaosRoutes(to: router)
+        return routes
     }
 
     /// A replayed WebSocket session, the next one recorded at the request's path, with the

@@ -3,8 +3,9 @@ import Foundation
 
 /// What a server that replays a `Cassette` serves, and how (``DuplexServerConfiguration/replay``).
 ///
-/// The server then serves the cassette's paths only, besides `/health`, `/metrics` and, with
-/// `chaos`, the chaos routes: the n-th connection to a path replays the n-th session recorded
+/// The server then serves the cassette's paths, besides `/health`, `/metrics` and, with `chaos`,
+/// the chaos routes, and with ``builtInRoutes`` the loopback server's own routes where the
+/// cassette has none (a cassette replayed on `/chat/lobby` while `/echo` echoes): the n-th connection to a path replays the n-th session recorded
 /// there, and after the last one they start over. A WebSocket client gets the server's messages
 /// in order, each once the client's messages recorded before it have arrived and its recorded
 /// delay after the step before it has passed (divided by ``speed``); an SSE client gets the
@@ -26,6 +27,10 @@ public struct ReplayConfiguration: Sendable {
     public var matcher: ReplayMatcher
     /// Called with each mismatch, in strict mode, from any thread.
     public var onMismatch: (@Sendable (ReplayMismatch) -> Void)?
+    /// Whether the server's built-in routes (`/echo`, `/chat/{room}`, `/events`, …) answer where
+    /// the cassette recorded nothing: the cassette's paths come first. Default false: any
+    /// other path is 404.
+    public var builtInRoutes = false
 
     /// Replays `cassette`, at the recorded speed and strictly, comparing messages exactly.
     public init(

@@ -45,6 +45,37 @@ struct ReplayTests {
         }
     }
 
+    @Test("a cassette's routes next to the built-in ones: the recorded path replays, /echo echoes, an unrecorded room is served live; without them, other paths are refused")
+    func nextToBuiltInRoutes() async throws {
+        let cassette = try Cassette(jsonLines: Self.chatLines)
+        try await withTimeout(Self.wait) {
+            try await withReplayServer(cassette, builtInRoutes: true) { server in
+                let replayed = Self.client(server, "/chat/lobby")
+                let recorded = replayed.messages
+                try await replayed.connect()
+                #expect(try await recorded.first(within: Self.wait) == .string("welcome"), "the cassette's path comes first")
+                await replayed.terminate()
+
+                let echo = Self.client(server, "/echo")
+                let echoed = echo.messages
+                try await echo.connect()
+                try await echo.send("live")
+                #expect(try await echoed.first(within: Self.wait) == .string("live"))
+                await echo.terminate()
+
+                let live = ChatClient(url: server.webSocketURL("/chat/other"), name: "ana")
+                let welcome = try await live.join(timeout: Self.wait)
+                #expect(welcome.room == "other")
+                await live.leave()
+            }
+            try await withReplayServer(cassette) { server in
+                let echo = Self.client(server, "/echo")
+                await #expect(throws: WebSocketError.self) { try await echo.connect() }
+                await echo.terminate()
+            }
+        }
+    }
+
     @Test("strict: a message that is not the recorded one closes with 1008, and the test fails with both sides; lenient lets it through")
     func strictMismatch() async throws {
         let cassette = try Cassette(jsonLines: Self.chatLines)
