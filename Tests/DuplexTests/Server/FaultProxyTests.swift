@@ -266,8 +266,15 @@ struct FaultProxyTests {
             let slow = proxy.add(.profile(uplinkOnly), direction: .both)
             #expect(try await roundTrip(socket, events, "uplink") >= .milliseconds(250))
             proxy.remove(slow)
-            proxy.add(.profile(uplinkOnly), direction: .downstream)
-            #expect(try await roundTrip(socket, events, "downlink side only") < .milliseconds(250), "the downlink's figures: no delay")
+            // Added for the downstream only, a profile applies its downlink's figures: none here,
+            // so an uplink of a minute does not hold the echo (the wait is 20 s).
+            let stuckUp = FaultProxy.LinkProfile(
+                name: "stuck-up",
+                downlink: .init(kilobitsPerSecond: nil, delay: .zero),
+                uplink: .init(kilobitsPerSecond: nil, delay: .seconds(60))
+            )
+            proxy.add(.profile(stuckUp), direction: .downstream)
+            _ = try await roundTrip(socket, events, "downlink side only")
             await socket.terminate()
         }
     }
