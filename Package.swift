@@ -20,6 +20,7 @@ let package = Package(
         .library(name: "DuplexCallbacks", targets: ["DuplexCallbacks"]),
         .library(name: "DuplexCombine", targets: ["DuplexCombine"]),
         .library(name: "DuplexServer", targets: ["DuplexServer"]),
+        .library(name: "DuplexPostgres", targets: ["DuplexPostgres"]),
         .library(name: "DuplexTesting", targets: ["DuplexTesting"]),
         .executable(name: "duplex-server", targets: ["duplex-server"]),
         .executable(name: "duplex", targets: ["duplex"]),
@@ -171,11 +172,24 @@ let package = Package(
                 .product(name: "NIOHTTPTypesHTTP2", package: "swift-nio-extras"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOTLS", package: "swift-nio"),
-                .product(name: "WSCore", package: "swift-websocket"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
-                .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             resources: [.copy("Resources/index.html")],
+            swiftSettings: swiftSettings
+        ),
+        // The PostgreSQL room store (`duplex-server --store postgres://…`), in a library of its own
+        // so that a server without it, and every user of DuplexTesting, links no PostgresNIO.
+        .target(
+            name: "DuplexPostgres",
+            dependencies: [
+                "DuplexServer",
+                "DuplexSchema",
+                "DuplexWire",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
             swiftSettings: swiftSettings
         ),
         // The testbed's TCP fault proxy, in a target of its own so that the `duplex` CLI uses it
@@ -209,6 +223,7 @@ let package = Package(
             name: "duplex-server",
             dependencies: [
                 "DuplexServer",
+                "DuplexPostgres",
                 "DuplexSchema",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -314,6 +329,8 @@ let package = Package(
                 "DuplexCombine",
                 "DuplexSchema",
                 "DuplexServer",
+                // PostgresStoreTests, and the store the CLI tests parse.
+                "DuplexPostgres",
                 "DuplexTesting",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -368,6 +385,8 @@ let package = Package(
             name: "DuplexServerTests",
             dependencies: [
                 "DuplexServer",
+                // The PostgreSQL store's own helpers (its seq template, its batcher).
+                "DuplexPostgres",
                 "DuplexWire",
                 "DuplexTesting",
                 "DuplexSchema",

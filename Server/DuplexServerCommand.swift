@@ -1,6 +1,7 @@
 import ArgumentParser
 import DuplexSchema
 import DuplexServer
+import DuplexPostgres
 import Foundation
 import Logging
 import NIOCore
@@ -205,8 +206,8 @@ struct DuplexServerCommand: AsyncParsableCommand {
         )
         configuration.http2.enabled = !noHttp2
         configuration.http2.maxConcurrentStreams = http2MaxStreams
-        switch try? storeConfiguration {
-        case .postgres(var postgres)?:
+        switch (try? storeConfiguration)?.postgres {
+        case var postgres?:
             postgres.startupTimeout = Self.duration(storeStartupTimeout)
             postgres.lease = Self.duration(storeLease)
             postgres.queryTimeout = Self.duration(storeQueryTimeout)

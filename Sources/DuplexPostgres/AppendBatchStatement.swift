@@ -1,3 +1,4 @@
+import DuplexServer
 import PostgresNIO
 
 /// `duplex_append_batch` as a prepared statement: each connection parses and plans it once,

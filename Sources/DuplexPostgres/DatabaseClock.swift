@@ -1,3 +1,4 @@
+import DuplexServer
 import Foundation
 import Logging
 import NIOConcurrencyHelpers

@@ -1,3 +1,4 @@
+import DuplexServer
 import PostgresNIO
 
 /// The tables and functions of the PostgreSQL room store, created on start by whichever server

@@ -1,3 +1,4 @@
+import DuplexServer
 import DuplexSchema
 import Foundation
 import Logging

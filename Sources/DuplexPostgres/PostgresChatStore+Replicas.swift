@@ -1,3 +1,4 @@
+import DuplexServer
 import DuplexSchema
 import Foundation
 import Logging
@@ -22,7 +23,7 @@ extension PostgresChatStore {
                         return (entry.key, since)
                     }
                     guard let oldest = idle.min(by: { $0.1 < $1.1 }), case .loaded(let room) = state.replicas[oldest.0], room.evictIfEmpty() else {
-                        throw ChatRooms.Refusal.roomLimit
+                        throw ChatStoreRefusal.roomLimit
                     }
                     state.replicas[oldest.0] = nil
                 }

@@ -1,3 +1,4 @@
+import DuplexServer
 import DuplexSchema
 import DuplexWire
 import Foundation
@@ -192,12 +193,12 @@ final class PostgresChatStore: ChatStore {
         epoch: String?,
         deliverBacklog: Bool,
         prelude: ((_ recovered: Bool?, _ epoch: String, _ latestSeq: Int) -> Void)?
-    ) async -> Result<(ChatRoom, ChatRoom.Subscription), ChatRooms.Refusal> {
+    ) async -> Result<(ChatRoom, ChatRoom.Subscription), ChatStoreRefusal> {
         while true {
             let room: ChatRoom
             do {
                 room = try await replica(name)
-            } catch let refusal as ChatRooms.Refusal {
+            } catch let refusal as ChatStoreRefusal {
                 return .failure(refusal)
             } catch {
                 return .failure(.unavailable(Self.describe(error)))

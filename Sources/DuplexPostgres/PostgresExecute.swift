@@ -1,3 +1,4 @@
+import DuplexServer
 import PostgresNIO
 
 extension PostgresConnection {

@@ -79,25 +79,22 @@ public final class DuplexServer: Service, Sendable {
         self.metrics = metrics
         let chaos = configuration.chaos
         self.liveMetrics = LiveMetricsFeed { metrics.liveJSON(chaos: chaos) }
-        switch configuration.store {
-        case .memory:
-            self.rooms = ChatRooms(
+        let context = ChatStoreConfiguration.Context(
+            historyLimit: configuration.historyLimit,
+            historyBytesLimit: configuration.historyBytesLimit,
+            totalHistoryBytesLimit: configuration.totalHistoryBytesLimit,
+            maxRooms: configuration.maxRooms,
+            logger: logger,
+            metrics: metrics.store
+        )
+        self.rooms =
+            configuration.store.make?(context)
+            ?? ChatRooms(
                 historyLimit: configuration.historyLimit,
                 maxRooms: configuration.maxRooms,
                 historyBytesLimit: configuration.historyBytesLimit,
                 totalHistoryBytesLimit: configuration.totalHistoryBytesLimit
             )
-        case .postgres(let postgres):
-            self.rooms = PostgresChatStore(
-                configuration: postgres,
-                historyLimit: configuration.historyLimit,
-                historyBytesLimit: configuration.historyBytesLimit,
-                totalHistoryBytesLimit: configuration.totalHistoryBytesLimit,
-                maxRooms: configuration.maxRooms,
-                logger: logger,
-                metrics: metrics.store
-            )
-        }
         self.channels = ChannelTracker(limit: configuration.maxConnections)
         self.replayBook = configuration.replay.map(ReplayBook.init)
         self.connections = ConnectionRegistry(metrics: metrics, logger: logger)

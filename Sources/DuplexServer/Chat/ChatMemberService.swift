@@ -110,7 +110,7 @@ final class ChatMemberService: EventLoopWebSocketService {
     }
 
     /// The store's answer to the join: the welcome and backlog, or the refusal.
-    private func joined(_ result: Result<(ChatRoom, ChatRoom.Subscription), ChatRooms.Refusal>, join: ChatJoin, member: RoomSubscriber.Member) {
+    private func joined(_ result: Result<(ChatRoom, ChatRoom.Subscription), ChatStoreRefusal>, join: ChatJoin, member: RoomSubscriber.Member) {
         switch result {
         case .success(let (room, subscription)):
             guard !left else {

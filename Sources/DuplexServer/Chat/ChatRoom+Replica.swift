@@ -15,7 +15,7 @@ extension ChatRoom {
     /// A `left` event for a connection still subscribed here (a newer connection of the member
     /// replaced it on another node, or its node's lease ran out) closes that connection.
     @discardableResult
-    func apply(_ events: some Sequence<RoomEvent>) -> Bool {
+    package func apply(_ events: some Sequence<RoomEvent>) -> Bool {
         var contiguous = true
         var ended: [(RoomSubscriber, replaced: Bool)] = []
         var woken: [CheckedContinuation<Bool, Never>] = []
@@ -85,7 +85,7 @@ extension ChatRoom {
     ///
     /// A room's fan-out claimed in the scope is always delivered: at its end, or by whoever
     /// applies after it ended (``Gathering/add(_:)``).
-    static func applyingTogether<Result>(_ body: () throws -> Result) rethrows -> Result {
+    package static func applyingTogether<Result>(_ body: () throws -> Result) rethrows -> Result {
         if let current = gathering, !current.ended { return try body() }
         let gathering = Gathering()
         // A room that claimed its fan-out must deliver it, whatever `body` does.
@@ -96,7 +96,7 @@ extension ChatRoom {
     /// Starts the history again at `latestSeq` with `events`, when the events between the
     /// replica's latest seq and the store's oldest kept one are gone: every subscriber is closed
     /// as too far behind (1013), so that it resumes with `since` and learns what is kept.
-    func restart(at latestSeq: Int, with events: [RoomEvent]) {
+    package func restart(at latestSeq: Int, with events: [RoomEvent]) {
         let (dropped, woken) = state.withLockedValue { state -> ([RoomSubscriber], [CheckedContinuation<Bool, Never>]) in
             let dropped = state.subscribers.values.map(\.subscriber)
             state.subscribers = [:]
@@ -116,7 +116,7 @@ extension ChatRoom {
 
     /// Waits until the event numbered `seq` has been applied; returns false when `timeout`
     /// passes first, or the task is cancelled.
-    func waitUntilApplied(_ seq: Int, timeout: Duration) async -> Bool {
+    package func waitUntilApplied(_ seq: Int, timeout: Duration) async -> Bool {
         // The usual case on the say path: the node applied its own event already.
         if latestSeq >= seq { return true }
         let applied = try? await withDeadline(timeout, orThrow: { CancellationError() }) { await self.waitUntilApplied(seq) }

@@ -27,12 +27,12 @@ import OrderedCollections
 /// or ``Sequencing-swift.enum/external`` (a replica of a room kept in PostgreSQL: the store
 /// numbers events, checks names and records presence, and the room only applies the events it
 /// is given, in seq order, to its subscribers and its history cache).
-final class ChatRoom: Sendable {
-    let name: String
+package final class ChatRoom: Sendable {
+    package let name: String
     /// The room's epoch: new for every room object, so new whenever the history behind the seqs
     /// may be gone (a new process, an eviction, an amnesiac restart). A replica takes the
     /// store's epoch, which outlives processes.
-    let epoch: String
+    package let epoch: String
     let sequencing: Sequencing
     private let historyLimit: Int
     private let historyBytesLimit: Int
@@ -107,7 +107,7 @@ final class ChatRoom: Sendable {
 
     /// A replica of a room a shared store numbers: its epoch, latest seq and newest events as
     /// the store holds them (events in seq order, the last at most `latestSeq`).
-    init(
+    package init(
         replicaOf name: String,
         epoch: String,
         latestSeq: Int,
@@ -129,29 +129,29 @@ final class ChatRoom: Sendable {
     }
 
     /// The outcome of a `say`.
-    enum SayResult: Sendable, Equatable {
+    package enum SayResult: Sendable, Equatable {
         case accepted(seq: Int)
         case duplicate(seq: Int)
     }
 
     /// What a subscriber gets when it starts: the events after its `since`, then live ones.
-    struct Subscription: Sendable {
-        var id: UInt64
+    package struct Subscription: Sendable {
+        package var id: UInt64
         var backlog: [RoomEvent]
-        var latestSeq: Int
+        package var latestSeq: Int
         var oldestSeq: Int?
-        var members: [String]
+        package var members: [String]
         /// Whether `since` was honoured: nil without one, false when its epoch was another.
         var recovered: Bool?
     }
 
     /// A fresh epoch: 72 random bits, base64url.
-    static func makeEpoch() -> String {
+    package static func makeEpoch() -> String {
         randomBase64URL(bytes: 9)
     }
 
     /// Why a subscriber was not added.
-    enum Refusal: Error, Equatable {
+    package enum Refusal: Error, Equatable {
         /// A member of that name is present, with another token.
         case nameTaken
         /// The room was evicted between finding and joining it.
@@ -172,7 +172,7 @@ final class ChatRoom: Sendable {
     /// `prelude`, when given, runs under the room's lock once the subscriber is accepted, before
     /// any event reaches it, with whether `since` was recovered, the room's epoch and latest seq:
     /// a room SSE stream announces a history reset there, ahead of every event.
-    func subscribe(
+    package func subscribe(
         _ subscriber: RoomSubscriber,
         since requested: Int?,
         epoch: String? = nil,
@@ -230,7 +230,7 @@ final class ChatRoom: Sendable {
     }
 
     /// Removes a subscriber; a member's departure is broadcast as a `left` event.
-    func unsubscribe(_ id: UInt64) {
+    package func unsubscribe(_ id: UInt64) {
         let claimed = state.withLockedValue { state -> Bool in
             guard let removed = state.subscribers.removeValue(forKey: id) else { return false }
             state.lastActive = .now
@@ -268,10 +268,10 @@ final class ChatRoom: Sendable {
     }
 
     /// The latest seq applied.
-    var latestSeq: Int { state.withLockedValue { $0.latestSeq } }
+    package var latestSeq: Int { state.withLockedValue { $0.latestSeq } }
 
     /// The sessions of the members subscribed here.
-    var memberSessions: [String] { state.withLockedValue { $0.subscribers.values.compactMap(\.subscriber.member?.session) } }
+    package var memberSessions: [String] { state.withLockedValue { $0.subscribers.values.compactMap(\.subscriber.member?.session) } }
 
     /// The number of subscribers, members and observers.
     var subscriberCount: Int { state.withLockedValue { $0.subscribers.count } }
@@ -280,13 +280,13 @@ final class ChatRoom: Sendable {
     var historySize: (events: Int, bytes: Int) { state.withLockedValue { ($0.history.count, $0.historyBytes) } }
 
     /// When the room is empty, how long ago it was last used; nil while anyone is subscribed.
-    var idleSince: ContinuousClock.Instant? {
+    package var idleSince: ContinuousClock.Instant? {
         state.withLockedValue { $0.subscribers.isEmpty ? $0.lastActive : nil }
     }
 
     /// Evicts the room if it is empty (or in any case, with `force`): no one may subscribe any
     /// more, and its history is released. Returns whether it was evicted.
-    func evictIfEmpty(force: Bool = false) -> Bool {
+    package func evictIfEmpty(force: Bool = false) -> Bool {
         state.withLockedValue { state in
             guard force || state.subscribers.isEmpty, !state.evicted else { return false }
             state.evicted = true

@@ -52,7 +52,7 @@ extension DuplexServer {
     }
 
     /// The refusal for a room that could not be joined.
-    func refusal(_ reason: ChatRooms.Refusal, name: String) -> Refusal {
+    func refusal(_ reason: ChatStoreRefusal, name: String) -> Refusal {
         switch reason {
         case .roomLimit:
             Refusal(status: .serviceUnavailable, error: ChatProtocolError(.roomLimit, "the server holds its maximum of \(configuration.maxRooms) rooms, none of them empty"))

@@ -1,16 +1,16 @@
 import NIOConcurrencyHelpers
 
 /// The bytes of history every room together may keep, shared by the rooms of one server.
-final class HistoryBudget: Sendable {
-    let limit: Int
+package final class HistoryBudget: Sendable {
+    package let limit: Int
     private let used = NIOLockedValueBox(0)
 
-    init(limit: Int) {
+    package init(limit: Int) {
         self.limit = max(limit, 0)
     }
 
     /// Bytes in use.
-    var bytes: Int { used.withLockedValue { $0 } }
+    package var bytes: Int { used.withLockedValue { $0 } }
 
     /// Adds `bytes`; returns whether the total is now over the limit.
     func add(_ bytes: Int) -> Bool {

@@ -4,9 +4,9 @@ import NIOCore
 
 /// One room event as the server keeps and sends it: encoded once, as a WebSocket frame and as
 /// an SSE event, and shared by every subscriber.
-struct RoomEvent: Sendable {
+package struct RoomEvent: Sendable {
     /// The event's place in the room sequence.
-    var seq: Int
+    package var seq: Int
     /// "message", "joined" or "left": the frame type and the SSE event name.
     var type: String
     /// The frame as JSON text.
@@ -26,14 +26,19 @@ struct RoomEvent: Sendable {
     var deflated: DeflatedFrameCache?
 
     /// Why a member left, as a shared store records it.
-    struct Departure: Sendable, Equatable {
+    package struct Departure: Sendable, Equatable {
         /// The connection's session id.
-        var session: String
+        package var session: String
         /// Whether a newer connection of the same member took its place (else it expired or left).
-        var replaced: Bool
+        package var replaced: Bool
+
+        package init(session: String, replaced: Bool) {
+            self.session = session
+            self.replaced = replaced
+        }
     }
 
-    init(seq: Int, type: String, json: String, epoch: String, dedupeKeys: [String] = [], departure: Departure? = nil) {
+    package init(seq: Int, type: String, json: String, epoch: String, dedupeKeys: [String] = [], departure: Departure? = nil) {
         self.seq = seq
         self.type = type
         self.json = json

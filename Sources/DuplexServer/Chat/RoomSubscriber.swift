@@ -1,17 +1,17 @@
 import DuplexSchema
 
 /// Someone who receives a room's events: a WebSocket member, or an SSE observer.
-struct RoomSubscriber: Sendable {
+package struct RoomSubscriber: Sendable {
     /// A member's identity: the name others see, the connection's session id, and the secret
     /// resume token that scopes its message ids.
-    struct Member: Sendable {
-        var name: String
-        var session: String
-        var token: String
+    package struct Member: Sendable {
+        package var name: String
+        package var session: String
+        package var token: String
     }
 
     /// The member, or nil for an observer, who is not present in the room.
-    var member: Member?
+    package var member: Member?
     /// Queues events for the subscriber, in order, all at once (a member writes them in one go);
     /// returns false when its queue is full (the events before the one that did not fit may have
     /// been queued).

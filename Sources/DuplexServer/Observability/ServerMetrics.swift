@@ -17,7 +17,7 @@ import struct Prometheus.PrometheusMetricsFactory
 ///
 /// The hot paths count in plain fields and add them here once per read batch or write batch
 /// (``MessageTally``), not once per message.
-final class ServerMetrics: Sendable {
+package final class ServerMetrics: Sendable {
     /// The routes whose connections are counted, as ``ConnectionInfo/route`` names them.
     static let routes = ["echo", "chat", "events", "chat-events", "metrics-live", "replay", "record"]
     /// The close codes counted by value; others count as `other`.
@@ -127,7 +127,7 @@ final class ServerMetrics: Sendable {
     }
 
     /// The PostgreSQL store's counters.
-    struct Store: Sendable {
+    package struct Store: Sendable {
         /// Each group commit's duration, and the messages in it.
         let commitDuration: CoreMetrics.Timer
         let commitMessages: Recorder
@@ -139,23 +139,23 @@ final class ServerMetrics: Sendable {
         let notifyLag: CoreMetrics.Timer
 
         /// A group commit of `messages` took `duration` (failed ones included).
-        func committed(messages: Int, in duration: Duration) {
+        package func committed(messages: Int, in duration: Duration) {
             commitDuration.recordNanoseconds(Self.nanoseconds(duration))
             commitMessages.record(messages)
         }
 
         /// The database connection was lost.
-        func lostConnection() {
+        package func lostConnection() {
             reconnections.increment()
         }
 
         /// `count` events were read back from the table to catch a room up.
-        func caughtUp(_ count: Int) {
+        package func caughtUp(_ count: Int) {
             caughtUpEvents.increment(by: count)
         }
 
         /// A notification's events were applied `lag` after the database sent it.
-        func applied(lag: Duration) {
+        package func applied(lag: Duration) {
             notifyLag.recordNanoseconds(Self.nanoseconds(lag))
         }
 

@@ -26,7 +26,7 @@ struct RoomStreamID: CustomStringConvertible, Equatable {
 
 /// `bytes` random bytes from the system's generator, as base64url without padding (a multiple
 /// of 3 bytes has none): for epochs and resume tokens.
-func randomBase64URL(bytes count: Int) -> String {
+package func randomBase64URL(bytes count: Int) -> String {
     var generator = SystemRandomNumberGenerator()
     let bytes = (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
     return Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")

@@ -1,14 +1,14 @@
-import DuplexSchema
+package import DuplexSchema
 import Foundation
-import NIOCore
+package import NIOCore
 
 /// Where a server's chat rooms live: ``ChatRooms`` in the process's memory (the default), or
-/// ``PostgresChatStore``, which numbers events in PostgreSQL so that several `duplex-server`
+/// `PostgresChatStore` (the `DuplexPostgres` library), which numbers events in PostgreSQL so that several `duplex-server`
 /// processes serve the same rooms and history survives restarts.
 ///
 /// Either way, a subscriber is served by a local ``ChatRoom`` (for the PostgreSQL store, a
 /// replica) that queues events to it in seq order.
-protocol ChatStore: Sendable {
+package protocol ChatStore: Sendable {
     /// Adds a member or an observer to a room, creating the room if need be. See
     /// ``ChatRoom/subscribe(_:since:epoch:deliverBacklog:prelude:)``.
     func subscribe(
@@ -18,7 +18,7 @@ protocol ChatStore: Sendable {
         epoch: String?,
         deliverBacklog: Bool,
         prelude: ((_ recovered: Bool?, _ epoch: String, _ latestSeq: Int) -> Void)?
-    ) async -> Result<(ChatRoom, ChatRoom.Subscription), ChatRooms.Refusal>
+    ) async -> Result<(ChatRoom, ChatRoom.Subscription), ChatStoreRefusal>
 
     /// Removes a subscriber; a member's departure is recorded as a `left` event.
     func unsubscribe(_ subscription: ChatRoom.Subscription, member: RoomSubscriber.Member?, from room: ChatRoom) async
@@ -36,7 +36,7 @@ protocol ChatStore: Sendable {
         since: Int?,
         epoch: String?,
         on loop: any EventLoop
-    ) -> StoreAnswer<Result<(ChatRoom, ChatRoom.Subscription), ChatRooms.Refusal>>
+    ) -> StoreAnswer<Result<(ChatRoom, ChatRoom.Subscription), ChatStoreRefusal>>
 
     /// A member's message, for its connection's event loop: the result of
     /// ``say(_:in:from:token:matchByName:)`` at once, or later on `loop`.
@@ -75,17 +75,17 @@ protocol ChatStore: Sendable {
 
 extension ChatStore {
     /// A store that answers asynchronously: the answer completes a future on `loop`.
-    func join(
+    package func join(
         room name: String,
         _ subscriber: RoomSubscriber,
         since: Int?,
         epoch: String?,
         on loop: any EventLoop
-    ) -> StoreAnswer<Result<(ChatRoom, ChatRoom.Subscription), ChatRooms.Refusal>> {
+    ) -> StoreAnswer<Result<(ChatRoom, ChatRoom.Subscription), ChatStoreRefusal>> {
         .later(loop.makeFutureWithTask { await self.subscribe(room: name, subscriber, since: since, epoch: epoch, deliverBacklog: false, prelude: nil) })
     }
 
-    func leave(_ subscription: ChatRoom.Subscription, member: RoomSubscriber.Member?, from room: ChatRoom) {
+    package func leave(_ subscription: ChatRoom.Subscription, member: RoomSubscriber.Member?, from room: ChatRoom) {
         room.unsubscribe(subscription.id)
         guard member != nil else { return }
         // The connection is gone and waits for nothing: ends when the store has recorded the
@@ -94,7 +94,21 @@ extension ChatStore {
     }
 }
 
+/// Why a subscriber could not join a room, on any store.
+package enum ChatStoreRefusal: Error, Equatable {
+    /// Every room has someone in it, and there are `maxRooms` of them.
+    case roomLimit
+    /// A member of that name is present, with another token.
+    case nameTaken
+    /// The room store cannot be reached (why).
+    case unavailable(String)
+}
+
 /// The store is unavailable: the database cannot be reached, or did not answer in time.
-struct ChatStoreUnavailable: Error, CustomStringConvertible {
-    var description: String
+package struct ChatStoreUnavailable: Error, CustomStringConvertible {
+    package var description: String
+
+    package init(description: String) {
+        self.description = description
+    }
 }

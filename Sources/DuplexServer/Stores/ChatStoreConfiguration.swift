@@ -1,122 +1,44 @@
-import Foundation
+public import Logging
 
-/// Where a ``DuplexServer`` keeps its chat rooms.
-public enum ChatStoreConfiguration: Sendable, Equatable {
+/// Where a ``DuplexServer`` keeps its chat rooms: ``memory``, the default, or another store, as
+/// the `DuplexPostgres` library's `.postgres(_:)`, which keeps them in PostgreSQL so that every
+/// server on the same database serves the same rooms. A store that needs a database lives in a
+/// library of its own, so that a server without one links none.
+public struct ChatStoreConfiguration: Sendable, Equatable, CustomStringConvertible {
+    /// What a store is made from: the server's limits, logger and metrics.
+    package struct Context: Sendable {
+        package var historyLimit: Int
+        package var historyBytesLimit: Int
+        package var totalHistoryBytesLimit: Int
+        package var maxRooms: Int
+        package var logger: Logger
+        package var metrics: ServerMetrics.Store
+    }
+
+    /// The store's kind, as `GET /health` names it: `memory`, `postgres`.
+    public let kind: String
+    /// The store's own settings, compared by ``==(_:_:)``; nil for the memory store.
+    package let settings: (any Hashable & Sendable)?
+    /// Makes the store; nil for the memory store, which the server makes itself.
+    package let make: (@Sendable (Context) -> any ChatStore)?
+
+    /// A store of `kind` with `settings`, made by `make`.
+    package init(kind: String, settings: (any Hashable & Sendable)?, make: (@Sendable (Context) -> any ChatStore)?) {
+        self.kind = kind
+        self.settings = settings
+        self.make = make
+    }
+
     /// In the process's memory: one process serves each room, and a restart loses the rooms
     /// (clients learn it from a new epoch).
-    case memory
-    /// In PostgreSQL: every server on the same database serves the same rooms, with one seq
-    /// per room, the history and the `say` idempotency records kept in tables, and new events
-    /// fanned out with LISTEN/NOTIFY.
-    case postgres(PostgresStoreConfiguration)
+    public static let memory = ChatStoreConfiguration(kind: "memory", settings: nil, make: nil)
 
-    /// Reads `memory`, or a `postgres://` (or `postgresql://`) URL.
-    /// - Throws: ``PostgresStoreConfiguration/URLError`` for a URL it cannot use.
-    public init(parsing text: String) throws {
-        if text == "memory" {
-            self = .memory
-        } else {
-            self = .postgres(try PostgresStoreConfiguration(url: text))
-        }
-    }
-}
-
-/// How to reach PostgreSQL, and the timing of the PostgreSQL store.
-public struct PostgresStoreConfiguration: Sendable, Equatable {
-    /// The database server's host name or address.
-    public var host: String
-    /// Its port. Default 5432.
-    public var port: Int
-    /// The role to connect as.
-    public var username: String
-    /// The password, if the server asks for one.
-    public var password: String?
-    /// The database; by default the one named after the user.
-    public var database: String?
-    /// Whether the connection must use TLS (`?sslmode=require`). Default false: TLS is not
-    /// attempted, as for a database on the same host or a private network.
-    public var requireTLS: Bool
-    /// How often a server renews its lease in the database. Default 1 s.
-    public var heartbeatInterval: Duration
-    /// How long a server's lease lasts: when a server stops renewing it (it was killed, or lost
-    /// the database), its members are removed from their rooms after this, with `left` events,
-    /// so that their names are free again. Default 10 s.
-    public var lease: Duration
-    /// How long a query may take before it counts as failed. Default 5 s.
-    public var queryTimeout: Duration
-    /// How many connections a server opens for queries, besides the one that listens. Default 8.
-    public var maxConnections: Int
-    /// How long a starting server tries to reach the database before it gives up. Default 30 s.
-    public var startupTimeout: Duration
-
-    /// A URL it cannot use.
-    public struct URLError: Error, CustomStringConvertible, Equatable {
-        /// What is wrong with it.
-        public var description: String
+    public static func == (lhs: ChatStoreConfiguration, rhs: ChatStoreConfiguration) -> Bool {
+        lhs.kind == rhs.kind && lhs.settings.map { AnyHashable($0) } == rhs.settings.map { AnyHashable($0) }
     }
 
-    public init(
-        host: String,
-        port: Int = 5432,
-        username: String,
-        password: String? = nil,
-        database: String? = nil,
-        requireTLS: Bool = false,
-        heartbeatInterval: Duration = .seconds(1),
-        lease: Duration = .seconds(10),
-        queryTimeout: Duration = .seconds(5),
-        maxConnections: Int = 8,
-        startupTimeout: Duration = .seconds(30)
-    ) {
-        self.host = host
-        self.port = port
-        self.username = username
-        self.password = password
-        self.database = database
-        self.requireTLS = requireTLS
-        self.heartbeatInterval = heartbeatInterval
-        self.lease = lease
-        self.queryTimeout = queryTimeout
-        self.maxConnections = max(maxConnections, 1)
-        self.startupTimeout = startupTimeout
-    }
-
-    /// Reads `postgres://USER[:PASSWORD]@HOST[:PORT][/DATABASE][?sslmode=disable|require]`.
-    public init(url text: String) throws {
-        let quoted = String(text.prefix(200)).debugDescription
-        guard let components = URLComponents(string: text), let scheme = components.scheme?.lowercased(),
-            scheme == "postgres" || scheme == "postgresql"
-        else {
-            throw URLError(description: "the store must be memory or a postgres:// URL, as in postgres://duplex@127.0.0.1:5432/duplex (got \(quoted))")
-        }
-        guard let host = components.host, !host.isEmpty else {
-            throw URLError(description: "the postgres URL names no host (got \(quoted))")
-        }
-        guard let user = components.user, !user.isEmpty else {
-            throw URLError(description: "the postgres URL names no user, as in postgres://USER@HOST/DB (got \(quoted))")
-        }
-        let database = components.path.split(separator: "/").first.map(String.init)
-        var requireTLS = false
-        for item in components.queryItems ?? [] {
-            switch (item.name, item.value) {
-            case ("sslmode", "disable"?): requireTLS = false
-            case ("sslmode", "require"?): requireTLS = true
-            default:
-                throw URLError(description: "the postgres URL may only carry sslmode=disable or sslmode=require (got \(item.description.debugDescription))")
-            }
-        }
-        self.init(
-            host: host,
-            port: components.port ?? 5432,
-            username: user.removingPercentEncoding ?? user,
-            password: components.password.map { $0.removingPercentEncoding ?? $0 },
-            database: database?.removingPercentEncoding ?? database,
-            requireTLS: requireTLS
-        )
-    }
-
-    /// The URL without its password, for logs.
-    public var redactedURL: String {
-        "postgres://\(username)\(password == nil ? "" : ":***")@\(host.contains(":") ? "[\(host)]" : host):\(port)/\(database ?? "")"
+    /// `memory`, or the store's kind and settings.
+    public var description: String {
+        settings.map { "\(kind) \($0)" } ?? kind
     }
 }

@@ -3,6 +3,7 @@ import Foundation
 import NIOConcurrencyHelpers
 import Testing
 
+@testable import DuplexPostgres
 @testable import DuplexServer
 
 /// A room replica (the PostgreSQL store's local copy of a room): it applies events numbered

@@ -1,6 +1,6 @@
 import Testing
 
-@testable import DuplexServer
+@testable import DuplexPostgres
 
 /// The apply lag of PostgreSQL notifications, from the database's clock they carry.
 @Suite("DatabaseClock")

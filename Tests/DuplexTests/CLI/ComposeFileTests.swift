@@ -1,4 +1,5 @@
 import ArgumentParser
+import DuplexPostgres
 import DuplexServer
 @testable import duplex
 @testable import duplex_server
@@ -64,7 +65,7 @@ struct ComposeFileTests {
         for node in nodes {
             let command = try DuplexServerCommand.parse(Array(node.argv.dropFirst()))
             let configuration = try command.storeConfiguration
-            guard case .postgres(let store) = configuration else {
+            guard let store = configuration.postgres else {
                 Issue.record("\(node.name) has no postgres store")
                 continue
             }

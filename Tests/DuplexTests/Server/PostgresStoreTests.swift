@@ -1,5 +1,6 @@
 @testable import Duplex
 import DuplexSchema
+import DuplexPostgres
 import DuplexServer
 import DuplexTesting
 import Foundation

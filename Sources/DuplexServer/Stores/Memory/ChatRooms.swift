@@ -20,16 +20,6 @@ final class ChatRooms: Sendable {
         self.budget = HistoryBudget(limit: totalHistoryBytesLimit)
     }
 
-    /// Why a subscriber could not join a room.
-    enum Refusal: Error, Equatable {
-        /// Every room has someone in it, and there are `maxRooms` of them.
-        case roomLimit
-        /// A member of that name is present, with another token.
-        case nameTaken
-        /// The room store cannot be reached (why).
-        case unavailable(String)
-    }
-
     /// Subscribes to the room of that name, created (evicting an empty one if need be) when
     /// there is none. See ``ChatRoom/subscribe(_:since:epoch:deliverBacklog:)``.
     func subscribe(
@@ -39,7 +29,7 @@ final class ChatRooms: Sendable {
         epoch: String? = nil,
         deliverBacklog: Bool = false,
         prelude: ((_ recovered: Bool?, _ epoch: String, _ latestSeq: Int) -> Void)? = nil
-    ) -> Result<(ChatRoom, ChatRoom.Subscription), Refusal> {
+    ) -> Result<(ChatRoom, ChatRoom.Subscription), ChatStoreRefusal> {
         // The room is found (or made) under this lock, and joined outside it: the join's
         // presence event is delivered to the room by the joining thread, which must not hold up
         // every other join meanwhile. A room evicted in between is replaced, and joined again
@@ -105,7 +95,7 @@ extension ChatRooms: ChatStore {
         epoch: String?,
         deliverBacklog: Bool,
         prelude: ((_ recovered: Bool?, _ epoch: String, _ latestSeq: Int) -> Void)?
-    ) async -> Result<(ChatRoom, ChatRoom.Subscription), ChatRooms.Refusal> {
+    ) async -> Result<(ChatRoom, ChatRoom.Subscription), ChatStoreRefusal> {
         // The synchronous overload: a closure that is not async cannot call this one.
         let subscribe = { self.subscribe(room: name, subscriber, since: since, epoch: epoch, deliverBacklog: deliverBacklog, prelude: prelude) }
         return subscribe()
@@ -125,7 +115,7 @@ extension ChatRooms: ChatStore {
         since: Int?,
         epoch: String?,
         on loop: any EventLoop
-    ) -> StoreAnswer<Result<(ChatRoom, ChatRoom.Subscription), ChatRooms.Refusal>> {
+    ) -> StoreAnswer<Result<(ChatRoom, ChatRoom.Subscription), ChatStoreRefusal>> {
         .now(subscribe(room: name, subscriber, since: since, epoch: epoch))
     }
 
