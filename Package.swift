@@ -375,6 +375,7 @@ let package = Package(
             dependencies: [
                 "DuplexWire",
                 "DuplexSchema",
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),

@@ -243,14 +243,6 @@ final class PostgresChatStore: ChatStore {
         }
     }
 
-    func say(_ say: ChatSay, in room: ChatRoom, from name: String, token: String, matchByName: Bool) async throws -> ChatRoom.SayResult {
-        let prepared = try prepare(say, in: room, from: name, token: token, matchByName: matchByName)
-        let committed = await withCheckedContinuation { continuation in
-            batcher.enqueue(prepared.item) { continuation.resume(returning: self.apply(prepared, $0, to: room)) }
-        }
-        return try await answer(committed, in: room)
-    }
-
     /// A member's message, queued for the next batch at once, on the member's event loop: a
     /// member's messages are numbered in the order it sent them. The answer completes on `loop`.
     func record(

@@ -23,10 +23,6 @@ package protocol ChatStore: Sendable {
     /// Removes a subscriber; a member's departure is recorded as a `left` event.
     func unsubscribe(_ subscription: ChatRoom.Subscription, member: RoomSubscriber.Member?, from room: ChatRoom) async
 
-    /// Posts a message, idempotently (see ``ChatRoom/say(_:from:token:matchByName:at:)``). When
-    /// it returns, the message has been queued to the room's local subscribers.
-    func say(_ say: ChatSay, in room: ChatRoom, from name: String, token: String, matchByName: Bool) async throws -> ChatRoom.SayResult
-
     /// A member's join, for its connection's event loop: the answer at once (the memory store),
     /// or later on `loop` (a store that waits on a database). The same refusals as
     /// ``subscribe(room:_:since:epoch:deliverBacklog:prelude:)``.
@@ -38,8 +34,9 @@ package protocol ChatStore: Sendable {
         on loop: any EventLoop
     ) -> StoreAnswer<Result<(ChatRoom, ChatRoom.Subscription), ChatStoreRefusal>>
 
-    /// A member's message, for its connection's event loop: the result of
-    /// ``say(_:in:from:token:matchByName:)`` at once, or later on `loop`.
+    /// A member's message, posted idempotently (see ``ChatRoom/say(_:from:token:matchByName:at:)``),
+    /// for its connection's event loop: the result at once, or later on `loop`, once the message
+    /// has been queued to the room's local subscribers.
     func record(
         _ say: ChatSay,
         in room: ChatRoom,

@@ -105,10 +105,6 @@ extension ChatRooms: ChatStore {
         room.unsubscribe(subscription.id)
     }
 
-    func say(_ say: ChatSay, in room: ChatRoom, from name: String, token: String, matchByName: Bool) async throws -> ChatRoom.SayResult {
-        try room.say(say, from: name, token: token, matchByName: matchByName)
-    }
-
     func join(
         room name: String,
         _ subscriber: RoomSubscriber,

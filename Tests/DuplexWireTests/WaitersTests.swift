@@ -1,4 +1,3 @@
-import DuplexTesting
 import DuplexWire
 import NIOConcurrencyHelpers
 import Testing
@@ -7,6 +6,8 @@ import Testing
 /// cancellation.
 @Suite("Waiters")
 struct WaitersTests {
+    struct TimedOut: Error {}
+
     struct State: DeferringWork, Sendable {
         var ready = false
         var waiters = Waiters<Int>()
@@ -24,7 +25,7 @@ struct WaitersTests {
     @Test("every waiter is resumed with the outcome, after the lock is released")
     func resumedTogether() async throws {
         let box = NIOLockedValueBox(State())
-        try await withTimeout(.seconds(5)) {
+        try await withDeadline(.seconds(5), orThrow: { TimedOut() }) {
             try await withThrowingTaskGroup(of: Int.self) { group in
                 for _ in 0..<3 { group.addTask { try await box.wait(in: \.waiters) } }
                 while box.withLockedValue({ $0.waiters.count }) < 3 { await Task.yield() }
@@ -42,7 +43,7 @@ struct WaitersTests {
     @Test("a cancelled waiter leaves the set and throws CancellationError; the others go on waiting")
     func cancellation() async throws {
         let box = NIOLockedValueBox(State())
-        try await withTimeout(.seconds(5)) {
+        try await withDeadline(.seconds(5), orThrow: { TimedOut() }) {
             let cancelled = Task { try await box.wait(in: \.waiters) }
             let kept = Task { try await box.wait(in: \.waiters) }
             while box.withLockedValue({ $0.waiters.count }) < 2 { await Task.yield() }
