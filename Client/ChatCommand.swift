@@ -43,7 +43,9 @@ struct ChatCommand: AsyncParsableCommand {
 
     func validate() throws {
         guard timeout > 0, timeout <= 86_400 else { throw ValidationError("--timeout must be from 0 to 86400 seconds") }
-        if let pingInterval { guard pingInterval >= 0.05, pingInterval <= 86_400 else { throw ValidationError("--ping-interval must be from 0.05 to 86400 seconds") } }
+        if let pingInterval {
+            guard pingInterval >= 0.05, pingInterval <= 86_400 else { throw ValidationError("--ping-interval must be from 0.05 to 86400 seconds") }
+        }
         do {
             try ChatLimits().validate(name: name)
         } catch {
@@ -170,7 +172,9 @@ struct ChatCommand: AsyncParsableCommand {
         case .missed(let seqs):
             console.printError("! \(seqs.count) event(s) were missed while disconnected (no longer kept by the server)")
         case .historyReset(_, let missedAfter):
-            console.printError("! the server lost its history; \(missedAfter.map { "messages after \(clock($0))" } ?? "messages sent while disconnected") may be missing")
+            console.printError(
+                "! the server lost its history; \(missedAfter.map { "messages after \(clock($0))" } ?? "messages sent while disconnected") may be missing"
+            )
         case .disconnected(let reason, let reconnecting):
             if reconnecting {
                 console.printError("! connection lost (\(reason)); reconnecting…")

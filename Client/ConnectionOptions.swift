@@ -16,7 +16,9 @@ struct ConnectionOptions: ParsableArguments {
 
     @Option(
         name: .customLong("pinnedpubkey"),
-        help: ArgumentHelp("Also require the server's public key to be one of these (curl's spelling: sha256//BASE64[;sha256//BASE64...]); wss:// and https://.", valueName: "pins"))
+        help: ArgumentHelp(
+            "Also require the server's public key to be one of these (curl's spelling: sha256//BASE64[;sha256//BASE64...]); wss:// and https://.",
+            valueName: "pins"))
     var pinnedPublicKey: String?
 
     @Option(
@@ -25,7 +27,10 @@ struct ConnectionOptions: ParsableArguments {
             valueName: "url"))
     var proxy: String?
 
-    @Option(help: ArgumentHelp("Present the client certificate (and any intermediates) in this PEM file when the server asks for one (mutual TLS); needs --key.", valueName: "file"))
+    @Option(
+        help: ArgumentHelp(
+            "Present the client certificate (and any intermediates) in this PEM file when the server asks for one (mutual TLS); needs --key.",
+            valueName: "file"))
     var cert: String?
 
     @Option(help: ArgumentHelp("The private key of --cert, PEM.", valueName: "file"))
@@ -62,7 +67,9 @@ struct ConnectionOptions: ParsableArguments {
                 throw ValidationError("--proxy: \(error.message)")
             }
         }
-        guard !(insecure && pinnedPublicKey != nil) else { throw ValidationError("--pinnedpubkey adds to verification, which --insecure turns off: use --ca with it") }
+        guard !(insecure && pinnedPublicKey != nil) else {
+            throw ValidationError("--pinnedpubkey adds to verification, which --insecure turns off: use --ca with it")
+        }
         _ = try headerFields()
     }
 

@@ -21,6 +21,8 @@ struct DuplexCommand: AsyncParsableCommand {
 
             \(Failure.exitStatusHelp)
             """,
-        subcommands: [ChatCommand.self, EchoCommand.self, WSCommand.self, ListenCommand.self, ProxyCommand.self, RecordCommand.self, ReplayCommand.self]
+        subcommands: [
+            ChatCommand.self, EchoCommand.self, WSCommand.self, ListenCommand.self, ProxyCommand.self, RecordCommand.self, ReplayCommand.self,
+        ]
     )
 }

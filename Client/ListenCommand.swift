@@ -45,7 +45,9 @@ struct ListenCommand: AsyncParsableCommand {
     @Flag(help: "Do not reconnect: exit when the stream ends (0) or fails.")
     var noRetry = false
 
-    @Option(name: [.customShort("X"), .customLong("request")], help: ArgumentHelp("The request method (default GET, or POST with --data).", valueName: "method"))
+    @Option(
+        name: [.customShort("X"), .customLong("request")],
+        help: ArgumentHelp("The request method (default GET, or POST with --data).", valueName: "method"))
     var method: String?
 
     @Option(
@@ -139,7 +141,9 @@ struct ListenCommand: AsyncParsableCommand {
     /// if it failed. A failure after the stream opened is a lost connection (exit 7).
     private static func monitor(_ states: AsyncStream<SSEState>, manager: ServerSentEventManager, noRetry: Bool) async -> ListenOutcome {
         // The answers the manager does not retry (its default policy), and so end the command.
-        let final: Set<SSEError.Code> = [.noContent, .badStatus, .badContentType, .tlsFailed, .proxyFailed, .invalidURL, .invalidHeader, .retriesExhausted]
+        let final: Set<SSEError.Code> = [
+            .noContent, .badStatus, .badContentType, .tlsFailed, .proxyFailed, .invalidURL, .invalidHeader, .retriesExhausted,
+        ]
         var connected = true
         for await state in states {
             switch state {

@@ -103,10 +103,13 @@ struct ProxyCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The probability, from 0 to 1, that the flags' toxics apply to a connection.", valueName: "p"))
     var toxicity: Double = 1
 
-    @Option(help: ArgumentHelp("The seed of every random choice; printed at start (the scenario's, or a random one, when not given).", valueName: "n"))
+    @Option(
+        help: ArgumentHelp("The seed of every random choice; printed at start (the scenario's, or a random one, when not given).", valueName: "n"))
     var seed: UInt64?
 
-    @Option(help: ArgumentHelp("Apply a scenario file's timeline of faults (docs/scenarios.md); each step prints a line as it takes effect.", valueName: "file"))
+    @Option(
+        help: ArgumentHelp(
+            "Apply a scenario file's timeline of faults (docs/scenarios.md); each step prints a line as it takes effect.", valueName: "file"))
     var scenario: String?
 
     func validate() throws {

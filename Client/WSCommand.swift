@@ -52,19 +52,23 @@ struct WSCommand: AsyncParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "After the end of stdin, keep printing what arrives for this many seconds before closing; for servers that answer a close at once, dropping replies still due.", valueName: "seconds"))
+            "After the end of stdin, keep printing what arrives for this many seconds before closing; for servers that answer a close at once, dropping replies still due.",
+            valueName: "seconds"))
     var linger: Double = 0
 
     @Flag(help: "Offer permessage-deflate; messages of 256 bytes or more then go out compressed if the server accepts.")
     var compress = false
 
-    @Option(help: ArgumentHelp("Send this text first, before any line of stdin (an app's own hello or auth); repeatable, in order.", valueName: "text"))
+    @Option(
+        help: ArgumentHelp("Send this text first, before any line of stdin (an app's own hello or auth); repeatable, in order.", valueName: "text"))
     var preamble: [String] = []
 
     @OptionGroup var connection: ConnectionOptions
 
     func validate() throws {
-        if let pingInterval { guard pingInterval >= 0.05, pingInterval <= 86_400 else { throw ValidationError("--ping-interval must be from 0.05 to 86400 seconds") } }
+        if let pingInterval {
+            guard pingInterval >= 0.05, pingInterval <= 86_400 else { throw ValidationError("--ping-interval must be from 0.05 to 86400 seconds") }
+        }
         guard maxMessageBytes >= 1 else { throw ValidationError("--max-message-bytes must be positive") }
         guard linger >= 0, linger <= 86_400 else { throw ValidationError("--linger must be from 0 to 86400 seconds") }
         for name in protocols where name.isEmpty || name.contains(where: { $0 == "," || $0 == " " || !$0.isASCII }) {
@@ -110,7 +114,9 @@ struct WSCommand: AsyncParsableCommand {
             let sentClose = NIOLockedValueBox<(code: WebSocketCloseCode, reason: String)?>(nil)
             let reader = Task {
                 for await event in events {
-                    if case .disconnected(let code, let reason) = event { lastClose.withLockedValue { $0 = (code ?? .abnormalClosure, reason ?? "") } }
+                    if case .disconnected(let code, let reason) = event {
+                        lastClose.withLockedValue { $0 = (code ?? .abnormalClosure, reason ?? "") }
+                    }
                     guard case .message(let message) = event else { continue }
                     switch message {
                     case .string(let text): console.print(text)

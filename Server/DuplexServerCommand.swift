@@ -60,7 +60,9 @@ struct DuplexServerCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Bytes of history all chat rooms together keep.", valueName: "bytes"))
     var totalHistoryBytes: Int = 64 * 1024 * 1024
 
-    @Option(help: ArgumentHelp("Bytes that may wait for one slow client before it is disconnected (1013, or the end of its SSE stream).", valueName: "bytes"))
+    @Option(
+        help: ArgumentHelp(
+            "Bytes that may wait for one slow client before it is disconnected (1013, or the end of its SSE stream).", valueName: "bytes"))
     var queueBytes: Int = 1024 * 1024
 
     @Option(help: ArgumentHelp("The most TCP connections served at once; more get 503.", valueName: "count"))
@@ -75,7 +77,9 @@ struct DuplexServerCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Seconds a graceful shutdown waits for connections before closing them hard.", valueName: "seconds"))
     var shutdownTimeout: Double = 10
 
-    @Option(help: ArgumentHelp("Subprotocols /echo may select, in order of preference (comma-separated); by default it selects the client's first.", valueName: "list"))
+    @Option(
+        help: ArgumentHelp(
+            "Subprotocols /echo may select, in order of preference (comma-separated); by default it selects the client's first.", valueName: "list"))
     var echoSubprotocols: String?
 
     @Flag(help: "Turn permessage-deflate off (it is negotiated with clients that offer it).")
@@ -101,13 +105,21 @@ struct DuplexServerCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Seconds a starting server tries to reach the PostgreSQL store before it exits with an error.", valueName: "seconds"))
     var storeStartupTimeout: Double = 30
 
-    @Option(help: ArgumentHelp("Seconds a server's lease in the PostgreSQL store lasts: the members of a server that stops renewing it are removed after this.", valueName: "seconds"))
+    @Option(
+        help: ArgumentHelp(
+            "Seconds a server's lease in the PostgreSQL store lasts: the members of a server that stops renewing it are removed after this.",
+            valueName: "seconds"))
     var storeLease: Double = 10
 
-    @Option(help: ArgumentHelp("Seconds a query to the PostgreSQL store may take before it counts as failed: a say waiting on it is refused with store_unavailable (1013).", valueName: "seconds"))
+    @Option(
+        help: ArgumentHelp(
+            "Seconds a query to the PostgreSQL store may take before it counts as failed: a say waiting on it is refused with store_unavailable (1013).",
+            valueName: "seconds"))
     var storeQueryTimeout: Double = 5
 
-    @Option(help: ArgumentHelp("Serve every route over TLS (https://, wss://) with the certificate chain in this PEM file; needs --tls-key.", valueName: "file"))
+    @Option(
+        help: ArgumentHelp(
+            "Serve every route over TLS (https://, wss://) with the certificate chain in this PEM file; needs --tls-key.", valueName: "file"))
     var tlsCert: String?
 
     @Option(help: ArgumentHelp("The private key of --tls-cert, PEM.", valueName: "file"))
@@ -119,7 +131,10 @@ struct DuplexServerCommand: AsyncParsableCommand {
     )
     var tlsSelfSigned = false
 
-    @Option(help: ArgumentHelp("Where --tls-self-signed writes ca.pem, client.pem and client-key.pem; by default a new folder in the temporary directory.", valueName: "folder"))
+    @Option(
+        help: ArgumentHelp(
+            "Where --tls-self-signed writes ca.pem, client.pem and client-key.pem; by default a new folder in the temporary directory.",
+            valueName: "folder"))
     var tlsDirectory: String?
 
     @Option(help: ArgumentHelp("Require a client certificate issued by a CA in this PEM file (mutual TLS).", valueName: "file"))
@@ -136,7 +151,8 @@ struct DuplexServerCommand: AsyncParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "Event-loop threads; by default one per CPU the process may use (its affinity mask, as taskset sets it, and its cgroup's cpuset or CPU quota).", valueName: "count"))
+            "Event-loop threads; by default one per CPU the process may use (its affinity mask, as taskset sets it, and its cgroup's cpuset or CPU quota).",
+            valueName: "count"))
     var eventLoops: Int?
 
     func validate() throws {
@@ -149,11 +165,15 @@ struct DuplexServerCommand: AsyncParsableCommand {
         guard history >= 0 else { throw ValidationError("--history must not be negative") }
         guard maxMessageBytes >= 125 else { throw ValidationError("--max-message-bytes must be at least 125") }
         guard maxRooms >= 1 else { throw ValidationError("--max-rooms must be at least 1") }
-        guard historyBytes >= 0, totalHistoryBytes >= 0 else { throw ValidationError("--history-bytes and --total-history-bytes must not be negative") }
+        guard historyBytes >= 0, totalHistoryBytes >= 0 else {
+            throw ValidationError("--history-bytes and --total-history-bytes must not be negative")
+        }
         guard queueBytes >= 1024 else { throw ValidationError("--queue-bytes must be at least 1024") }
         guard maxConnections >= 1 else { throw ValidationError("--max-connections must be at least 1") }
         guard compressionThreshold >= 0 else { throw ValidationError("--compression-threshold must not be negative") }
-        guard (9...15).contains(compressionWindowBits) else { throw ValidationError("--compression-window-bits must be 9 to 15 (zlib's windows); got \(compressionWindowBits)") }
+        guard (9...15).contains(compressionWindowBits) else {
+            throw ValidationError("--compression-window-bits must be 9 to 15 (zlib's windows); got \(compressionWindowBits)")
+        }
         do {
             _ = try storeConfiguration
         } catch {
@@ -161,15 +181,20 @@ struct DuplexServerCommand: AsyncParsableCommand {
         }
         if tlsSelfSigned, tlsCert != nil || tlsKey != nil { throw ValidationError("--tls-self-signed and --tls-cert/--tls-key exclude each other") }
         if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
-        if tlsFaults, !tlsSelfSigned { throw ValidationError("--tls-faults needs --tls-self-signed: the faults' certificates are issued by the CA the server makes") }
-        if tlsClientCa != nil, !tlsSelfSigned, tlsCert == nil { throw ValidationError("--tls-client-ca needs TLS: --tls-self-signed, or --tls-cert and --tls-key") }
+        if tlsFaults, !tlsSelfSigned {
+            throw ValidationError("--tls-faults needs --tls-self-signed: the faults' certificates are issued by the CA the server makes")
+        }
+        if tlsClientCa != nil, !tlsSelfSigned, tlsCert == nil {
+            throw ValidationError("--tls-client-ca needs TLS: --tls-self-signed, or --tls-cert and --tls-key")
+        }
         if tlsDirectory != nil, !tlsSelfSigned { throw ValidationError("--tls-directory goes with --tls-self-signed") }
         guard (1...10_000).contains(http2MaxStreams) else { throw ValidationError("--http2-max-streams must be from 1 to 10000") }
         if let echoSubprotocols, Self.list(echoSubprotocols).isEmpty {
             throw ValidationError("--echo-subprotocols needs at least one name")
         }
         for (name, value) in [
-            ("--store-startup-timeout", storeStartupTimeout), ("--store-lease", storeLease), ("--store-query-timeout", storeQueryTimeout), ("--request-head-timeout", requestHeadTimeout),
+            ("--store-startup-timeout", storeStartupTimeout), ("--store-lease", storeLease), ("--store-query-timeout", storeQueryTimeout),
+            ("--request-head-timeout", requestHeadTimeout),
             ("--idle-timeout", idleTimeout),
             ("--shutdown-timeout", shutdownTimeout),
         ] {
@@ -202,7 +227,10 @@ struct DuplexServerCommand: AsyncParsableCommand {
             totalHistoryBytesLimit: totalHistoryBytes,
             outboundQueueBytes: queueBytes,
             echoSubprotocols: echoSubprotocols.map(Self.list),
-            compression: noCompression ? nil : PerMessageDeflate(minimumBytes: compressionThreshold, maxWindowBits: compressionWindowBits, peerMaxWindowBits: compressionWindowBits)
+            compression: noCompression
+                ? nil
+                : PerMessageDeflate(
+                    minimumBytes: compressionThreshold, maxWindowBits: compressionWindowBits, peerMaxWindowBits: compressionWindowBits)
         )
         configuration.http2.enabled = !noHttp2
         configuration.http2.maxConcurrentStreams = http2MaxStreams
@@ -236,7 +264,9 @@ struct DuplexServerCommand: AsyncParsableCommand {
             var hosts = DuplexServerTLS.defaultHosts
             if !hosts.contains(host), !["0.0.0.0", "::"].contains(host) { hosts.append(host) }
             let tls = try DuplexServerTLS.selfSigned(hosts: hosts)
-            let directory = tlsDirectory ?? FileManager.default.temporaryDirectory.appendingPathComponent("duplex-server-\(ProcessInfo.processInfo.processIdentifier)").path
+            let directory =
+                tlsDirectory
+                ?? FileManager.default.temporaryDirectory.appendingPathComponent("duplex-server-\(ProcessInfo.processInfo.processIdentifier)").path
             // The client key is a secret of sorts: the folder is the user's alone.
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             let caFile = (directory as NSString).appendingPathComponent("ca.pem")

@@ -23,7 +23,9 @@ if arguments.count == 5, arguments[1] == "consume", let bytes = Int(arguments[3]
 }
 guard arguments.count == 5, let total = Int(arguments[3]), let connections = Int(arguments[4]) else {
     FileHandle.standardError.write(
-        Data("usage: client-peers-benchmark duplex|wsclient URL MESSAGES CONNECTIONS\n       client-peers-benchmark consume URL BYTES BYTES_PER_SECOND (0: as fast as it can)\n".utf8))
+        Data(
+            "usage: client-peers-benchmark duplex|wsclient URL MESSAGES CONNECTIONS\n       client-peers-benchmark consume URL BYTES BYTES_PER_SECOND (0: as fast as it can)\n"
+                .utf8))
     exit(2)
 }
 let client = arguments[1]

@@ -78,7 +78,9 @@ func subscribers(_ version: HTTPVersionPreference) async throws -> Result {
     var configuration = SSEConfiguration(tlsTrust: .certificateAuthority(pem: caPEM))
     configuration.httpVersion = version
     let before = try await settledRSS()
-    let managers = (0..<clients).map { _ in ServerSentEventManager(url: URL(string: "https://127.0.0.1:\(port)/events?interval=10")!, configuration: configuration) }
+    let managers = (0..<clients).map { _ in
+        ServerSentEventManager(url: URL(string: "https://127.0.0.1:\(port)/events?interval=10")!, configuration: configuration)
+    }
     let streams = managers.map(\.events)
     for manager in managers { try await manager.connect() }
     let rss = try await settledRSS() - before

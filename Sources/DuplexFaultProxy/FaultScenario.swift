@@ -96,7 +96,9 @@ public struct FaultScenario: Sendable, Equatable {
                     throw Invalid(message: "step \(number): for must be more than 0 seconds and at most a year")
                 }
                 if let name {
-                    guard names[name] == nil else { throw Invalid(message: "step \(number): the name \"\(name)\" is already used by an earlier step") }
+                    guard names[name] == nil else {
+                        throw Invalid(message: "step \(number): the name \"\(name)\" is already used by an earlier step")
+                    }
                     names[name] = step.at
                 }
             case .remove(let name):
@@ -189,7 +191,9 @@ public struct FaultScenario: Sendable, Equatable {
                 }
             }
             let direction = try text.removeValue(forKey: "direction").map { name in
-                guard let direction = FaultProxy.Direction(name: name) else { throw invalid("direction must be both, upstream or downstream, not \"\(name)\"") }
+                guard let direction = FaultProxy.Direction(name: name) else {
+                    throw invalid("direction must be both, upstream or downstream, not \"\(name)\"")
+                }
                 return direction
             }
             let toxic: FaultProxy.Toxic
@@ -212,7 +216,9 @@ public struct FaultScenario: Sendable, Equatable {
             }
             return Step(at: at, .add(toxic, direction: direction ?? .both, name: name, duration: duration))
         case "remove":
-            guard let name = fields["remove"] as? String, !name.isEmpty else { throw invalid("remove takes the name of a toxic an earlier step added") }
+            guard let name = fields["remove"] as? String, !name.isEmpty else {
+                throw invalid("remove takes the name of a toxic an earlier step added")
+            }
             return Step(at: at, .remove(name: name))
         case "heal", "drop":
             guard let flag = fields[action] as? NSNumber, isBool(flag), flag.boolValue else { throw invalid("\(action) takes true") }
@@ -252,7 +258,8 @@ public struct FaultScenario: Sendable, Equatable {
         chaos: (@Sendable (String) async throws -> Void)? = nil,
         log: @Sendable (String) -> Void
     ) async throws {
-        let chaos = chaos ?? { [host = proxy.upstreamHost, port = proxy.upstreamPort] path in try await ChaosRequest.post(host: host, port: port, path) }
+        let chaos =
+            chaos ?? { [host = proxy.upstreamHost, port = proxy.upstreamPort] path in try await ChaosRequest.post(host: host, port: port, path) }
         // Each step, and each toxic's end, in time order: ends first at equal times, then steps in file order.
         var timeline: [(at: Duration, rank: Int, order: Int, event: TimelineEvent)] = []
         for (index, step) in steps.enumerated() {
@@ -272,7 +279,9 @@ public struct FaultScenario: Sendable, Equatable {
             let time = "scenario \(Self.format(entry.at))"
             switch entry.event {
             case .expire(let index):
-                guard let id = added.removeValue(forKey: index), case .add(let toxic, let direction, _, let duration?) = steps[index].action else { continue }
+                guard let id = added.removeValue(forKey: index), case .add(let toxic, let direction, _, let duration?) = steps[index].action else {
+                    continue
+                }
                 proxy.remove(id)
                 log("\(time): step \(index + 1)'s \(toxic) (\(direction.name)) removed, its \(Self.format(duration)) up")
             case .step(let index):

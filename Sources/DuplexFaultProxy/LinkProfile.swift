@@ -128,7 +128,8 @@ extension FaultProxy {
                 var parts = [link.bytesPerSecond.map { "\($0 / 125) kbit/s" } ?? "unlimited"]
                 parts.append("\(link.delay.components.seconds * 1_000 + link.delay.components.attoseconds / 1_000_000_000_000_000) ms")
                 if link.jitter > .zero {
-                    parts[parts.count - 1] += " ± \(link.jitter.components.seconds * 1_000 + link.jitter.components.attoseconds / 1_000_000_000_000_000) ms"
+                    parts[parts.count - 1] +=
+                        " ± \(link.jitter.components.seconds * 1_000 + link.jitter.components.attoseconds / 1_000_000_000_000_000) ms"
                 }
                 if link.loss > 0 { parts.append("\(Self.percent(link.loss)) loss") }
                 return parts.joined(separator: " ")

@@ -85,7 +85,9 @@ extension PostgresChatStore {
         }
         if first {
             metrics.lostConnection()
-            logger.error("lost the database connection; reconnecting (members cannot post until it is back)", metadata: ["store": "\(configuration.redactedURL)", "error": "\(error)"])
+            logger.error(
+                "lost the database connection; reconnecting (members cannot post until it is back)",
+                metadata: ["store": "\(configuration.redactedURL)", "error": "\(error)"])
         }
     }
 
@@ -181,7 +183,9 @@ extension PostgresChatStore {
                 // A departure that failed to be recorded, or a join that timed out after all.
                 try await leave(room: row.room, name: row.name, session: row.session, cause: "left")
             } else if row.expired, settled {
-                logger.notice("removing a member of a server whose lease ran out", metadata: ["room": "\(row.room)", "name": "\(row.name)", "server": "\(row.node)"])
+                logger.notice(
+                    "removing a member of a server whose lease ran out",
+                    metadata: ["room": "\(row.room)", "name": "\(row.name)", "server": "\(row.node)"])
                 try await leave(room: row.room, name: row.name, session: row.session, cause: "expired")
             }
         }
@@ -205,7 +209,9 @@ extension PostgresChatStore {
         let names = rooms.map(\.name)
         let latest = try await withDeadline("checking rooms") {
             var latest: [String: Int] = [:]
-            for try await (room, seq) in try await self.client.query("SELECT room, latest_seq FROM duplex_rooms WHERE room = ANY(\(names))", logger: self.logger).decode((String, Int).self) {
+            for try await (room, seq) in try await self.client.query(
+                "SELECT room, latest_seq FROM duplex_rooms WHERE room = ANY(\(names))", logger: self.logger
+            ).decode((String, Int).self) {
                 latest[room] = seq
             }
             return latest

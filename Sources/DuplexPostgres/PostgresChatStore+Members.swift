@@ -40,7 +40,9 @@ extension PostgresChatStore {
                 for try await row in rows.decode((String, String, Bool).self) { present.append(row) }
                 for old in present {
                     guard old.token == member.token || old.expired else { throw NameTaken() }
-                    let template = try Self.template { seq in .left(ChatPresence(room: room, seq: seq, name: member.name, session: old.session, at: Date())) }
+                    let template = try Self.template { seq in
+                        .left(ChatPresence(room: room, seq: seq, name: member.name, session: old.session, at: Date()))
+                    }
                     let cause = old.token == member.token ? "replaced" : "expired"
                     try await connection.execute(
                         "SELECT duplex_leave(\(room), \(old.session), \(template.prefix), \(template.suffix), \(cause), \(keep))",
@@ -51,14 +53,18 @@ extension PostgresChatStore {
                     "INSERT INTO duplex_members (session, room, name, token, node) VALUES (\(member.session), \(room), \(member.name), \(member.token), \(node))",
                     logger: self.logger
                 )
-                let template = try Self.template { seq in .joined(ChatPresence(room: room, seq: seq, name: member.name, session: member.session, at: Date())) }
+                let template = try Self.template { seq in
+                    .joined(ChatPresence(room: room, seq: seq, name: member.name, session: member.session, at: Date()))
+                }
                 let noKeys: [String] = []
                 try await connection.execute(
                     "SELECT o_seq FROM duplex_append(\(room), 'joined', \(template.prefix), \(template.suffix), \(noKeys), \(noKeys), NULL, \(keep))",
                     logger: self.logger
                 )
                 var names: [String] = []
-                for try await name in try await connection.query("SELECT name FROM duplex_members WHERE room = \(room)", logger: self.logger).decode(String.self) {
+                for try await name in try await connection.query("SELECT name FROM duplex_members WHERE room = \(room)", logger: self.logger).decode(
+                    String.self)
+                {
                     names.append(name)
                 }
                 return names.sorted()

@@ -63,7 +63,8 @@ extension PostgresChatStore {
             return true
         }
         guard held else { return }
-        logger.error("the database no longer has this room (was it reset?); its members here rejoin in a new epoch", metadata: ["room": "\(room.name)"])
+        logger.error(
+            "the database no longer has this room (was it reset?); its members here rejoin in a new epoch", metadata: ["room": "\(room.name)"])
         room.restart(at: 0, with: [])
         _ = room.evictIfEmpty(force: true)
     }
@@ -94,7 +95,9 @@ extension PostgresChatStore {
                     logger: self.logger
                 )
                 var found: (String, Int)?
-                for try await row in try await connection.query("SELECT epoch, latest_seq FROM duplex_rooms WHERE room = \(name)", logger: self.logger).decode((String, Int).self) {
+                for try await row in try await connection.query(
+                    "SELECT epoch, latest_seq FROM duplex_rooms WHERE room = \(name)", logger: self.logger
+                ).decode((String, Int).self) {
                     found = row
                 }
                 return found
@@ -159,7 +162,9 @@ extension PostgresChatStore {
                 do {
                     try await self.catchUp(name)
                 } catch {
-                    logger.warning("could not catch up a room; the next heartbeat tries again", metadata: ["room": "\(name)", "error": "\(Self.describe(error))"])
+                    logger.warning(
+                        "could not catch up a room; the next heartbeat tries again",
+                        metadata: ["room": "\(name)", "error": "\(Self.describe(error))"])
                 }
                 let again = state.withLockedValue { state in
                     if state.catchingUp[name] == true {
@@ -186,7 +191,9 @@ extension PostgresChatStore {
             if first.seq > after + 1 {
                 // The events in between were trimmed from the table: the subscribers here cannot
                 // get them. They are closed (1013) and resume from what is kept.
-                logger.warning("missed events are no longer kept; closing the room's subscribers here", metadata: ["room": "\(name)", "from": "\(after + 1)", "to": "\(first.seq - 1)"])
+                logger.warning(
+                    "missed events are no longer kept; closing the room's subscribers here",
+                    metadata: ["room": "\(name)", "from": "\(after + 1)", "to": "\(first.seq - 1)"])
                 room.restart(at: events.last?.seq ?? after, with: Array(events.suffix(historyLimit)))
             } else {
                 room.apply(events)

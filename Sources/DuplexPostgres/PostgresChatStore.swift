@@ -127,20 +127,28 @@ final class PostgresChatStore: ChatStore {
                 break
             } catch {
                 // postgres-nio wraps what the transaction's closure threw.
-                if let newer = (error as? PostgresChatSchema.NewerSchema) ?? ((error as? PostgresTransactionError)?.closureError as? PostgresChatSchema.NewerSchema) {
+                if let newer = (error as? PostgresChatSchema.NewerSchema)
+                    ?? ((error as? PostgresTransactionError)?.closureError as? PostgresChatSchema.NewerSchema)
+                {
                     throw ChatStoreUnavailable(description: "the room store at \(configuration.redactedURL) cannot be used: \(newer)")
                 }
                 attempt += 1
                 guard clock.now < deadline else {
-                    throw ChatStoreUnavailable(description: "cannot reach the room store at \(configuration.redactedURL) within \(configuration.startupTimeout): \(Self.describe(error))")
+                    throw ChatStoreUnavailable(
+                        description:
+                            "cannot reach the room store at \(configuration.redactedURL) within \(configuration.startupTimeout): \(Self.describe(error))"
+                    )
                 }
                 if attempt == 1 {
-                    logger.warning("the room store is not reachable yet; trying again", metadata: ["store": "\(configuration.redactedURL)", "error": "\(Self.describe(error))"])
+                    logger.warning(
+                        "the room store is not reachable yet; trying again",
+                        metadata: ["store": "\(configuration.redactedURL)", "error": "\(Self.describe(error))"])
                 }
                 try await Task.sleep(for: .milliseconds(200))
             }
         }
-        logger.notice("room store ready", metadata: ["store": "\(configuration.redactedURL)", "node": "\(node)", "schema": "\(PostgresChatSchema.version)"])
+        logger.notice(
+            "room store ready", metadata: ["store": "\(configuration.redactedURL)", "node": "\(node)", "schema": "\(PostgresChatSchema.version)"])
         prepared.continuation.yield()
         prepared.continuation.finish()
     }
@@ -314,7 +322,9 @@ final class PostgresChatStore: ChatStore {
 
     /// After the commit: a new message goes into the local replica at once (called in the
     /// batch's order, so the replica gets the room's events in seq order).
-    private func apply(_ prepared: PreparedSay, _ outcome: Result<PostgresSayBatcher.Outcome, any Error>, to room: ChatRoom) -> Result<ChatRoom.SayResult, any Error> {
+    private func apply(_ prepared: PreparedSay, _ outcome: Result<PostgresSayBatcher.Outcome, any Error>, to room: ChatRoom) -> Result<
+        ChatRoom.SayResult, any Error
+    > {
         let item = prepared.item
         let recorded: PostgresSayBatcher.Outcome
         do {
@@ -347,7 +357,8 @@ final class PostgresChatStore: ChatStore {
         }
         guard await room.waitUntilApplied(seq, timeout: configuration.queryTimeout) else {
             requestCatchUp(room.name)
-            throw ChatStoreUnavailable(description: "message \(seq) was recorded but did not come back from the store within \(configuration.queryTimeout)")
+            throw ChatStoreUnavailable(
+                description: "message \(seq) was recorded but did not come back from the store within \(configuration.queryTimeout)")
         }
         return result
     }

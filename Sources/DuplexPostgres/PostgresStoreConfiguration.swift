@@ -67,7 +67,8 @@ public struct PostgresStoreConfiguration: Sendable, Hashable {
         guard let components = URLComponents(string: text), let scheme = components.scheme?.lowercased(),
             scheme == "postgres" || scheme == "postgresql"
         else {
-            throw URLError(description: "the store must be memory or a postgres:// URL, as in postgres://duplex@127.0.0.1:5432/duplex (got \(quoted))")
+            throw URLError(
+                description: "the store must be memory or a postgres:// URL, as in postgres://duplex@127.0.0.1:5432/duplex (got \(quoted))")
         }
         guard let host = components.host, !host.isEmpty else {
             throw URLError(description: "the postgres URL names no host (got \(quoted))")
@@ -82,7 +83,8 @@ public struct PostgresStoreConfiguration: Sendable, Hashable {
             case ("sslmode", "disable"?): requireTLS = false
             case ("sslmode", "require"?): requireTLS = true
             default:
-                throw URLError(description: "the postgres URL may only carry sslmode=disable or sslmode=require (got \(item.description.debugDescription))")
+                throw URLError(
+                    description: "the postgres URL may only carry sslmode=disable or sslmode=require (got \(item.description.debugDescription))")
             }
         }
         self.init(

@@ -252,7 +252,8 @@ extension Cassette {
         let action: Step.Action
         if let event = line.event {
             guard session.kind == .eventStream, side == .server else {
-                throw FormatError(line: lineNumber, "an SSE event belongs to an SSE session, from the server (session \(number) is \(session.kind.rawValue))")
+                throw FormatError(
+                    line: lineNumber, "an SSE event belongs to an SSE session, from the server (session \(number) is \(session.kind.rawValue))")
             }
             action = .event(event)
         } else if line.end == true {

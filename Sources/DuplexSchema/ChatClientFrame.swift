@@ -106,7 +106,8 @@ enum ChatFrameKeys: String, CodingKey {
             throw ChatProtocolError(.unknownType, "frame has no string \"type\"")
         }
         guard known.contains(type) else {
-            throw ChatProtocolError(.unknownType, "unknown frame type \(type.debugDescription); expected one of \(known.sorted().joined(separator: ", "))")
+            throw ChatProtocolError(
+                .unknownType, "unknown frame type \(type.debugDescription); expected one of \(known.sorted().joined(separator: ", "))")
         }
         return type
     }

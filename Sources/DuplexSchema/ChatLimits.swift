@@ -59,7 +59,8 @@ public struct ChatLimits: Sendable, Hashable {
                 props.isAlphabetic || props.numericType != nil || props.generalCategory == .nonspacingMark
                 || props.generalCategory == .spacingMark || "._- ".unicodeScalars.contains(scalar)
             guard allowed, props.generalCategory != .control else {
-                throw ChatProtocolError(.invalidName, "name may contain only letters, digits, spaces and . _ - (found \(scalar.escaped(asASCII: true)))")
+                throw ChatProtocolError(
+                    .invalidName, "name may contain only letters, digits, spaces and . _ - (found \(scalar.escaped(asASCII: true)))")
             }
         }
     }

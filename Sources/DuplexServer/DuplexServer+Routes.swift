@@ -59,7 +59,8 @@ extension DuplexServer {
                     414: "the request line is too long",
                     431: "the request head is too large or has too many fields",
                 ]
-                var response = Self.json(status: .init(code: (400..<600).contains(status) ? status : 400), #"{"error":"\#(known[status] ?? "the request was refused")"}"#)
+                var response = Self.json(
+                    status: .init(code: (400..<600).contains(status) ? status : 400), #"{"error":"\#(known[status] ?? "the request was refused")"}"#)
                 response.headers[.connection] = "close"
                 return response
             },
@@ -141,7 +142,9 @@ extension DuplexServer {
     /// Serves `service` on `channel`'s event loop (``EventLoopWebSocketHandler``), with
     /// permessage-deflate as the handshake agreed it (`deflate`), logging with the client's
     /// `trace`.
-    func installEventLoopService(_ service: any EventLoopWebSocketService, on channel: any Channel, deflate: DeflateAgreement?, trace: ConnectionTrace?) throws {
+    func installEventLoopService(
+        _ service: any EventLoopWebSocketService, on channel: any Channel, deflate: DeflateAgreement?, trace: ConnectionTrace?
+    ) throws {
         let handler = EventLoopWebSocketHandler(
             configuration: .init(maxMessageBytes: configuration.maxMessageBytes, closeTimeout: configuration.closeTimeout),
             registry: connections,

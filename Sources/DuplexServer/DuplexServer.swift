@@ -130,7 +130,8 @@ public final class DuplexServer: Service, Sendable {
                 let next: Restart?
                 do {
                     next = try await serveUntilRestart(port: port, listeners: listeners)
-                } catch  where rebindAttempts < Self.maxRebindAttempts && Self.isAddressInUse(error) && lifecycle.withLockedValue({ $0.port }) != nil {
+                } catch  where rebindAttempts < Self.maxRebindAttempts && Self.isAddressInUse(error) && lifecycle.withLockedValue({ $0.port }) != nil
+                {
                     // After a restart the port may be taken for a while: on a port from the
                     // ephemeral range, an outgoing connection can get it as its local port while
                     // the server is down. Try again until it is free (up to 30 s).
@@ -251,7 +252,8 @@ public final class DuplexServer: Service, Sendable {
         var listeners = [Listener(fault: nil, tls: try Self.context(serverTLS))]
         if tls.faults {
             guard let authority = tls.certificateAuthority else {
-                throw DuplexServerError.invalidTLSConfiguration("the TLS faults are issued by the server's own CA: make the certificate with selfSigned (--tls-self-signed)")
+                throw DuplexServerError.invalidTLSConfiguration(
+                    "the TLS faults are issued by the server's own CA: make the certificate with selfSigned (--tls-self-signed)")
             }
             var hosts = DuplexServerTLS.defaultHosts
             if !hosts.contains(configuration.host), !["0.0.0.0", "::"].contains(configuration.host) { hosts.append(configuration.host) }

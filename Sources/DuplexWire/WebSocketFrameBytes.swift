@@ -152,7 +152,8 @@ package enum WebSocketFrameBytes {
 
     /// `destination[i] = source[i] ^ key[(i + offset) % 4]`, eight bytes at a time; the two may
     /// be the same memory. `destination` holds at least as many bytes as `source`.
-    package static func xor(_ source: UnsafeRawBufferPointer, into destination: UnsafeMutableRawBufferPointer, key: WebSocketMaskingKey, offset: Int) {
+    package static func xor(_ source: UnsafeRawBufferPointer, into destination: UnsafeMutableRawBufferPointer, key: WebSocketMaskingKey, offset: Int)
+    {
         let count = source.count
         precondition(destination.count >= count, "the destination is shorter than the source")
         guard count > 0, let from = source.baseAddress, let to = destination.baseAddress else { return }

@@ -44,7 +44,9 @@ struct CassetteTests {
         #expect(lines.first == #"{"duplex-cassette":1}"#)
         #expect(lines.count == 1 + 4 + 5 + 2 + 2, "a header, an open line per session, a line per step")
         #expect(lines.contains(#"{"open":{"body":"{\"prompt\":\"hi\"}","kind":"sse","method":"POST","path":"/v1/completions"},"session":3}"#))
-        #expect(lines.contains(#"{"open":{"bodyBinary":"/wA=","kind":"sse","method":"PUT","path":"/upload"},"session":4}"#), "a body that is not UTF-8 is base64")
+        #expect(
+            lines.contains(#"{"open":{"bodyBinary":"/wA=","kind":"sse","method":"PUT","path":"/upload"},"session":4}"#),
+            "a body that is not UTF-8 is base64")
         #expect(lines.contains(#"{"at":0.012,"from":"client","session":1,"text":"{\"type\":\"say\",\"text\":\"hi\"}"}"#))
         #expect(lines.contains(#"{"at":0.014,"binary":"AAEC/w==","from":"server","session":1}"#))
         #expect(try Cassette(jsonLines: text) == Self.sample)
@@ -83,7 +85,10 @@ struct CassetteTests {
         (webSocket(#"{"at":0,"binary":"%%%","from":"server","session":1}"#), #"line 3: "binary" is not base64"#),
         (header + #"{"open":{"kind":"websocket","method":"POST","path":"/"},"session":1}"#, #"line 2: "method" and "body" belong to an SSE session"#),
         (header + #"{"open":{"kind":"sse","method":"PO ST","path":"/"},"session":1}"#, #"line 2: session 1's method "PO ST" is not an HTTP token"#),
-        (header + #"{"open":{"body":"a","bodyBinary":"YQ==","kind":"sse","path":"/"},"session":1}"#, #"line 2: a session has "body" or "bodyBinary", not both"#),
+        (
+            header + #"{"open":{"body":"a","bodyBinary":"YQ==","kind":"sse","path":"/"},"session":1}"#,
+            #"line 2: a session has "body" or "bodyBinary", not both"#
+        ),
         (header + #"{"open":{"bodyBinary":"%%","kind":"sse","path":"/"},"session":1}"#, #"line 2: "bodyBinary" is not base64"#),
     ]
 

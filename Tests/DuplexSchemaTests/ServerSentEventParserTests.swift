@@ -173,7 +173,8 @@ struct ServerSentEventParserTests {
 
     @Test("9.2.6: retry with only ASCII digits sets the reconnection time; anything else is ignored")
     func retry() throws {
-        let (events, parser) = try parse(Array("retry: 1500\ndata: a\n\nretry: 2x\ndata: b\n\nretry: -1\nretry:  30\nretry:\nretry: ３\ndata: c\n\n".utf8))
+        let (events, parser) = try parse(
+            Array("retry: 1500\ndata: a\n\nretry: 2x\ndata: b\n\nretry: -1\nretry:  30\nretry:\nretry: ３\ndata: c\n\n".utf8))
         #expect(events.map(\.retry) == [1500, nil, nil])
         #expect(parser.reconnectionTime == 1500)
         var alone = ServerSentEventParser()

@@ -224,7 +224,9 @@ struct ReadmeSSEExamplesTests {
             let peer = try await ScriptedHTTPPeer.start { n in
                 n == 1
                     ? .init(chunks: ["data: {\"text\":\"Hi\"}\n\n", "data: {\"text\":\"!\"}\n\n", "data: [DONE]\n\n"], stall: true)
-                    : .init(status: .tooManyRequests, headers: [("Retry-After", "20"), ("Content-Type", "application/json")], chunks: [#"{"error":"rate limited"}"#])
+                    : .init(
+                        status: .tooManyRequests, headers: [("Retry-After", "20"), ("Content-Type", "application/json")],
+                        chunks: [#"{"error":"rate limited"}"#])
             }
             defer { Task { await peer.stop() } }
             let apiKey = "k"

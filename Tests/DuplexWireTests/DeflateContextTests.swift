@@ -11,8 +11,12 @@ struct DeflateContextTests {
 
     /// The two ends of a connection, each seen from itself.
     static func ends(windowBits: Int = 15, takeover: Bool = true) -> (client: DeflateContext, server: DeflateContext) {
-        let agreement = DeflateAgreement(sendWindowBits: windowBits, sendNoContextTakeover: !takeover, receiveWindowBits: windowBits, receiveNoContextTakeover: !takeover)
-        return (DeflateContext(agreement: agreement, zlib: LoopZlib(memoryLevel: 8), ownStreams: true), DeflateContext(agreement: agreement, zlib: LoopZlib()))
+        let agreement = DeflateAgreement(
+            sendWindowBits: windowBits, sendNoContextTakeover: !takeover, receiveWindowBits: windowBits, receiveNoContextTakeover: !takeover)
+        return (
+            DeflateContext(agreement: agreement, zlib: LoopZlib(memoryLevel: 8), ownStreams: true),
+            DeflateContext(agreement: agreement, zlib: LoopZlib())
+        )
     }
 
     @Test("what one end compresses, the other inflates, message after message, both ways", arguments: [(15, true), (9, true), (12, false)])
@@ -57,7 +61,9 @@ struct DeflateContextTests {
         var short = Self.ends().server
         #expect(throws: LoopZlib.InflateFailure.tooLarge) { try short.inflate(exact, maxBytes: 4095, allocator: Self.allocator) }
         var garbage = Self.ends().server
-        #expect(throws: LoopZlib.InflateFailure.corrupt) { try garbage.inflate(ByteBuffer(bytes: [0xFF, 0xFF, 0xFF, 0x00, 0x13]), maxBytes: 1024, allocator: Self.allocator) }
+        #expect(throws: LoopZlib.InflateFailure.corrupt) {
+            try garbage.inflate(ByteBuffer(bytes: [0xFF, 0xFF, 0xFF, 0x00, 0x13]), maxBytes: 1024, allocator: Self.allocator)
+        }
     }
 
     @Test("a message ending in a final block (BFINAL) inflates on either end, and the next one refers back to it", arguments: [false, true])
@@ -69,10 +75,14 @@ struct DeflateContextTests {
         // A new stream that refers 5 bytes back, into the ended one: the window carries over.
         let match = ByteBuffer(bytes: [202, 0, 17, 0, 0])
         #expect(String(buffer: try context.inflate(match, maxBytes: 1024, allocator: Self.allocator)) == "hello")
-        #expect(String(buffer: try context.inflate(match, maxBytes: 1024, allocator: Self.allocator)) == "hello", "and again, from the stream that goes on")
+        #expect(
+            String(buffer: try context.inflate(match, maxBytes: 1024, allocator: Self.allocator)) == "hello",
+            "and again, from the stream that goes on")
         // Bytes after a final block, before the removed tail, are not deflate.
         var fresh = DeflateContext(agreement: DeflateAgreement(), zlib: LoopZlib(), ownStreams: ownStreams)
-        #expect(throws: LoopZlib.InflateFailure.corrupt) { try fresh.inflate(ByteBuffer(bytes: [0x01, 0x01, 0x00, 0xFE, 0xFF, 0x41, 0x00]), maxBytes: 1024, allocator: Self.allocator) }
+        #expect(throws: LoopZlib.InflateFailure.corrupt) {
+            try fresh.inflate(ByteBuffer(bytes: [0x01, 0x01, 0x00, 0xFE, 0xFF, 0x41, 0x00]), maxBytes: 1024, allocator: Self.allocator)
+        }
     }
 
     @Test("own streams without context takeover start every message afresh, both ways")

@@ -11,7 +11,10 @@ struct WebSocketEngineTests {
     static let roles: [WebSocketEngine.Role] = [.client, .server]
 
     /// A frame as the peer of `role` sends it: a client's masked, a server's not.
-    static func frame(_ opcode: WebSocketOpcode, _ bytes: [UInt8], to role: WebSocketEngine.Role, fin: Bool = true, rsv1: Bool = false, rsv2: Bool = false, rsv3: Bool = false) -> WebSocketFrame {
+    static func frame(
+        _ opcode: WebSocketOpcode, _ bytes: [UInt8], to role: WebSocketEngine.Role, fin: Bool = true, rsv1: Bool = false, rsv2: Bool = false,
+        rsv3: Bool = false
+    ) -> WebSocketFrame {
         var data = ByteBuffer(bytes: bytes)
         let key: WebSocketMaskingKey? = role == .server ? WebSocketMaskingKey([0x11, 0x22, 0x33, 0x44]) : nil
         if let key { data.webSocketMask(key) }
@@ -41,7 +44,8 @@ struct WebSocketEngineTests {
     @Test("5.1: a server refuses an unmasked frame, a client a masked one (1002)", arguments: roles)
     func masking(role: WebSocketEngine.Role) {
         var engine = WebSocketEngine(role: role, maxMessageBytes: 100)
-        let wrong = WebSocketFrame(fin: true, opcode: .text, maskKey: role == .client ? WebSocketMaskingKey([1, 2, 3, 4]) : nil, data: ByteBuffer(string: "x"))
+        let wrong = WebSocketFrame(
+            fin: true, opcode: .text, maskKey: role == .client ? WebSocketMaskingKey([1, 2, 3, 4]) : nil, data: ByteBuffer(string: "x"))
         #expect(Self.failure(engine.received(wrong)) == .protocolError)
         #expect(engine.state == .failing(sending: true) && engine.canSend, "the owner may still send its answers until it fails the connection")
         #expect(engine.received(Self.text("after", to: role)) == .none, "nothing more is read once failing")
@@ -60,14 +64,18 @@ struct WebSocketEngineTests {
             #expect(Self.failure(engine.received(Self.frame(.text, [65], to: role, rsv1: rsv1, rsv2: rsv2, rsv3: rsv3))) == .protocolError)
         }
         var compressed = WebSocketEngine(role: role, maxMessageBytes: 100, compressionNegotiated: true)
-        #expect(Self.failure(compressed.received(Self.frame(.text, [65], to: role, rsv2: true))) == .protocolError, "RSV2 means nothing to permessage-deflate")
+        #expect(
+            Self.failure(compressed.received(Self.frame(.text, [65], to: role, rsv2: true))) == .protocolError,
+            "RSV2 means nothing to permessage-deflate")
     }
 
     @Test("5.2: reserved opcodes, data (3-7) and control (B-F), fail with 1002", arguments: roles)
     func reservedOpcodes(role: WebSocketEngine.Role) {
         for code in [0x3, 0x7, 0xB, 0xF] as [UInt8] {
             var engine = WebSocketEngine(role: role, maxMessageBytes: 100)
-            #expect(Self.failure(engine.received(Self.frame(WebSocketOpcode(encodedWebSocketOpcode: code)!, [1], to: role))) == .protocolError, "opcode \(code)")
+            #expect(
+                Self.failure(engine.received(Self.frame(WebSocketOpcode(encodedWebSocketOpcode: code)!, [1], to: role))) == .protocolError,
+                "opcode \(code)")
         }
     }
 
@@ -112,7 +120,9 @@ struct WebSocketEngineTests {
     func pingPong(role: WebSocketEngine.Role) {
         var engine = WebSocketEngine(role: role, maxMessageBytes: 100)
         #expect(engine.received(Self.frame(.ping, [1, 2, 3], to: role)) == .sendPong(ByteBuffer(bytes: [1, 2, 3])))
-        #expect(engine.received(Self.frame(.ping, Array(repeating: 9, count: 125), to: role)) == .sendPong(ByteBuffer(bytes: Array(repeating: 9, count: 125))))
+        #expect(
+            engine.received(Self.frame(.ping, Array(repeating: 9, count: 125), to: role))
+                == .sendPong(ByteBuffer(bytes: Array(repeating: 9, count: 125))))
         #expect(engine.received(Self.frame(.pong, [9], to: role)) == .pongReceived(ByteBuffer(bytes: [9])))
         _ = engine.close(code: .normalClosure, reason: "")
         #expect(engine.received(Self.frame(.ping, [1], to: role)) == .none)
@@ -123,13 +133,16 @@ struct WebSocketEngineTests {
     @Test("5.5.1: the peer's close is answered with its own code; the code and reason are reported", arguments: roles)
     func peerClose(role: WebSocketEngine.Role) {
         var engine = WebSocketEngine(role: role, maxMessageBytes: 100)
-        #expect(engine.received(Self.frame(.connectionClose, [0x03, 0xE9] + Array("bye".utf8), to: role)) == .replyToClose(code: .goingAway, reason: "bye"))
+        #expect(
+            engine.received(Self.frame(.connectionClose, [0x03, 0xE9] + Array("bye".utf8), to: role))
+                == .replyToClose(code: .goingAway, reason: "bye"))
         #expect(!engine.canSend)
         #expect(engine.received(Self.text("late", to: role)) == .none, "nothing after the close")
         var empty = WebSocketEngine(role: role, maxMessageBytes: 100)
         #expect(empty.received(Self.frame(.connectionClose, [], to: role)) == .replyToClose(code: nil, reason: ""), "no code: an empty close answers")
         var application = WebSocketEngine(role: role, maxMessageBytes: 100)
-        #expect(application.received(Self.frame(.connectionClose, [0x0F, 0xA0], to: role)) == .replyToClose(code: WebSocketCloseCode(4000), reason: ""))
+        #expect(
+            application.received(Self.frame(.connectionClose, [0x0F, 0xA0], to: role)) == .replyToClose(code: WebSocketCloseCode(4000), reason: ""))
     }
 
     @Test("5.5.1, 7.4: a malformed close fails: 1-byte payload or a code that may not be sent 1002, a reason not UTF-8 1007", arguments: roles)
@@ -154,7 +167,8 @@ struct WebSocketEngineTests {
         }
     }
 
-    @Test("7: a close we start completes when the peer answers; messages in flight are still delivered; a second close does nothing", arguments: roles)
+    @Test(
+        "7: a close we start completes when the peer answers; messages in flight are still delivered; a second close does nothing", arguments: roles)
     func ourClose(role: WebSocketEngine.Role) {
         var engine = WebSocketEngine(role: role, maxMessageBytes: 100)
         #expect(engine.close(code: .normalClosure, reason: "done") == .sendClose(.normalClosure, reason: "done"))
@@ -169,7 +183,9 @@ struct WebSocketEngineTests {
     func failureAfterOurClose(role: WebSocketEngine.Role) {
         var engine = WebSocketEngine(role: role, maxMessageBytes: 100)
         _ = engine.close(code: .normalClosure, reason: "")
-        #expect(engine.received(Self.frame(.text, [65], to: role, rsv2: true)) == .fail(.protocolError, reason: "\(role.peer) set reserved bits with no extension agreed", sendCloseFrame: false))
+        #expect(
+            engine.received(Self.frame(.text, [65], to: role, rsv2: true))
+                == .fail(.protocolError, reason: "\(role.peer) set reserved bits with no extension agreed", sendCloseFrame: false))
         #expect(engine.received(Self.text("more", to: role)) == .none, "nothing once failed")
     }
 
@@ -200,12 +216,18 @@ struct WebSocketEngineTests {
         var whole = WebSocketEngine(role: role, maxMessageBytes: 100)
         #expect(Self.failure(whole.received(Self.frame(.text, [0xC3, 0x28], to: role))) == .invalidFramePayloadData)
         var early = WebSocketEngine(role: role, maxMessageBytes: 100)
-        #expect(Self.failure(early.received(Self.frame(.text, [0x41, 0xED, 0xA0], to: role, fin: false))) == .invalidFramePayloadData, "a surrogate fails at its fragment")
+        #expect(
+            Self.failure(early.received(Self.frame(.text, [0x41, 0xED, 0xA0], to: role, fin: false))) == .invalidFramePayloadData,
+            "a surrogate fails at its fragment")
         var unfinished = WebSocketEngine(role: role, maxMessageBytes: 100)
         _ = unfinished.received(Self.frame(.text, [0x41], to: role, fin: false))
-        #expect(Self.failure(unfinished.received(Self.frame(.continuation, [0xE2, 0x82], to: role))) == .invalidFramePayloadData, "the message ends inside a character")
+        #expect(
+            Self.failure(unfinished.received(Self.frame(.continuation, [0xE2, 0x82], to: role))) == .invalidFramePayloadData,
+            "the message ends inside a character")
         var binary = WebSocketEngine(role: role, maxMessageBytes: 100)
-        #expect(binary.received(Self.frame(.binary, [0xC3, 0x28], to: role)) == .deliver(.binary, ByteBuffer(bytes: [0xC3, 0x28])), "binary is not checked")
+        #expect(
+            binary.received(Self.frame(.binary, [0xC3, 0x28], to: role)) == .deliver(.binary, ByteBuffer(bytes: [0xC3, 0x28])),
+            "binary is not checked")
     }
 
     // MARK: 10.4 size limits
@@ -218,7 +240,9 @@ struct WebSocketEngineTests {
         #expect(Self.failure(whole.received(Self.frame(.binary, [1, 2, 3, 4, 5], to: role))) == .messageTooBig)
         var fragmented = WebSocketEngine(role: role, maxMessageBytes: 4)
         #expect(fragmented.received(Self.frame(.binary, [1, 2, 3], to: role, fin: false)) == .none)
-        #expect(Self.failure(fragmented.received(Self.frame(.continuation, [4, 5], to: role, fin: false))) == .messageTooBig, "at the fragment that passes it")
+        #expect(
+            Self.failure(fragmented.received(Self.frame(.continuation, [4, 5], to: role, fin: false))) == .messageTooBig,
+            "at the fragment that passes it")
         var decoded = WebSocketEngine(role: role, maxMessageBytes: 4)
         #expect(Self.failure(decoded.decodingFailed(NIOWebSocketError.invalidFrameLength)) == .messageTooBig)
     }
@@ -235,7 +259,8 @@ struct WebSocketEngineTests {
         #expect(Self.failure(engine.received(Self.frame(.ping, [1], to: role, rsv1: true))) == .protocolError, "RSV1 on a control frame")
         var continuation = WebSocketEngine(role: role, maxMessageBytes: 8, compressionNegotiated: true)
         _ = continuation.received(Self.frame(.text, [0x41], to: role, fin: false, rsv1: true))
-        #expect(Self.failure(continuation.received(Self.frame(.continuation, [0x41], to: role, rsv1: true))) == .protocolError, "RSV1 on a continuation")
+        #expect(
+            Self.failure(continuation.received(Self.frame(.continuation, [0x41], to: role, rsv1: true))) == .protocolError, "RSV1 on a continuation")
         var invalid = WebSocketEngine(role: role, maxMessageBytes: 8, compressionNegotiated: true)
         #expect(Self.failure(invalid.inflated(.text, ByteBuffer(bytes: [0xC3, 0x28]))) == .invalidFramePayloadData, "inflated text is UTF-8 too")
         var large = WebSocketEngine(role: role, maxMessageBytes: 8, compressionNegotiated: true)

@@ -61,7 +61,8 @@ struct WebSocketFrameBytesTests {
     )
     func roundTrip(count: Int, masked: Bool) throws {
         let key = masked ? Self.key : nil
-        let (first, second) = WebSocketFrameBytes.encode(fin: false, rsv1: true, opcode: .binary, payload: Self.payload(count), maskKey: key, allocator: ByteBufferAllocator())
+        let (first, second) = WebSocketFrameBytes.encode(
+            fin: false, rsv1: true, opcode: .binary, payload: Self.payload(count), maskKey: key, allocator: ByteBufferAllocator())
         let frames = try Self.decode([first] + (second.map { [$0] } ?? []))
         #expect(frames.count == 1)
         let frame = try #require(frames.first)

@@ -20,7 +20,8 @@ struct WebSocketFrameParserTests {
         ]
         for (opcode, count, fin, maskKey) in frames {
             let payload = ByteBuffer(bytes: (0..<count).map { UInt8(truncatingIfNeeded: $0) })
-            let (first, second) = WebSocketFrameBytes.encode(fin: fin, rsv1: opcode == .binary, opcode: opcode, payload: payload, maskKey: maskKey, allocator: ByteBufferAllocator())
+            let (first, second) = WebSocketFrameBytes.encode(
+                fin: fin, rsv1: opcode == .binary, opcode: opcode, payload: payload, maskKey: maskKey, allocator: ByteBufferAllocator())
             stream.writeImmutableBuffer(first)
             if let second { stream.writeImmutableBuffer(second) }
         }
@@ -84,7 +85,9 @@ struct WebSocketFrameParserTests {
         #expect(!parser.holdsBytes)
     }
 
-    @Test("a frame that spans reads reserves room for what has arrived times the growth factor, never what its header merely claims; it is still read whole")
+    @Test(
+        "a frame that spans reads reserves room for what has arrived times the growth factor, never what its header merely claims; it is still read whole"
+    )
     func reservationFollowsArrivedBytes() throws {
         let claimed = 16_000_000
         var parser = WebSocketFrameParser(maxFrameSize: 16 << 20)
@@ -120,10 +123,13 @@ struct WebSocketFrameParserTests {
         buffer.withUnsafeReadableBytes { UInt(bitPattern: $0.baseAddress) }
     }
 
-    @Test("the last frame of a read is unmasked where it was read (no copy, room in front for an echo's header); a frame whose bytes are shared is copied, and the shared bytes stay as they were")
+    @Test(
+        "the last frame of a read is unmasked where it was read (no copy, room in front for an echo's header); a frame whose bytes are shared is copied, and the shared bytes stay as they were"
+    )
     func unmaskedInPlace() throws {
         let text = String(repeating: "in place ", count: 1_000)
-        let (masked, _) = WebSocketFrameBytes.encode(opcode: .text, payload: ByteBuffer(string: text), maskKey: Self.key, allocator: ByteBufferAllocator())
+        let (masked, _) = WebSocketFrameBytes.encode(
+            opcode: .text, payload: ByteBuffer(string: text), maskKey: Self.key, allocator: ByteBufferAllocator())
         let header = WebSocketFrameBytes.headerSize(length: text.utf8.count, masked: true)
 
         // Read, and held by nothing else: unmasked in the read buffer, the header's room in front.
@@ -142,7 +148,9 @@ struct WebSocketFrameParserTests {
         #expect(Self.address(message) == readAddress + UInt(header), "unmasked where it was read")
         let (echo, rest) = WebSocketFrameBytes.encode(opcode: .text, payload: consume message, allocator: ByteBufferAllocator())
         #expect(rest == nil, "the echo is one buffer")
-        #expect(Self.address(echo) == readAddress + UInt(header - WebSocketFrameBytes.headerSize(length: text.utf8.count, masked: false)), "its header went in front of the payload, over the frame's")
+        #expect(
+            Self.address(echo) == readAddress + UInt(header - WebSocketFrameBytes.headerSize(length: text.utf8.count, masked: false)),
+            "its header went in front of the payload, over the frame's")
 
         // Shared (the reader keeps the bytes): copied as it is unmasked; the shared bytes are as read.
         let kept = masked

@@ -76,7 +76,8 @@ public final class ChatClient: Sendable {
     public init(url: URL, name: String, configuration: WebSocketConfiguration = ChatClient.defaultConfiguration) {
         self.url = url
         self.name = name
-        self.socket = WebSocket(request: WebSocketRequest(url: url), configuration: configuration, clock: ContinuousClock(), policy: ChatClientCore.policy(configuration))
+        self.socket = WebSocket(
+            request: WebSocketRequest(url: url), configuration: configuration, clock: ContinuousClock(), policy: ChatClientCore.policy(configuration))
         self.core = ChatClientCore(name: name, socket: socket, configuration: configuration)
         socket.prepareRequest = { [weak core] request in
             var request = request

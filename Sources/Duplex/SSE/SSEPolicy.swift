@@ -77,7 +77,8 @@ extension ConnectionLifecycle.Failure where Policy == SSEPolicy {
         case .gaveUp(let attempts, let loss):
             SSEError(
                 .retriesExhausted,
-                (retryPolicy.enabled ? "gave up after \(attempts) reconnection attempts" : "retries are disabled") + "; the last attempt: \(loss.reason)"
+                (retryPolicy.enabled ? "gave up after \(attempts) reconnection attempts" : "retries are disabled")
+                    + "; the last attempt: \(loss.reason)"
             )
         }
     }

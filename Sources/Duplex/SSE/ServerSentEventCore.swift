@@ -246,9 +246,11 @@ final class ServerSentEventCore: LifecycleRunner {
                 try? await opened.body.channel.close()
                 let status = Int(opened.head.status.code)
                 let location = opened.head.headers.first(name: "Location") ?? ""
-                guard let next = URL(string: location, relativeTo: url)?.absoluteURL, ["http", "https"].contains(next.scheme?.lowercased() ?? "") else {
+                guard let next = URL(string: location, relativeTo: url)?.absoluteURL, ["http", "https"].contains(next.scheme?.lowercased() ?? "")
+                else {
                     throw SSEError(
-                        .badStatus, "the server redirected (HTTP \(status)) to \(location.isEmpty ? "no location" : String(location.prefix(200)).debugDescription), which is not an http or https URL",
+                        .badStatus,
+                        "the server redirected (HTTP \(status)) to \(location.isEmpty ? "no location" : String(location.prefix(200)).debugDescription), which is not an http or https URL",
                         status: status)
                 }
                 guard visited.count <= Self.maxRedirects else {
@@ -294,7 +296,8 @@ final class ServerSentEventCore: LifecycleRunner {
                 generation: generation, opened: isOpen,
                 loss: SSELoss(
                     reason: .streamError(described),
-                    retry: [.tlsFailed, .proxyFailed, .invalidURL, .invalidHeader, .invalidRequest, .badStatus].contains(described.code) ? .never : .policy()))
+                    retry: [.tlsFailed, .proxyFailed, .invalidURL, .invalidHeader, .invalidRequest, .badStatus].contains(described.code)
+                        ? .never : .policy()))
         }
     }
 
@@ -311,7 +314,9 @@ final class ServerSentEventCore: LifecycleRunner {
             request.additionalHeaders = request.additionalHeaders.filter { !bodyHeaders.contains($0.key.lowercased()) }
         }
         if origin(next) != origin(url) {
-            request.additionalHeaders = request.additionalHeaders.filter { !["authorization", "cookie", "proxy-authorization"].contains($0.key.lowercased()) }
+            request.additionalHeaders = request.additionalHeaders.filter {
+                !["authorization", "cookie", "proxy-authorization"].contains($0.key.lowercased())
+            }
         }
         return request
     }
@@ -376,7 +381,9 @@ final class ServerSentEventCore: LifecycleRunner {
     ) async throws -> SSELoss? {
         let status = Int(response.status.code)
         if status == 204 {
-            return SSELoss(reason: .streamError(SSEError(.noContent, "the server answered 204 No Content: it asks the client to stop", status: 204)), retry: .never)
+            return SSELoss(
+                reason: .streamError(SSEError(.noContent, "the server answered 204 No Content: it asks the client to stop", status: 204)),
+                retry: .never)
         }
         guard (200..<300).contains(status) else {
             let answer = await Self.readAnswer(response, body: &body, channel: channel, within: TimeAmount(configuration.connectTimeout))
@@ -475,7 +482,8 @@ final class ServerSentEventCore: LifecycleRunner {
         case let error as ServerSentEventError:
             return SSEError(.eventTooLarge, error.message)
         case let error as HTTPParserError where error == .invalidEOFState:
-            return SSEError(.connectionFailed, "the connection to \(target) closed before the response ended (a drop, not the server's end of the stream)")
+            return SSEError(
+                .connectionFailed, "the connection to \(target) closed before the response ended (a drop, not the server's end of the stream)")
         case let error as HTTPParserError where error == .headerOverflow:
             return SSEError(.connectionFailed, "\(target) answered with headers over the size limit")
         case let error as HTTPParserError:

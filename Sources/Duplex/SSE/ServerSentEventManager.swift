@@ -75,7 +75,8 @@ public final class ServerSentEventManager: Sendable {
         lastEventID: String? = nil,
         clock: some Clock<Duration>
     ) {
-        self.core = ServerSentEventCore(request: request, retryPolicy: retryPolicy, configuration: configuration, lastEventID: lastEventID ?? "", clock: clock)
+        self.core = ServerSentEventCore(
+            request: request, retryPolicy: retryPolicy, configuration: configuration, lastEventID: lastEventID ?? "", clock: clock)
     }
 
     deinit {

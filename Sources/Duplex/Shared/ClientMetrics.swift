@@ -56,7 +56,8 @@ struct ClientMetrics: Sendable {
         case .scheduleRetry:
             reconnects.increment()
         case .attemptFailed(let loss, _):
-            Counter(label: "duplex_client_connection_failures_total", dimensions: [("kind", kind), ("cause", cause(loss))], factory: factory).increment()
+            Counter(label: "duplex_client_connection_failures_total", dimensions: [("kind", kind), ("cause", cause(loss))], factory: factory)
+                .increment()
         case .lost(let loss, _):
             Counter(label: "duplex_client_connections_lost_total", dimensions: [("kind", kind), ("cause", cause(loss))], factory: factory).increment()
         case .dropQueued(let count, _):

@@ -106,7 +106,8 @@ enum RequestHeaderCheck {
                 return "the header name \(String(name.prefix(60)).debugDescription) is not an HTTP token"
             }
             if value.utf8.contains(where: { ($0 < 0x20 && $0 != 0x09) || $0 == 0x7F }) {
-                return "the value of the header \(name.prefix(60)) holds a control character (CR, LF, NUL or another): it would split or corrupt the request"
+                return
+                    "the value of the header \(name.prefix(60)) holds a control character (CR, LF, NUL or another): it would split or corrupt the request"
             }
         }
         return nil

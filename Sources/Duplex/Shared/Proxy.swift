@@ -76,7 +76,8 @@ public struct Proxy: Sendable, Hashable {
         guard (1...65535).contains(port) else { throw WebSocketError(.invalidURL, "the proxy port is out of range: \(port)") }
         switch scheme {
         case "http":
-            return .http(host: host, port: port, username: components.user?.removingPercentEncoding, password: components.password?.removingPercentEncoding)
+            return .http(
+                host: host, port: port, username: components.user?.removingPercentEncoding, password: components.password?.removingPercentEncoding)
         case "socks5", "socks5h":
             guard components.user == nil else {
                 throw WebSocketError(.invalidURL, "SOCKS5 proxies with a user and password are not supported (NIOSOCKS speaks no authentication)")

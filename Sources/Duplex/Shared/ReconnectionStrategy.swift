@@ -131,7 +131,8 @@ public struct ReconnectionStrategy: Sendable {
     /// A server's `Retry-After`, clamped to `minimumDelay...maxDelay`.
     func bounded(retryAfter: Duration) -> Duration {
         let limit = max(DelayArithmetic.seconds(minimumDelay), DelayArithmetic.seconds(maxDelay))
-        return DelayArithmetic.duration(seconds: DelayArithmetic.clamp(DelayArithmetic.seconds(retryAfter), to: DelayArithmetic.seconds(minimumDelay)...limit))
+        return DelayArithmetic.duration(
+            seconds: DelayArithmetic.clamp(DelayArithmetic.seconds(retryAfter), to: DelayArithmetic.seconds(minimumDelay)...limit))
     }
 
     /// Never reconnect.
@@ -183,7 +184,8 @@ public struct ReconnectionStrategy: Sendable {
         maxDelay: Duration = .seconds(30),
         maxAttempts: Int? = nil
     ) -> ReconnectionStrategy {
-        ReconnectionStrategy(maxAttempts: maxAttempts, initialDelay: step, maxDelay: maxDelay, backoffMultiplier: 1, backoffIncrement: step, jitter: 0)
+        ReconnectionStrategy(
+            maxAttempts: maxAttempts, initialDelay: step, maxDelay: maxDelay, backoffMultiplier: 1, backoffIncrement: step, jitter: 0)
     }
 
     /// ``linearBackoff(step:maxDelay:maxAttempts:)`` in seconds.

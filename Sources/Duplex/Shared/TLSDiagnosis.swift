@@ -20,7 +20,9 @@ enum TLSDiagnosis {
                 certificate._subjectAlternativeNames().compactMap { name -> String? in
                     guard name.nameType == .dnsName else { return nil }
                     let text = String(decoding: name.contents.prefix(253), as: UTF8.self)
-                    return String(text.unicodeScalars.filter { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "-.*_".unicodeScalars.contains($0)) }.map(Character.init))
+                    return String(
+                        text.unicodeScalars.filter { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "-.*_".unicodeScalars.contains($0)) }
+                            .map(Character.init))
                 }.prefix(5)
             }
             let shown = names.map { $0.isEmpty ? "" : " (its DNS names: \($0.joined(separator: ", ")))" } ?? ""
@@ -167,7 +169,8 @@ final class TLSGate: ChannelInboundHandler, RemovableChannelHandler, Sendable {
         // BoringSSL takes any RSA key size; OpenSSL's default security level, browsers and
         // NIST (since 2013) refuse less than 2,048 bits.
         if let spki = try? certificate?.extractPublicKey().toSPKIBytes(), let bits = DERCertificateNames.rsaModulusBits(spki: spki), bits < 2048 {
-            finish(.failure(WebSocketError(.tlsFailed, "weak key: the server's certificate has a \(bits)-bit RSA key; at least 2048 bits are required")))
+            finish(
+                .failure(WebSocketError(.tlsFailed, "weak key: the server's certificate has a \(bits)-bit RSA key; at least 2048 bits are required")))
             context.close(promise: nil)
             return
         }

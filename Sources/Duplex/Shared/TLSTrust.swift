@@ -64,7 +64,8 @@ extension TLSTrust {
         var tls = TLSConfiguration.makeClientConfiguration()
         try identity?.apply(to: &tls)
         for pin in pins where Data(base64Encoded: pin)?.count != 32 {
-            throw WebSocketError(.tlsFailed, "the pin \(pin.prefix(60).debugDescription) is not a base64 SHA-256 digest (44 characters, as curl's sha256//… takes it)")
+            throw WebSocketError(
+                .tlsFailed, "the pin \(pin.prefix(60).debugDescription) is not a base64 SHA-256 digest (44 characters, as curl's sha256//… takes it)")
         }
         switch value {
         case .systemRoots:
@@ -80,7 +81,10 @@ extension TLSTrust {
             tls.trustRoots = .certificates(certificates)
         case .insecureAcceptAnyCertificate:
             guard pins.isEmpty else {
-                throw WebSocketError(.tlsFailed, "public-key pins add to certificate verification, and insecureAcceptAnyCertificate turns it off: pin with systemRoots or certificateAuthority")
+                throw WebSocketError(
+                    .tlsFailed,
+                    "public-key pins add to certificate verification, and insecureAcceptAnyCertificate turns it off: pin with systemRoots or certificateAuthority"
+                )
             }
             tls.certificateVerification = .none
         }
@@ -106,7 +110,9 @@ public struct TLSIdentity: Sendable, Hashable {
     /// Like ``pem(certificateChain:privateKey:)``, reading both from files.
     /// - Throws: when a file cannot be read.
     public static func pemFiles(certificateChain: String, privateKey: String) throws -> TLSIdentity {
-        .pem(certificateChain: try String(contentsOfFile: certificateChain, encoding: .utf8), privateKey: try String(contentsOfFile: privateKey, encoding: .utf8))
+        .pem(
+            certificateChain: try String(contentsOfFile: certificateChain, encoding: .utf8),
+            privateKey: try String(contentsOfFile: privateKey, encoding: .utf8))
     }
 
     /// Puts the identity into a NIOSSL client configuration.

@@ -28,7 +28,10 @@ struct ClientConnector: Sendable {
     var applicationProtocols: [String] = []
 
     /// A connector to `endpoint` with the TLS, proxy and timeout settings of a configuration.
-    init(endpoint: WebSocketRequest.Endpoint, settings: some ConnectionSettings, waterMark: ChannelOptions.Types.WriteBufferWaterMark?, stageName: String) {
+    init(
+        endpoint: WebSocketRequest.Endpoint, settings: some ConnectionSettings, waterMark: ChannelOptions.Types.WriteBufferWaterMark?,
+        stageName: String
+    ) {
         self.host = endpoint.host
         self.port = endpoint.port
         self.secure = endpoint.secure
@@ -52,7 +55,9 @@ struct ClientConnector: Sendable {
 
     /// ``connect(_:)``, with the application protocol ALPN chose (nil for a plain connection, or
     /// when none was chosen) passed to `stage`.
-    func connectNegotiating<Output: Sendable>(_ stage: @escaping @Sendable (any Channel, String?) throws -> EventLoopFuture<Output>) async throws -> Output {
+    func connectNegotiating<Output: Sendable>(_ stage: @escaping @Sendable (any Channel, String?) throws -> EventLoopFuture<Output>) async throws
+        -> Output
+    {
         let sslContext = try secure ? Self.makeSSLContext(tlsTrust, identity: tlsIdentity, applicationProtocols: applicationProtocols) : nil
         let route = try proxy?.route(secure: secure, host: host)
         let (connectHost, connectPort) = route.map(\.address) ?? (host, port)
@@ -74,7 +79,8 @@ struct ClientConnector: Sendable {
                             return progress.cancelled
                         }
                         if cancelled { throw CancellationError() }
-                        return try setUp(channel, sslContext: sslContext, tlsGate: tlsGate, route: route, deadline: deadline, progress: progress, stage: stage)
+                        return try setUp(
+                            channel, sslContext: sslContext, tlsGate: tlsGate, route: route, deadline: deadline, progress: progress, stage: stage)
                     }
                 }
                 return try await staged.get()
@@ -127,7 +133,9 @@ struct ClientConnector: Sendable {
             channel.close(promise: nil)
         }
         let (host, port) = (self.host, self.port)
-        let tunnel = try route.map { try ProxyTunnel.open($0, on: channel, to: host, port: port, deadline: deadline) } ?? channel.eventLoop.makeSucceededVoidFuture()
+        let tunnel =
+            try route.map { try ProxyTunnel.open($0, on: channel, to: host, port: port, deadline: deadline) }
+            ?? channel.eventLoop.makeSucceededVoidFuture()
         let secured = tunnel.flatMapThrowing { () -> EventLoopFuture<Void> in
             guard let sslContext, let tlsGate else { return channel.eventLoop.makeSucceededVoidFuture() }
             let serverName = host.isIPAddress ? nil : host
@@ -168,7 +176,10 @@ struct ClientConnector: Sendable {
             if error.dnsAAAAError != nil || error.dnsAError != nil, error.connectionErrors.isEmpty {
                 return WebSocketError(.connectionFailed, "could not resolve \(host)")
             }
-            return WebSocketError(.connectionFailed, "could not connect to \(target): \(error.connectionErrors.first.map { SystemErrorText.describe($0.error) } ?? "no address could be reached")")
+            return WebSocketError(
+                .connectionFailed,
+                "could not connect to \(target): \(error.connectionErrors.first.map { SystemErrorText.describe($0.error) } ?? "no address could be reached")"
+            )
         case let error as IOError:
             return WebSocketError(.connectionFailed, "could not connect to \(target): \(SystemErrorText.describe(error))")
         case ChannelError.ioOnClosedChannel, ChannelError.alreadyClosed, ChannelError.eof:

@@ -84,7 +84,9 @@ enum EventStreamConnection {
             let body = try NIOAsyncChannel<ByteBuffer, Never>(wrappingChannelSynchronously: channel)
             let headPromise = response.headPromise
             let deadline = channel.eventLoop.scheduleTask(in: connectTimeout) {
-                headPromise.fail(WebSocketError(.connectTimeout, "the request to \(endpoint.host):\(endpoint.port) was not answered within \(Duration(connectTimeout))"))
+                headPromise.fail(
+                    WebSocketError(
+                        .connectTimeout, "the request to \(endpoint.host):\(endpoint.port) was not answered within \(Duration(connectTimeout))"))
                 channel.close(promise: nil)
             }
             headPromise.futureResult.whenComplete { result in
@@ -180,7 +182,8 @@ private final class EventStreamResponseHandler: ChannelDuplexHandler {
         headPromise.fail(ChannelError.eof)
         if headArrived, !settled {
             settled = true
-            context.fireErrorCaught(SSEError(.connectionFailed, "the connection closed before the response ended (a drop, not the server's end of the stream)"))
+            context.fireErrorCaught(
+                SSEError(.connectionFailed, "the connection closed before the response ended (a drop, not the server's end of the stream)"))
         }
         context.fireChannelInactive()
     }

@@ -66,7 +66,8 @@ struct NIOWebSocketTransport: WebSocketTransport {
         configuration: WebSocketConfiguration,
         delegate: any WebSocketTransportDelegate
     ) async throws -> any WebSocketTransportConnection {
-        let connector = ClientConnector(endpoint: endpoint, settings: configuration, waterMark: Self.waterMark(configuration), stageName: "the handshake")
+        let connector = ClientConnector(
+            endpoint: endpoint, settings: configuration, waterMark: Self.waterMark(configuration), stageName: "the handshake")
         let result: UpgradeResult
         do {
             result = try await connector.connect { channel in
@@ -161,7 +162,9 @@ struct NIOWebSocketTransport: WebSocketTransport {
     /// RFC 8441's request: `CONNECT` with `:protocol = websocket`, and the headers an HTTP/1.1
     /// upgrade would carry but for those HTTP/2 leaves out (`Host` is `:authority`; no
     /// `Sec-WebSocket-Key`, `Upgrade` or `Connection`).
-    private static func connectRequest(request: WebSocketRequest, endpoint: WebSocketRequest.Endpoint, configuration: WebSocketConfiguration) -> HTTPRequest {
+    private static func connectRequest(request: WebSocketRequest, endpoint: WebSocketRequest.Endpoint, configuration: WebSocketConfiguration)
+        -> HTTPRequest
+    {
         var head = HTTPRequest(method: .connect, scheme: "https", authority: endpoint.hostHeader, path: endpoint.target)
         head.extendedConnectProtocol = "websocket"
         head.headerFields[.secWebSocketVersion] = "13"
@@ -249,7 +252,9 @@ struct NIOWebSocketTransport: WebSocketTransport {
         let answers = extensionAnswers.filter { !$0.allSatisfy(\.isWhitespace) }
         if !answers.isEmpty {
             guard let offeredDeflate = configuration.compression else {
-                throw WebSocketError(.unexpectedExtension, "the server enabled the extension \(answers.joined(separator: ", ").prefix(100).debugDescription), which was not offered")
+                throw WebSocketError(
+                    .unexpectedExtension,
+                    "the server enabled the extension \(answers.joined(separator: ", ").prefix(100).debugDescription), which was not offered")
             }
             let answer = answers.joined(separator: ", ")
             let agreement: DeflateAgreement
@@ -257,7 +262,8 @@ struct NIOWebSocketTransport: WebSocketTransport {
                 agreement = try PerMessageDeflateNegotiation.accept(answer, offered: offeredDeflate)
             } catch {
                 // accept throws only its Refusal (typed throws).
-                throw WebSocketError(.unexpectedExtension, "the server's permessage-deflate answer \(answer.prefix(100).debugDescription) \(error.reason)")
+                throw WebSocketError(
+                    .unexpectedExtension, "the server's permessage-deflate answer \(answer.prefix(100).debugDescription) \(error.reason)")
             }
             // The connection's own zlib streams (made on first use), going on from message to
             // message.

@@ -10,7 +10,8 @@ import NIOSOCKS
 /// the tunnel is open: what follows (TLS, the WebSocket handshake) talks to the target.
 enum ProxyTunnel {
     /// Installs the tunnel's handlers; the future succeeds once the tunnel is open.
-    static func open(_ route: Proxy.Route, on channel: any Channel, to host: String, port: Int, deadline: NIODeadline) throws -> EventLoopFuture<Void> {
+    static func open(_ route: Proxy.Route, on channel: any Channel, to host: String, port: Int, deadline: NIODeadline) throws -> EventLoopFuture<Void>
+    {
         let operations = channel.pipeline.syncOperations
         switch route {
         case .http(_, _, let username, let password):
@@ -79,7 +80,8 @@ enum ProxyTunnel {
             return WebSocketError(.proxyFailed, "the proxy \(meaning) (HTTP \(code))", status: code)
         default:
             // The error may quote the proxy's answer: printable ASCII only, and not much of it.
-            let said = String(String(describing: error).unicodeScalars.filter { $0.isASCII && $0.value >= 0x20 && $0.value < 0x7F }.prefix(200).map(Character.init))
+            let said = String(
+                String(describing: error).unicodeScalars.filter { $0.isASCII && $0.value >= 0x20 && $0.value < 0x7F }.prefix(200).map(Character.init))
             return WebSocketError(.proxyFailed, "the proxy did not open a tunnel to \(target): \(said)")
         }
     }

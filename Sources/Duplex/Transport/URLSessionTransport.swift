@@ -90,7 +90,9 @@ final class URLSessionWebSocketSessionDelegate: NSObject, URLSessionWebSocketDel
         didCloseWith closeCode: URLSessionWebSocketTask.CloseCode,
         reason: Data?
     ) {
-        connection?.finish(code: WebSocketCloseCode(UInt16(clamping: closeCode.rawValue)), reason: reason.map { String(decoding: $0, as: UTF8.self) } ?? "", error: nil)
+        connection?.finish(
+            code: WebSocketCloseCode(UInt16(clamping: closeCode.rawValue)), reason: reason.map { String(decoding: $0, as: UTF8.self) } ?? "",
+            error: nil)
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
@@ -100,7 +102,9 @@ final class URLSessionWebSocketSessionDelegate: NSObject, URLSessionWebSocketDel
             described = WebSocketError(.upgradeRejected, "the server answered the WebSocket handshake with HTTP \(status)", status: status)
         } else if let error = error as? URLError, error.code == .timedOut {
             described = WebSocketError(.connectTimeout, "the connection timed out")
-        } else if let error = error as? URLError, [.serverCertificateUntrusted, .secureConnectionFailed, .serverCertificateHasBadDate].contains(error.code) {
+        } else if let error = error as? URLError,
+            [.serverCertificateUntrusted, .secureConnectionFailed, .serverCertificateHasBadDate].contains(error.code)
+        {
             described = WebSocketError(.tlsFailed, "TLS failed: \(error.localizedDescription)")
         } else {
             described = WebSocketError(.connectionFailed, error.map { "the connection failed: \($0.localizedDescription)" } ?? "the connection ended")

@@ -107,7 +107,8 @@ final class WebSocketCore: LifecycleRunner {
             label: "events",
             logger: logger
         )
-        self.messages = Broadcaster(limit: limit, byteLimit: bytes, cost: { $0.byteCount }, buffering: buffering, gate: gate, label: "messages", logger: logger)
+        self.messages = Broadcaster(
+            limit: limit, byteLimit: bytes, cost: { $0.byteCount }, buffering: buffering, gate: gate, label: "messages", logger: logger)
         self.reports = Broadcaster(
             limit: limit,
             byteLimit: bytes,
@@ -120,7 +121,9 @@ final class WebSocketCore: LifecycleRunner {
         self.states = Broadcaster(limit: limit, buffering: .newest(limit), label: "stateEvents", logger: logger)
         self.roundTrips = Broadcaster(limit: limit, buffering: .newest(limit), label: "pingRoundTrips", logger: logger)
         self.state = NIOLockedValueBox(
-            State(lifecycle: ConnectionLifecycle(policy: policy ?? WebSocketPolicy(strategy: configuration.reconnection, maxQueued: configuration.maxQueuedSends)))
+            State(
+                lifecycle: ConnectionLifecycle(
+                    policy: policy ?? WebSocketPolicy(strategy: configuration.reconnection, maxQueued: configuration.maxQueuedSends)))
         )
         gate.onOpen { [weak self] in self?.resumeReading() }
     }
@@ -166,7 +169,9 @@ final class WebSocketCore: LifecycleRunner {
 
     /// The next message of the connection of `generation`, for its preamble.
     func preambleReceive(generation: UInt64, timeout: Duration) async throws -> WebSocketMessage {
-        try await withDeadline(timeout, clock: clock, orThrow: { WebSocketError(.preambleFailed, "no message within \(timeout) during the preamble") }) {
+        try await withDeadline(
+            timeout, clock: clock, orThrow: { WebSocketError(.preambleFailed, "no message within \(timeout) during the preamble") }
+        ) {
             try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<WebSocketMessage, any Error>) in
                     self.state.locked { state in

@@ -71,7 +71,8 @@ public struct WebSocketRequest: Sendable, Hashable {
         switch scheme {
         case "ws", "http": secure = false
         case "wss", "https": secure = true
-        default: throw WebSocketError(.invalidURL, "the URL scheme must be ws or wss (got \(scheme.isEmpty ? "none" : scheme)): \(url.absoluteString)")
+        default:
+            throw WebSocketError(.invalidURL, "the URL scheme must be ws or wss (got \(scheme.isEmpty ? "none" : scheme)): \(url.absoluteString)")
         }
         guard var host = url.host, !host.isEmpty else {
             throw WebSocketError(.invalidURL, "the URL has no host: \(url.absoluteString)")

@@ -243,7 +243,9 @@ final class ChatMemberService: EventLoopWebSocketService {
             endUnavailable()
             return false
         case .failure:
-            reply(.error(ChatErrorFrame(code: .invalidFrame, reason: "the message could not be encoded", clientMessageID: say.clientMessageID)), in: room)
+            reply(
+                .error(ChatErrorFrame(code: .invalidFrame, reason: "the message could not be encoded", clientMessageID: say.clientMessageID)),
+                in: room)
             return true
         }
     }

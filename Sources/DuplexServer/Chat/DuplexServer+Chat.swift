@@ -55,9 +55,13 @@ extension DuplexServer {
     func refusal(_ reason: ChatStoreRefusal, name: String) -> Refusal {
         switch reason {
         case .roomLimit:
-            Refusal(status: .serviceUnavailable, error: ChatProtocolError(.roomLimit, "the server holds its maximum of \(configuration.maxRooms) rooms, none of them empty"))
+            Refusal(
+                status: .serviceUnavailable,
+                error: ChatProtocolError(.roomLimit, "the server holds its maximum of \(configuration.maxRooms) rooms, none of them empty"))
         case .nameTaken:
-            Refusal(status: .conflict, error: ChatProtocolError(.nameTaken, "\(name) is already in the room; rejoin with its resumeToken as token=, or pick another name"))
+            Refusal(
+                status: .conflict,
+                error: ChatProtocolError(.nameTaken, "\(name) is already in the room; rejoin with its resumeToken as token=, or pick another name"))
         case .unavailable(let why):
             Refusal(status: .serviceUnavailable, error: ChatProtocolError(.storeUnavailable, "the room store is unavailable: \(why)"))
         }
@@ -69,7 +73,8 @@ extension DuplexServer {
     }
 
     /// What a member gets first: the welcome, then the backlog its `since` asked for.
-    static func firstFrames(_ join: ChatJoin, session: String, token: String, room: ChatRoom, subscription: ChatRoom.Subscription) throws -> [String] {
+    static func firstFrames(_ join: ChatJoin, session: String, token: String, room: ChatRoom, subscription: ChatRoom.Subscription) throws -> [String]
+    {
         let welcome = ChatServerFrame.welcome(
             ChatWelcome(
                 session: session,

@@ -38,7 +38,8 @@ extension DuplexServer {
                     }
                     let reason = query["reason"] ?? ""
                     guard reason.utf8.count <= Self.maxCloseReasonBytes else {
-                        throw ChaosError("reason is \(reason.utf8.count) bytes; a close frame holds at most \(Self.maxCloseReasonBytes) bytes of reason")
+                        throw ChaosError(
+                            "reason is \(reason.utf8.count) bytes; a close frame holds at most \(Self.maxCloseReasonBytes) bytes of reason")
                     }
                     return self.closeConnections(scope, code: WebSocketCloseCode(number), reason: reason)
                 }

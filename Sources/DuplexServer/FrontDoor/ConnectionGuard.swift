@@ -88,7 +88,10 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
         if admitted {
             startDeadline(context: context)
         } else {
-            answer(Failure(status: 503, reason: "Service Unavailable", message: "the server is at its connection limit", headers: [("Retry-After", "1")]), context: context)
+            answer(
+                Failure(
+                    status: 503, reason: "Service Unavailable", message: "the server is at its connection limit", headers: [("Retry-After", "1")]),
+                context: context)
         }
     }
 
@@ -208,13 +211,16 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
             return Failure(status: 414, reason: "URI Too Long", message: "the request line is longer than \(limits.maxRequestLineBytes) bytes")
         }
         if head.count > limits.maxRequestHeadBytes {
-            return Failure(status: 431, reason: "Request Header Fields Too Large", message: "the request head is larger than \(limits.maxRequestHeadBytes) bytes")
+            return Failure(
+                status: 431, reason: "Request Header Fields Too Large", message: "the request head is larger than \(limits.maxRequestHeadBytes) bytes"
+            )
         }
         var lines = 0
         for byte in head where byte == 0x0A { lines += 1 }
         // The request line and the final empty line are not fields.
         if lines - (complete ? 2 : 1) > limits.maxHeaderFields {
-            return Failure(status: 431, reason: "Request Header Fields Too Large", message: "the request has more than \(limits.maxHeaderFields) header fields")
+            return Failure(
+                status: 431, reason: "Request Header Fields Too Large", message: "the request has more than \(limits.maxHeaderFields) header fields")
         }
         return nil
     }
@@ -226,7 +232,9 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
         }
 
         if refusal.refuses(request.path) {
-            return Failure(status: 503, reason: "Service Unavailable", message: "the server is refusing new connections (chaos)", headers: [("Retry-After", "1")])
+            return Failure(
+                status: 503, reason: "Service Unavailable", message: "the server is refusing new connections (chaos)", headers: [("Retry-After", "1")]
+            )
         }
         guard request.asksForWebSocket else { return nil }
         return request.webSocketHandshakeFailure
@@ -256,7 +264,8 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
             return
         }
         let body = #"{"error":"\#(failure.message)"}"#
-        var text = "HTTP/1.1 \(failure.status) \(failure.reason)\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n"
+        var text =
+            "HTTP/1.1 \(failure.status) \(failure.reason)\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n"
         for (name, value) in failure.headers { text += "\(name): \(value)\r\n" }
         text += "\r\n" + body
         context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(string: text)), promise: nil)
@@ -305,7 +314,9 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
             guard case .requestHead = handler.mode else { return }
             if handler.receivedAny {
                 handler.answer(
-                    Failure(status: 408, reason: "Request Timeout", message: "the request head did not arrive within \(handler.limits.requestHeadTimeout.nanoseconds / 1_000_000) ms"),
+                    Failure(
+                        status: 408, reason: "Request Timeout",
+                        message: "the request head did not arrive within \(handler.limits.requestHeadTimeout.nanoseconds / 1_000_000) ms"),
                     context: context
                 )
             } else {

@@ -31,7 +31,11 @@ struct RequestHead {
         }
         for line in lines.dropFirst() where !line.isEmpty {
             guard let colon = line.firstIndex(of: ":") else { continue }
-            fields.append((line[..<colon].trimmingCharacters(in: .whitespaces).lowercased(), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)))
+            fields.append(
+                (
+                    line[..<colon].trimmingCharacters(in: .whitespaces).lowercased(),
+                    line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+                ))
         }
     }
 
@@ -83,7 +87,8 @@ struct RequestHead {
             return ConnectionGuard.Failure(
                 status: 426,
                 reason: "Upgrade Required",
-                message: versions.isEmpty ? "Sec-WebSocket-Version is missing; this server speaks version 13" : "this server speaks WebSocket version 13 only",
+                message: versions.isEmpty
+                    ? "Sec-WebSocket-Version is missing; this server speaks version 13" : "this server speaks WebSocket version 13 only",
                 headers: [("Sec-WebSocket-Version", "13")]
             )
         }

@@ -55,7 +55,9 @@ public struct DuplexServerHTTP2: Sendable, Hashable {
     /// - Throws: ``DuplexServerError/invalidTLSConfiguration(_:)`` naming the setting.
     func validate() throws {
         func refuse(_ reason: String) -> DuplexServerError { .invalidTLSConfiguration("http2.\(reason)") }
-        guard (1...100_000).contains(maxConcurrentStreams) else { throw refuse("maxConcurrentStreams must be from 1 to 100000, not \(maxConcurrentStreams)") }
+        guard (1...100_000).contains(maxConcurrentStreams) else {
+            throw refuse("maxConcurrentStreams must be from 1 to 100000, not \(maxConcurrentStreams)")
+        }
         guard (1024...16 * 1024 * 1024).contains(maxHeaderListBytes) else {
             throw refuse("maxHeaderListBytes must be from 1024 to 16 MiB, not \(maxHeaderListBytes)")
         }

@@ -48,7 +48,8 @@ struct HTTP2Connection: Sendable {
         connectionConfiguration.targetWindowSize = settings.streamWindowBytes * 4
         var streamConfiguration = NIOHTTP2Handler.StreamConfiguration()
         streamConfiguration.targetWindowSize = settings.streamWindowBytes
-        let monitor = HTTP2IdleMonitor(idleTimeout: TimeAmount(settings.idleTimeout), firstStreamTimeout: TimeAmount(firstStreamTimeout), metrics: metrics.http2)
+        let monitor = HTTP2IdleMonitor(
+            idleTimeout: TimeAmount(settings.idleTimeout), firstStreamTimeout: TimeAmount(firstStreamTimeout), metrics: metrics.http2)
         let operations = channel.pipeline.syncOperations
         let loopBoundMonitor = NIOLoopBound(monitor, eventLoop: channel.eventLoop)
         _ = try operations.configureHTTP2Pipeline(

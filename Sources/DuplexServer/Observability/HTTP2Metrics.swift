@@ -48,7 +48,9 @@ final class HTTP2Metrics: Sendable {
         streamsOpen = Meter(label: "duplex_http2_streams_open", factory: factory)
         webSocketsOpen = Meter(label: "duplex_http2_websockets_open", factory: factory)
         streamsTotal = Dictionary(
-            uniqueKeysWithValues: StreamKind.allCases.map { ($0, Counter(label: "duplex_http2_streams_total", dimensions: [("kind", $0.rawValue)], factory: factory)) }
+            uniqueKeysWithValues: StreamKind.allCases.map {
+                ($0, Counter(label: "duplex_http2_streams_total", dimensions: [("kind", $0.rawValue)], factory: factory))
+            }
         )
     }
 

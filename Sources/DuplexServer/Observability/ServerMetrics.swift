@@ -199,10 +199,14 @@ package final class ServerMetrics: Sendable {
     init(transport: String = "tcp") {
         let factory = PrometheusMetricsFactory(registry: registry)
         let compression = Compression(
-            compressedIn: Counter(label: "duplex_compression_bytes_total", dimensions: [("direction", "in"), ("form", "compressed")], factory: factory),
-            uncompressedIn: Counter(label: "duplex_compression_bytes_total", dimensions: [("direction", "in"), ("form", "uncompressed")], factory: factory),
-            compressedOut: Counter(label: "duplex_compression_bytes_total", dimensions: [("direction", "out"), ("form", "compressed")], factory: factory),
-            uncompressedOut: Counter(label: "duplex_compression_bytes_total", dimensions: [("direction", "out"), ("form", "uncompressed")], factory: factory)
+            compressedIn: Counter(
+                label: "duplex_compression_bytes_total", dimensions: [("direction", "in"), ("form", "compressed")], factory: factory),
+            uncompressedIn: Counter(
+                label: "duplex_compression_bytes_total", dimensions: [("direction", "in"), ("form", "uncompressed")], factory: factory),
+            compressedOut: Counter(
+                label: "duplex_compression_bytes_total", dimensions: [("direction", "out"), ("form", "compressed")], factory: factory),
+            uncompressedOut: Counter(
+                label: "duplex_compression_bytes_total", dimensions: [("direction", "out"), ("form", "uncompressed")], factory: factory)
         )
         func route(_ name: String) -> Route {
             func counter(_ label: String, _ direction: String) -> Counter {
@@ -242,7 +246,9 @@ package final class ServerMetrics: Sendable {
         refusals = Dictionary(uniqueKeysWithValues: Self.refusalStatuses.map { ($0, refusal(String($0))) })
         otherRefusal = refusal("other")
         faultsInjected = Dictionary(
-            uniqueKeysWithValues: Self.faults.map { ($0, Counter(label: "duplex_faults_injected_total", dimensions: [("fault", $0)], factory: factory)) }
+            uniqueKeysWithValues: Self.faults.map {
+                ($0, Counter(label: "duplex_faults_injected_total", dimensions: [("fault", $0)], factory: factory))
+            }
         )
         slowConsumersCut = Counter(label: "duplex_slow_consumers_cut_total", factory: factory)
         func resumes(_ recovered: String) -> Counter {

@@ -84,7 +84,8 @@ extension DuplexServer {
         var configuration = SSEConfiguration()
         configuration.tlsTrust = record.tlsTrust
         let upstream = ServerSentEventManager(
-            request: SSERequest(url: url, method: .init(request.method.rawValue), body: body, additionalHeaders: RecordConfiguration.forwarded(fields)),
+            request: SSERequest(
+                url: url, method: .init(request.method.rawValue), body: body, additionalHeaders: RecordConfiguration.forwarded(fields)),
             retryPolicy: .none,
             configuration: configuration,
             lastEventID: request.headers[HTTPField.Name("Last-Event-ID")!]
@@ -95,11 +96,14 @@ extension DuplexServer {
             try await upstream.connect()
         } catch {
             await upstream.terminate()
-            let reason = (try? JSONEncoder().encode(["error": "the recorded server's stream could not be opened: \(error)"])).map { String(decoding: $0, as: UTF8.self) }
+            let reason = (try? JSONEncoder().encode(["error": "the recorded server's stream could not be opened: \(error)"])).map {
+                String(decoding: $0, as: UTF8.self)
+            }
             return Self.json(status: .badGateway, reason ?? "{}")
         }
         let recording = record.recorder.begin(
-            Cassette.Session(kind: .eventStream, path: request.uri.path, query: request.uri.query, headers: record.recorded(fields), method: method, body: body),
+            Cassette.Session(
+                kind: .eventStream, path: request.uri.path, query: request.uri.query, headers: record.recorded(fields), method: method, body: body),
             at: start
         )
         return EventStreamResponse(server: self).response(

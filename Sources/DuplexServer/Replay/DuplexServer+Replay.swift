@@ -60,8 +60,16 @@ extension DuplexServer {
         if book.configuration.strict {
             let body = try? await request.body.collect(upTo: configuration.maxMessageBytes)
             let received = body.map { $0.readableBytes == 0 ? nil : Data($0.readableBytesView) } ?? nil
-            if let mismatch = Self.requestMismatch(session, number: number, method: request.method.rawValue, body: received, bodyTooLarge: body == nil, matcher: book.configuration.matcher) {
-                logger.error("replay mismatch", metadata: ["session": "\(number)", "path": "\(session.path)", "step": "0", "recorded": "\(mismatch.recorded)", "received": "\(mismatch.received)"])
+            if let mismatch = Self.requestMismatch(
+                session, number: number, method: request.method.rawValue, body: received, bodyTooLarge: body == nil,
+                matcher: book.configuration.matcher)
+            {
+                logger.error(
+                    "replay mismatch",
+                    metadata: [
+                        "session": "\(number)", "path": "\(session.path)", "step": "0", "recorded": "\(mismatch.recorded)",
+                        "received": "\(mismatch.received)",
+                    ])
                 book.configuration.onMismatch?(mismatch)
                 let reason = (try? JSONEncoder().encode(["error": mismatch.description])).map { String(decoding: $0, as: UTF8.self) }
                 return Self.json(status: .badRequest, reason ?? "{}")
@@ -92,7 +100,8 @@ extension DuplexServer {
         let recordedMethod = session.method ?? "GET"
         func show(_ method: String, _ body: Data?) -> String {
             guard let body else { return "request \(method) with no body" }
-            return "request \(method) with body " + ReplayMismatch.show(String(validating: body, as: UTF8.self).map(Cassette.Message.text) ?? .binary(body)).dropFirst("client ".count)
+            return "request \(method) with body "
+                + ReplayMismatch.show(String(validating: body, as: UTF8.self).map(Cassette.Message.text) ?? .binary(body)).dropFirst("client ".count)
         }
         let sameBody: Bool =
             switch (session.body, body) {

@@ -151,9 +151,15 @@ final class ReplayWebSocketService: EventLoopWebSocketService {
         over = true
         timer?.cancel()
         let report = ReplayMismatch(session: number, path: session.path, step: step, recorded: recorded, received: ReplayMismatch.show(received))
-        logger.error("replay mismatch", metadata: ["session": "\(number)", "path": "\(session.path)", "step": "\(step)", "recorded": "\(report.recorded)", "received": "\(report.received)"])
+        logger.error(
+            "replay mismatch",
+            metadata: [
+                "session": "\(number)", "path": "\(session.path)", "step": "\(step)", "recorded": "\(report.recorded)",
+                "received": "\(report.received)",
+            ])
         replay.onMismatch?(report)
         guard let handler, let context else { return }
-        handler.close(code: .policyViolation, reason: "replay mismatch at step \(step): the client's message is not the recorded one", context: context)
+        handler.close(
+            code: .policyViolation, reason: "replay mismatch at step \(step): the client's message is not the recorded one", context: context)
     }
 }

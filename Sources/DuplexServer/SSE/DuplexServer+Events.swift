@@ -16,7 +16,9 @@ extension DuplexServer {
             guard let value = Int64(text), value >= minimum, value <= 86_400_000 else {
                 return Refusal(
                     status: .badRequest,
-                    error: ChatProtocolError(.init("invalid_interval"), "interval must be an integer number of milliseconds from \(minimum) to 86400000 (got \(text.debugDescription))")
+                    error: ChatProtocolError(
+                        .init("invalid_interval"),
+                        "interval must be an integer number of milliseconds from \(minimum) to 86400000 (got \(text.debugDescription))")
                 ).response
             }
             interval = value
@@ -85,7 +87,8 @@ extension DuplexServer {
             )
             guard case .success(let (room, subscription)) = subscribed else {
                 if case .failure(.unavailable(let why)) = subscribed {
-                    self.logger.warning("a room stream ended at once: the room store is unavailable", metadata: ["room": "\(roomName)", "error": "\(why)"])
+                    self.logger.warning(
+                        "a room stream ended at once: the room store is unavailable", metadata: ["room": "\(roomName)", "error": "\(why)"])
                 }
                 sink.finish()
                 return {}

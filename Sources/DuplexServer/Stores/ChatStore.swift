@@ -79,7 +79,8 @@ extension ChatStore {
         epoch: String?,
         on loop: any EventLoop
     ) -> StoreAnswer<Result<(ChatRoom, ChatRoom.Subscription), ChatStoreRefusal>> {
-        .later(loop.makeFutureWithTask { await self.subscribe(room: name, subscriber, since: since, epoch: epoch, deliverBacklog: false, prelude: nil) })
+        .later(
+            loop.makeFutureWithTask { await self.subscribe(room: name, subscriber, since: since, epoch: epoch, deliverBacklog: false, prelude: nil) })
     }
 
     package func leave(_ subscription: ChatRoom.Subscription, member: RoomSubscriber.Member?, from room: ChatRoom) {

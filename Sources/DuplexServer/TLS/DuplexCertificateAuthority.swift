@@ -69,7 +69,9 @@ public struct DuplexCertificateAuthority: Sendable {
 
     /// A new authority with its own key: a root (signed by that key), or an intermediate that
     /// `issuer` signs.
-    private static func make(commonName: String, notValidBefore: Date?, notValidAfter: Date?, issuer: DuplexCertificateAuthority?) throws -> DuplexCertificateAuthority {
+    private static func make(commonName: String, notValidBefore: Date?, notValidAfter: Date?, issuer: DuplexCertificateAuthority?) throws
+        -> DuplexCertificateAuthority
+    {
         let key = P256.Signing.PrivateKey()
         let name = try DistinguishedName {
             OrganizationName("Duplex")
@@ -100,7 +102,8 @@ public struct DuplexCertificateAuthority: Sendable {
         return DuplexCertificateAuthority(certificatePEM: pem, chainPEM: chain, name: name, key: key, keyIdentifier: identifier.keyIdentifier)
     }
 
-    private init(certificatePEM: String, chainPEM: [String], name: DistinguishedName, key: P256.Signing.PrivateKey, keyIdentifier: ArraySlice<UInt8>) {
+    private init(certificatePEM: String, chainPEM: [String], name: DistinguishedName, key: P256.Signing.PrivateKey, keyIdentifier: ArraySlice<UInt8>)
+    {
         self.certificatePEM = certificatePEM
         self.chainPEM = chainPEM
         self.name = name

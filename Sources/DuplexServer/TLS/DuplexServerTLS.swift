@@ -48,7 +48,8 @@ public struct DuplexServerTLS: Sendable {
     /// TLS with the certificate chain and key in these PEM files.
     /// - Throws: ``DuplexServerError/invalidTLSConfiguration(_:)`` naming a file that cannot be read.
     public init(certificateChainFile: String, privateKeyFile: String) throws {
-        self.init(certificateChainPEM: try Self.read(certificateChainFile, "certificate"), privateKeyPEM: try Self.read(privateKeyFile, "private key"))
+        self.init(
+            certificateChainPEM: try Self.read(certificateChainFile, "certificate"), privateKeyPEM: try Self.read(privateKeyFile, "private key"))
     }
 
     /// TLS with a certificate made now: a new CA (``certificateAuthority``, whose PEM

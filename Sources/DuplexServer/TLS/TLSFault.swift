@@ -41,10 +41,12 @@ public enum TLSFault: String, CaseIterable, Sendable, Codable {
         let day: TimeInterval = 86_400
         switch self {
         case .expired:
-            let issued = try authority.issue(hosts: hosts, notValidBefore: Date(timeIntervalSinceNow: -30 * day), notValidAfter: Date(timeIntervalSinceNow: -day))
+            let issued = try authority.issue(
+                hosts: hosts, notValidBefore: Date(timeIntervalSinceNow: -30 * day), notValidAfter: Date(timeIntervalSinceNow: -day))
             return try DuplexServerTLS.serverConfiguration(chainPEM: issued.chainPEM, keyPEM: issued.privateKeyPEM, clientCAPEM: nil)
         case .notYetValid:
-            let issued = try authority.issue(hosts: hosts, notValidBefore: Date(timeIntervalSinceNow: day), notValidAfter: Date(timeIntervalSinceNow: 30 * day))
+            let issued = try authority.issue(
+                hosts: hosts, notValidBefore: Date(timeIntervalSinceNow: day), notValidAfter: Date(timeIntervalSinceNow: 30 * day))
             return try DuplexServerTLS.serverConfiguration(chainPEM: issued.chainPEM, keyPEM: issued.privateKeyPEM, clientCAPEM: nil)
         case .wrongHost:
             let issued = try authority.issue(hosts: ["wrong-host.duplex.invalid"])
@@ -55,13 +57,15 @@ public enum TLSFault: String, CaseIterable, Sendable, Codable {
         case .untrustedRoot:
             let root = try DuplexCertificateAuthority(commonName: "Duplex untrusted root CA")
             let issued = try root.issue(hosts: hosts)
-            return try DuplexServerTLS.serverConfiguration(chainPEM: issued.chainPEM + "\n" + root.certificatePEM, keyPEM: issued.privateKeyPEM, clientCAPEM: nil)
+            return try DuplexServerTLS.serverConfiguration(
+                chainPEM: issued.chainPEM + "\n" + root.certificatePEM, keyPEM: issued.privateKeyPEM, clientCAPEM: nil)
         case .incompleteChain:
             let issued = try authority.intermediate().issue(hosts: hosts)
             return try DuplexServerTLS.serverConfiguration(chainPEM: issued.certificatePEM, keyPEM: issued.privateKeyPEM, clientCAPEM: nil)
         case .clientCertificateRequired:
             let issued = try authority.issue(hosts: hosts)
-            return try DuplexServerTLS.serverConfiguration(chainPEM: issued.chainPEM, keyPEM: issued.privateKeyPEM, clientCAPEM: authority.certificatePEM)
+            return try DuplexServerTLS.serverConfiguration(
+                chainPEM: issued.chainPEM, keyPEM: issued.privateKeyPEM, clientCAPEM: authority.certificatePEM)
         case .weakKey:
             let issued = try authority.issueWithWeakKey(hosts: hosts)
             return try DuplexServerTLS.serverConfiguration(chainPEM: issued.chainPEM, keyPEM: issued.privateKeyPEM, clientCAPEM: nil)

@@ -310,7 +310,9 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         trace?.sentClose(code)
         registry.logger.debug(
             "close frame sent",
-            metadata: trace.metadata(route: service.connectionInfo.route).merging(["code": "\(code.map { "\($0.rawValue)" } ?? "none")", "reason": "\(reason)"]) { _, new in new }
+            metadata: trace.metadata(route: service.connectionInfo.route).merging([
+                "code": "\(code.map { "\($0.rawValue)" } ?? "none")", "reason": "\(reason)",
+            ]) { _, new in new }
         )
         let payload = WebSocketEngine.closePayload(code, reason: reason, allocator: context.channel.allocator)
         // A control frame's payload is at most 125 bytes: one buffer.

@@ -14,7 +14,10 @@ package struct DeflateAgreement: Sendable, Equatable {
     /// Messages smaller than this are sent uncompressed.
     package var minimumBytes = 0
 
-    package init(sendWindowBits: Int = 15, sendNoContextTakeover: Bool = false, receiveWindowBits: Int = 15, receiveNoContextTakeover: Bool = false, minimumBytes: Int = 0) {
+    package init(
+        sendWindowBits: Int = 15, sendNoContextTakeover: Bool = false, receiveWindowBits: Int = 15, receiveNoContextTakeover: Bool = false,
+        minimumBytes: Int = 0
+    ) {
         self.sendWindowBits = sendWindowBits
         self.sendNoContextTakeover = sendNoContextTakeover
         self.receiveWindowBits = receiveWindowBits

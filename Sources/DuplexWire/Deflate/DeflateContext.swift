@@ -29,11 +29,13 @@ package struct DeflateContext {
     }
 
     /// Inflates a compressed message from the peer, at most `maxBytes` long.
-    package mutating func inflate(_ payload: ByteBuffer, maxBytes: Int, allocator: ByteBufferAllocator) throws(LoopZlib.InflateFailure) -> ByteBuffer {
+    package mutating func inflate(_ payload: ByteBuffer, maxBytes: Int, allocator: ByteBufferAllocator) throws(LoopZlib.InflateFailure) -> ByteBuffer
+    {
         if ownStreams, !agreement.receiveNoContextTakeover {
             return try zlib.inflateContinuing(payload, maxBytes: maxBytes, allocator: allocator)
         }
-        let message = try zlib.inflate(payload, dictionary: agreement.receiveNoContextTakeover ? nil : received, maxBytes: maxBytes, allocator: allocator)
+        let message = try zlib.inflate(
+            payload, dictionary: agreement.receiveNoContextTakeover ? nil : received, maxBytes: maxBytes, allocator: allocator)
         if !agreement.receiveNoContextTakeover {
             // At least 9 bits: zlib compresses with a 9-bit window when asked for 8.
             received = Self.window(received, then: message, bits: max(agreement.receiveWindowBits, 9), allocator: allocator)
@@ -46,11 +48,14 @@ package struct DeflateContext {
     package mutating func deflate(_ message: ByteBuffer, allocator: ByteBufferAllocator) -> (payload: ByteBuffer, compressed: Bool) {
         guard message.readableBytes >= agreement.minimumBytes, agreement.sendWindowBits >= 9 else { return (message, false) }
         if ownStreams, !agreement.sendNoContextTakeover {
-            guard let payload = zlib.deflateContinuing(message, windowBits: agreement.sendWindowBits, allocator: allocator) else { return (message, false) }
+            guard let payload = zlib.deflateContinuing(message, windowBits: agreement.sendWindowBits, allocator: allocator) else {
+                return (message, false)
+            }
             return (payload, true)
         }
         guard
-            let payload = zlib.deflate(message, windowBits: agreement.sendWindowBits, dictionary: agreement.sendNoContextTakeover ? nil : sent, allocator: allocator)
+            let payload = zlib.deflate(
+                message, windowBits: agreement.sendWindowBits, dictionary: agreement.sendNoContextTakeover ? nil : sent, allocator: allocator)
         else { return (message, false) }
         if !agreement.sendNoContextTakeover {
             sent = Self.window(sent, then: message, bits: agreement.sendWindowBits, allocator: allocator)
@@ -77,7 +82,9 @@ package struct DeflateContext {
 extension WebSocketEngine {
     /// Carries out ``Action/inflate(_:_:)`` with the connection's `deflate`: the message inflated
     /// within ``maxMessageBytes`` and checked like any other, or the failure it makes.
-    package mutating func inflate(_ opcode: WebSocketOpcode, _ payload: ByteBuffer, with deflate: inout DeflateContext, allocator: ByteBufferAllocator) -> Action {
+    package mutating func inflate(
+        _ opcode: WebSocketOpcode, _ payload: ByteBuffer, with deflate: inout DeflateContext, allocator: ByteBufferAllocator
+    ) -> Action {
         do {
             return inflated(opcode, try deflate.inflate(payload, maxBytes: maxMessageBytes, allocator: allocator))
         } catch {

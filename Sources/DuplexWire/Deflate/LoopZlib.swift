@@ -52,7 +52,9 @@ package final class LoopZlib: @unchecked Sendable {
 
     /// Inflates one message's payload (without the `00 00 FF FF` its sender removed), with
     /// `dictionary` as the window before it; at most `maxBytes` come out.
-    package func inflate(_ payload: ByteBuffer, dictionary: ByteBuffer?, maxBytes: Int, allocator: ByteBufferAllocator) throws(InflateFailure) -> ByteBuffer {
+    package func inflate(_ payload: ByteBuffer, dictionary: ByteBuffer?, maxBytes: Int, allocator: ByteBufferAllocator) throws(InflateFailure)
+        -> ByteBuffer
+    {
         guard let stream = inflateStream() else { throw .corrupt }
         guard CDuplexZlib.inflateReset(stream) == Z_OK else { throw .corrupt }
         if let dictionary, dictionary.readableBytes > 0 {
@@ -114,7 +116,9 @@ package final class LoopZlib: @unchecked Sendable {
 
     /// Inflates `input` into `output`; returns whether a final block ended the stream.
     @discardableResult
-    private static func inflate(_ input: ByteBuffer, into output: inout ByteBuffer, stream: UnsafeMutablePointer<z_stream>, maxBytes: Int) throws(InflateFailure) -> Bool {
+    private static func inflate(_ input: ByteBuffer, into output: inout ByteBuffer, stream: UnsafeMutablePointer<z_stream>, maxBytes: Int)
+        throws(InflateFailure) -> Bool
+    {
         var ended = false
         let failure: InflateFailure? = withInput(input, stream: stream) {
             while true {
@@ -205,7 +209,9 @@ package final class LoopZlib: @unchecked Sendable {
 
     /// Runs `call` (inflate or deflate) once with `output`'s writable bytes as its room; returns
     /// zlib's status and how many bytes it wrote there.
-    private static func step(_ stream: UnsafeMutablePointer<z_stream>, into output: inout ByteBuffer, _ call: (UnsafeMutablePointer<z_stream>) -> Int32) -> (Int32, Int) {
+    private static func step(
+        _ stream: UnsafeMutablePointer<z_stream>, into output: inout ByteBuffer, _ call: (UnsafeMutablePointer<z_stream>) -> Int32
+    ) -> (Int32, Int) {
         var status: Int32 = Z_OK
         let produced = output.writeWithUnsafeMutableBytes(minimumWritableBytes: 0) { space -> Int in
             stream.pointee.next_out = space.baseAddress?.assumingMemoryBound(to: Bytef.self)

@@ -35,7 +35,8 @@ package enum PerMessageDeflateNegotiation {
             throw Refusal(reason: error.reason)
         }
         // Seen from the client: it sends with the client window, receives the server's.
-        var agreement = DeflateAgreement(sendWindowBits: settings.maxWindowBits, sendNoContextTakeover: settings.noContextTakeover, minimumBytes: settings.minimumBytes)
+        var agreement = DeflateAgreement(
+            sendWindowBits: settings.maxWindowBits, sendNoContextTakeover: settings.noContextTakeover, minimumBytes: settings.minimumBytes)
         for parameter in parameters {
             switch parameter {
             case .serverNoContextTakeover:
@@ -44,7 +45,9 @@ package enum PerMessageDeflateNegotiation {
                 agreement.sendNoContextTakeover = true
             case .serverMaxWindowBits(let bits):
                 guard let bits else { throw Refusal(reason: "has a server_max_window_bits out of 8...15") }
-                if let asked = settings.peerMaxWindowBits, bits > asked { throw Refusal(reason: "uses a larger server window than the \(asked) bits asked") }
+                if let asked = settings.peerMaxWindowBits, bits > asked {
+                    throw Refusal(reason: "uses a larger server window than the \(asked) bits asked")
+                }
                 agreement.receiveWindowBits = bits
             case .clientMaxWindowBits(let bits):
                 guard let bits else { throw Refusal(reason: "has a client_max_window_bits out of 8...15") }

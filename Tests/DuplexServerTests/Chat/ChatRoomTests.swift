@@ -36,7 +36,9 @@ struct ChatRoomTests {
         var types: [String] { events.withLockedValue { $0.map(\.type) } }
     }
 
-    static func say(_ room: ChatRoom, _ id: String, _ text: String = "t", from name: String, token: String? = nil, matchByName: Bool = false) throws -> ChatRoom.SayResult {
+    static func say(_ room: ChatRoom, _ id: String, _ text: String = "t", from name: String, token: String? = nil, matchByName: Bool = false) throws
+        -> ChatRoom.SayResult
+    {
         try room.say(ChatSay(clientMessageID: id, text: text), from: name, token: token ?? "token-\(name)", matchByName: matchByName)
     }
 

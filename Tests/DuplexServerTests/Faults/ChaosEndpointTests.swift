@@ -36,7 +36,9 @@ struct ChaosEndpointTests {
                     try await echo.waitForEndOfStream()
                 }
                 let tooLong = "/_chaos/close?code=4000&reason=" + String(repeating: "x", count: 124)
-                for bad in ["/_chaos/close", "/_chaos/close?code=1005", "/_chaos/stall?ms=0", "/_chaos/refuse?ms=abc", "/_chaos/drop?route=nope", tooLong] {
+                for bad in [
+                    "/_chaos/close", "/_chaos/close?code=1005", "/_chaos/stall?ms=0", "/_chaos/refuse?ms=abc", "/_chaos/drop?route=nope", tooLong,
+                ] {
                     let (status, body) = try await post(server.port, bad)
                     #expect(status == 400, "\(bad)")
                     #expect(body.contains("error"), "\(bad)")

@@ -31,16 +31,46 @@ struct FrontDoorTests {
     @Test("each malformed upgrade gets its own 400 or 426 answer, then the connection closes")
     func malformedUpgrades() async throws {
         let cases: [(String, String, String)] = [
-            ("no key", Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13"]), "400 Bad Request|Sec-WebSocket-Key is missing"),
-            ("short key", Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13", "Sec-WebSocket-Key: c2hvcnQ="]), "400 Bad Request|16 bytes"),
-            ("two keys", Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13", Self.key, Self.key]), "400 Bad Request|one base64 value"),
-            ("version 8", Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 8", Self.key]), "426 Upgrade Required|Sec-WebSocket-Version: 13|version 13 only"),
-            ("version 14", Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 14", Self.key]), "426 Upgrade Required|Sec-WebSocket-Version: 13"),
-            ("no version", Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", Self.key]), "426 Upgrade Required|Sec-WebSocket-Version is missing"),
-            ("POST", Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13", Self.key], method: "POST"), "400 Bad Request|must be a GET request"),
-            ("a method with quotes", Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13", Self.key], method: "P\"O\\ST"), #"not POST"}"#),
-            ("HTTP/1.0", Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13", Self.key], version: "HTTP/1.0"), "400 Bad Request|must be HTTP/1.1"),
-            ("no Connection: Upgrade", Self.upgrade(["Upgrade: websocket", "Sec-WebSocket-Version: 13", Self.key]), "400 Bad Request|Connection: Upgrade"),
+            (
+                "no key", Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13"]),
+                "400 Bad Request|Sec-WebSocket-Key is missing"
+            ),
+            (
+                "short key", Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13", "Sec-WebSocket-Key: c2hvcnQ="]),
+                "400 Bad Request|16 bytes"
+            ),
+            (
+                "two keys", Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13", Self.key, Self.key]),
+                "400 Bad Request|one base64 value"
+            ),
+            (
+                "version 8", Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 8", Self.key]),
+                "426 Upgrade Required|Sec-WebSocket-Version: 13|version 13 only"
+            ),
+            (
+                "version 14", Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 14", Self.key]),
+                "426 Upgrade Required|Sec-WebSocket-Version: 13"
+            ),
+            (
+                "no version", Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", Self.key]),
+                "426 Upgrade Required|Sec-WebSocket-Version is missing"
+            ),
+            (
+                "POST", Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13", Self.key], method: "POST"),
+                "400 Bad Request|must be a GET request"
+            ),
+            (
+                "a method with quotes",
+                Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13", Self.key], method: "P\"O\\ST"), #"not POST"}"#
+            ),
+            (
+                "HTTP/1.0", Self.upgrade(["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13", Self.key], version: "HTTP/1.0"),
+                "400 Bad Request|must be HTTP/1.1"
+            ),
+            (
+                "no Connection: Upgrade", Self.upgrade(["Upgrade: websocket", "Sec-WebSocket-Version: 13", Self.key]),
+                "400 Bad Request|Connection: Upgrade"
+            ),
             ("malformed request line", "GARBAGE\r\nUpgrade: websocket\r\n\r\n", "400 Bad Request|request line is malformed"),
         ]
         try await withTimeout(.seconds(30)) {
@@ -66,7 +96,8 @@ struct FrontDoorTests {
             try await withDuplexServer { server in
                 let longURL = "GET /health?" + String(repeating: "a", count: 1024 * 1024) + " HTTP/1.1\r\nHost: x\r\n\r\n"
                 #expect(try await Self.exchange(server.port, longURL).hasPrefix("HTTP/1.1 414 URI Too Long"))
-                let bigHeaders = "GET /health HTTP/1.1\r\nHost: x\r\n" + String(repeating: "X-Pad: \(String(repeating: "b", count: 1000))\r\n", count: 40) + "\r\n"
+                let bigHeaders =
+                    "GET /health HTTP/1.1\r\nHost: x\r\n" + String(repeating: "X-Pad: \(String(repeating: "b", count: 1000))\r\n", count: 40) + "\r\n"
                 #expect(try await Self.exchange(server.port, bigHeaders).hasPrefix("HTTP/1.1 431 Request Header Fields Too Large"))
                 let manyFields = "GET /health HTTP/1.1\r\nHost: x\r\n" + (0..<101).map { "X-F\($0): v\r\n" }.joined() + "\r\n"
                 let answer = try await Self.exchange(server.port, manyFields)
@@ -147,7 +178,8 @@ struct FrontDoorTests {
     func refusalMatchesPath() async throws {
         try await withTimeout(.seconds(30)) {
             try await withDuplexServer(configuration: .init(chaos: true)) { server in
-                let refuse = try await Self.exchange(server.port, "POST /_chaos/refuse?ms=60000 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                let refuse = try await Self.exchange(
+                    server.port, "POST /_chaos/refuse?ms=60000 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                 #expect(refuse.hasPrefix("HTTP/1.1 200"), "\(refuse)")
                 let sneaky = Self.upgrade(["X: /_chaos/", "Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13", Self.key])
                 #expect(try await Self.exchange(server.port, sneaky).hasPrefix("HTTP/1.1 503"))

@@ -304,7 +304,9 @@ struct HTTP2Tests {
             try await Self.withClient(configuration) { _, client in
                 var goAway = TestHTTP2Client.get("/_chaos/goaway?route=echo")
                 goAway.method = .post
-                let (status, body) = try await client.stream(goAway) { inbound, _ in (try await inbound.head().status, try await Self.bodyText(&inbound)) }
+                let (status, body) = try await client.stream(goAway) { inbound, _ in
+                    (try await inbound.head().status, try await Self.bodyText(&inbound))
+                }
                 #expect(status == .badRequest)
                 #expect(body.contains("goaway takes no route or room"))
             }

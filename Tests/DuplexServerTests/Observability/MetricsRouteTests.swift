@@ -184,7 +184,10 @@ struct MetricsRouteTests {
                 #expect(scrape[#"duplex_http_refusals_total{status="414"}"#] == 1)
                 #expect(scrape[#"duplex_faults_injected_total{fault="close"}"#] == 1)
                 #expect(scrape[#"duplex_close_codes_sent_total{code="other"}"#] == 1, "4321 is an application's code: counted as other")
-                for name in ["duplex_http_refusals_total", "duplex_close_codes_sent_total", "duplex_faults_injected_total", "duplex_messages_total", "duplex_connections_open"] {
+                for name in [
+                    "duplex_http_refusals_total", "duplex_close_codes_sent_total", "duplex_faults_injected_total", "duplex_messages_total",
+                    "duplex_connections_open",
+                ] {
                     #expect(scrape.seriesCount(name) == before.seriesCount(name), "\(name): no series added by requests")
                 }
                 #expect(!scrape.text.contains("nowhere"))
@@ -213,7 +216,9 @@ struct MetricsRouteTests {
                     #expect((live.samples[#"duplex_messages_total{route="metrics-live",direction="out"}"#] ?? 0) >= 1, "and the event before")
                 }
                 for bad in ["0", "99", "60001", "soon"] {
-                    let (status, body) = try await TestHTTPResponse.get(port: server.port, "/metrics/live?interval=\(bad)") { ($0.status, try await $0.readBody()) }
+                    let (status, body) = try await TestHTTPResponse.get(port: server.port, "/metrics/live?interval=\(bad)") {
+                        ($0.status, try await $0.readBody())
+                    }
                     #expect(status == 400 && body.contains("invalid_interval"), "interval=\(bad)")
                 }
             }

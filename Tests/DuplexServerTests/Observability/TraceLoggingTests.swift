@@ -46,7 +46,9 @@ struct TraceLoggingTests {
         try await withTimeout {
             let (logger, lines) = WatchedLogger.make(level: .debug)
             try await withDuplexServer(logger: logger) { server in
-                try await TestHTTPResponse.get(port: server.port, "/events?interval=10", headers: [("traceparent", "00-\(Self.traceID)-\(Self.spanID)-01")]) { stream in
+                try await TestHTTPResponse.get(
+                    port: server.port, "/events?interval=10", headers: [("traceparent", "00-\(Self.traceID)-\(Self.spanID)-01")]
+                ) { stream in
                     _ = try await stream.nextEvent()
                 }
                 let opened = try await lines.first(within: .seconds(10)) { $0.message == "event stream opened" }
@@ -57,7 +59,9 @@ struct TraceLoggingTests {
         }
     }
 
-    @Test("with a tracer: each WebSocket and SSE stream reports a span, a child of the request's context, with its route and close codes; each plain HTTP request one with its route and status")
+    @Test(
+        "with a tracer: each WebSocket and SSE stream reports a span, a child of the request's context, with its route and close codes; each plain HTTP request one with its route and status"
+    )
     func spans() async throws {
         try await withTimeout {
             let tracer = InMemoryTracer()
@@ -98,7 +102,8 @@ struct TraceLoggingTests {
                     return text
                 }
                 #expect(answers.components(separatedBy: "HTTP/1.1 ").count == 4, "\(answers)")
-                let health = try #require(tracer.finishedSpans.first { $0.operationName == "/health" }, "\(tracer.finishedSpans.map(\.operationName))")
+                let health = try #require(
+                    tracer.finishedSpans.first { $0.operationName == "/health" }, "\(tracer.finishedSpans.map(\.operationName))")
                 #expect(health.kind == .server)
                 #expect(health.traceID == "trace-1" && health.parentSpanID == "span-1", "a child of the client's span")
                 #expect(health.attributes["http.request.method"]?.toSpanAttribute() == "GET")
@@ -107,7 +112,8 @@ struct TraceLoggingTests {
                 #expect(health.attributes["http.response.status_code"]?.toSpanAttribute() == 200)
                 #expect(health.attributes["url.query"] == nil, "the query can carry a token: not recorded")
                 // NotFound: Hummingbird's name for a path no route matches.
-                let missing = try #require(tracer.finishedSpans.first { $0.operationName == "NotFound" }, "\(tracer.finishedSpans.map(\.operationName))")
+                let missing = try #require(
+                    tracer.finishedSpans.first { $0.operationName == "NotFound" }, "\(tracer.finishedSpans.map(\.operationName))")
                 #expect(missing.attributes["http.response.status_code"]?.toSpanAttribute() == 404)
                 #expect(tracer.finishedSpans.contains { $0.operationName == "/metrics" })
                 #expect(!tracer.finishedSpans.contains { $0.operationName == "/events" }, "an SSE stream has its own span, not two")

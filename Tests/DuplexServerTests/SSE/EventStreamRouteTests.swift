@@ -69,7 +69,9 @@ struct EventStreamRouteTests {
                     let event = try #require(try await response.nextEvent())
                     let id = try #require(event.id.flatMap { Int64($0) })
                     let nowTick = Int64(Date().timeIntervalSince1970 * 1000) / 100
-                    #expect(abs(id - nowTick) <= 100, "the first tick is the live one (a replay would start 1000 ticks back); 100 ticks of slack for a loaded machine")
+                    #expect(
+                        abs(id - nowTick) <= 100,
+                        "the first tick is the live one (a replay would start 1000 ticks back); 100 ticks of slack for a loaded machine")
                 }
             }
         }

@@ -40,7 +40,8 @@ final class TestHTTP2Client: Sendable {
                 channel.eventLoop.makeCompletedFuture {
                     let operations = channel.pipeline.syncOperations
                     try operations.addHandler(try NIOSSLClientHandler(context: context, serverHostname: nil))
-                    let multiplexer = try operations.configureAsyncHTTP2Pipeline(mode: .client, streamInitializer: { $0.eventLoop.makeSucceededVoidFuture() })
+                    let multiplexer = try operations.configureAsyncHTTP2Pipeline(
+                        mode: .client, streamInitializer: { $0.eventLoop.makeSucceededVoidFuture() })
                     try operations.addHandler(frames)
                     return (channel, multiplexer)
                 }

@@ -62,7 +62,8 @@ struct EventLoopDeflateTests {
 
     @Test("without context takeover each message stands alone; under the threshold a message goes uncompressed")
     func noContextTakeoverAndThreshold() throws {
-        let agreement = try #require(Self.agreement(offer: "permessage-deflate; server_no_context_takeover; client_no_context_takeover", minimumBytes: 100))
+        let agreement = try #require(
+            Self.agreement(offer: "permessage-deflate; server_no_context_takeover; client_no_context_takeover", minimumBytes: 100))
         #expect(agreement.sendNoContextTakeover && agreement.receiveNoContextTakeover)
         var context = DeflateContext(agreement: agreement, zlib: LoopZlib())
         for message in Self.messages.prefix(3) {
@@ -86,7 +87,9 @@ struct EventLoopDeflateTests {
         var bomb = try zeros.compressStream(with: compressor, flush: .sync, allocator: Self.allocator)
         bomb.moveWriterIndex(to: bomb.writerIndex - 4)
         #expect(throws: LoopZlib.InflateFailure.tooLarge) { try context.inflate(bomb, maxBytes: 64 * 1024, allocator: Self.allocator) }
-        #expect(throws: LoopZlib.InflateFailure.corrupt) { try context.inflate(ByteBuffer(bytes: [0xFF, 0xFF, 0xFF, 0x00, 0x13]), maxBytes: 1024, allocator: Self.allocator) }
+        #expect(throws: LoopZlib.InflateFailure.corrupt) {
+            try context.inflate(ByteBuffer(bytes: [0xFF, 0xFF, 0xFF, 0x00, 0x13]), maxBytes: 1024, allocator: Self.allocator)
+        }
         // The shared stream is fine afterwards.
         var fresh = DeflateContext(agreement: context.agreement, zlib: context.zlib)
         var input = ByteBuffer(string: "after the bomb")
@@ -108,7 +111,9 @@ struct EventLoopDeflateTests {
         let match = ByteBuffer(bytes: [202, 0, 17, 0, 0])
         #expect(String(buffer: try context.inflate(match, maxBytes: 1024, allocator: Self.allocator)) == "hello")
         // Bytes after the final block, before the removed tail, are not deflate.
-        #expect(throws: LoopZlib.InflateFailure.corrupt) { try context.inflate(ByteBuffer(bytes: [0x01, 0x01, 0x00, 0xFE, 0xFF, 0x41, 0x00]), maxBytes: 1024, allocator: Self.allocator) }
+        #expect(throws: LoopZlib.InflateFailure.corrupt) {
+            try context.inflate(ByteBuffer(bytes: [0x01, 0x01, 0x00, 0xFE, 0xFF, 0x41, 0x00]), maxBytes: 1024, allocator: Self.allocator)
+        }
     }
 
     @Test("a window keeps the last 2^bits bytes, in a buffer of its own")
@@ -125,7 +130,8 @@ struct EventLoopDeflateTests {
     @Test("over loopback: compressed echoes both ways; RSV1 on a continuation gets 1002, and a message that does not inflate 1007")
     func overLoopback() async throws {
         try await withTimeout(.seconds(30)) {
-            try await withDuplexServer(configuration: .init(compression: .init(minimumBytes: 16, maxWindowBits: 12, peerMaxWindowBits: 12))) { server in
+            try await withDuplexServer(configuration: .init(compression: .init(minimumBytes: 16, maxWindowBits: 12, peerMaxWindowBits: 12))) {
+                server in
                 let offer = ["Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits"]
                 try await TestWebSocket.with(port: server.port, path: "/echo", extraHeaders: offer) { socket in
                     let compressor = try ZlibCompressor(algorithm: .deflate, configuration: ZlibConfiguration(windowSize: 12))
@@ -147,7 +153,9 @@ struct EventLoopDeflateTests {
                     let total = Double(Self.messages.map(\.utf8.count).reduce(0, +))
                     let scrape = try await MetricsRouteTests.scrape(server.port)
                     #expect(scrape[#"duplex_compression_bytes_total{direction="in",form="uncompressed"}"#] == total)
-                    #expect(scrape[#"duplex_compression_bytes_total{direction="out",form="uncompressed"}"#] == total, "\"tiny\" went uncompressed: not counted")
+                    #expect(
+                        scrape[#"duplex_compression_bytes_total{direction="out",form="uncompressed"}"#] == total,
+                        "\"tiny\" went uncompressed: not counted")
                     #expect((scrape[#"duplex_compression_bytes_total{direction="in",form="compressed"}"#] ?? 0) > 0)
                     #expect((scrape[#"duplex_compression_bytes_total{direction="out",form="compressed"}"#] ?? 0) > 0)
                 }
@@ -233,10 +241,16 @@ struct EventLoopDeflateTests {
 
     @Test("the server's own settings go into its answer: its window, its context takeover, the cap on the client's window")
     func serverSettings() throws {
-        let settings = PerMessageDeflate(minimumBytes: 16, maxWindowBits: 12, noContextTakeover: true, peerNoContextTakeover: true, peerMaxWindowBits: 10)
+        let settings = PerMessageDeflate(
+            minimumBytes: 16, maxWindowBits: 12, noContextTakeover: true, peerNoContextTakeover: true, peerMaxWindowBits: 10)
         let answered = try #require(PerMessageDeflateNegotiation.answer(offers: ["permessage-deflate; client_max_window_bits"], settings: settings))
-        #expect(answered.answer == "permessage-deflate; server_max_window_bits=12; server_no_context_takeover; client_max_window_bits=10; client_no_context_takeover")
-        #expect(answered.agreement == DeflateAgreement(sendWindowBits: 12, sendNoContextTakeover: true, receiveWindowBits: 10, receiveNoContextTakeover: true, minimumBytes: 16))
+        #expect(
+            answered.answer
+                == "permessage-deflate; server_max_window_bits=12; server_no_context_takeover; client_max_window_bits=10; client_no_context_takeover")
+        #expect(
+            answered.agreement
+                == DeflateAgreement(
+                    sendWindowBits: 12, sendNoContextTakeover: true, receiveWindowBits: 10, receiveNoContextTakeover: true, minimumBytes: 16))
         let uncapped = try #require(PerMessageDeflateNegotiation.answer(offers: ["permessage-deflate"], settings: settings))
         #expect(!uncapped.answer.contains("client_max_window_bits"), "a client that did not offer client_max_window_bits cannot be capped")
         #expect(uncapped.agreement.receiveWindowBits == 15)
@@ -245,7 +259,9 @@ struct EventLoopDeflateTests {
         let server = try #require(PerMessageDeflateNegotiation.answer(offers: [offer], settings: settings))
         let client = try PerMessageDeflateNegotiation.accept(server.answer, offered: PerMessageDeflate(maxWindowBits: 11, peerMaxWindowBits: 9))
         #expect(client.sendWindowBits == server.agreement.receiveWindowBits && client.receiveWindowBits == server.agreement.sendWindowBits)
-        #expect(client.sendNoContextTakeover == server.agreement.receiveNoContextTakeover && client.receiveNoContextTakeover == server.agreement.sendNoContextTakeover)
+        #expect(
+            client.sendNoContextTakeover == server.agreement.receiveNoContextTakeover
+                && client.receiveNoContextTakeover == server.agreement.sendNoContextTakeover)
     }
 
     @Test(

@@ -78,7 +78,8 @@ struct ProtocolViolationTests {
             try await withDuplexServer { server in
                 let code = try await TestWebSocket.with(port: server.port, path: "/chat/masks?name=alice") { socket in
                     #expect(try await socket.receiveText().contains(#""type":"welcome""#))
-                    try await socket.sendFrame(opcode: 0x1, payload: Array(#"{"type":"say","v":1,"clientMessageId":"1","text":"hi"}"#.utf8), masked: false)
+                    try await socket.sendFrame(
+                        opcode: 0x1, payload: Array(#"{"type":"say","v":1,"clientMessageId":"1","text":"hi"}"#.utf8), masked: false)
                     return try await socket.receiveClose().code
                 }
                 #expect(code == 1002)

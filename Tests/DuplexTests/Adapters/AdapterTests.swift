@@ -73,7 +73,9 @@ struct AdapterTests {
                 try await withCheckedThrowingContinuation { continuation in
                     adapter.disconnect { continuation.resume(with: $0) }
                 }
-                #expect(try await states.first(within: .seconds(5)) { $0 == .disconnected(.manuallyDisconnected) } == .disconnected(.manuallyDisconnected))
+                #expect(
+                    try await states.first(within: .seconds(5)) { $0 == .disconnected(.manuallyDisconnected) } == .disconnected(.manuallyDisconnected)
+                )
                 adapter.terminate()
             }
         }
@@ -96,7 +98,9 @@ struct AdapterTests {
             await client.disconnect(code: .goingAway, reason: "bye")
             #expect(client.state == .disconnected(.manuallyDisconnected))
             #expect(server.state == .disconnected(.closed(code: .goingAway, reason: "bye")))
-            #expect(try await serverEvents.first(within: .seconds(5)) { if case .disconnected = $0 { true } else { false } } == .disconnected(code: .goingAway, reason: "bye"))
+            #expect(
+                try await serverEvents.first(within: .seconds(5)) { if case .disconnected = $0 { true } else { false } }
+                    == .disconnected(code: .goingAway, reason: "bye"))
             await #expect(throws: WebSocketError.self) { try await server.send("nobody listens") }
             let atClient = client.messages
             try await server.connect()

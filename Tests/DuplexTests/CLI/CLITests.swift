@@ -23,7 +23,10 @@ struct CLITests {
     func help() async throws {
         let output = try await duplex("--help").waitForExit()
         #expect(output.status == 0)
-        for (code, words) in [(1, "echo reply differed"), (2, "timed out"), (3, "malformed URL"), (4, "unreachable"), (5, "TLS"), (6, "4xx/5xx"), (7, "connection lost"), (64, "usage")] {
+        for (code, words) in [
+            (1, "echo reply differed"), (2, "timed out"), (3, "malformed URL"), (4, "unreachable"), (5, "TLS"), (6, "4xx/5xx"),
+            (7, "connection lost"), (64, "usage"),
+        ] {
             #expect(output.stdout.contains("  \(code) ") && output.stdout.contains(words), "status \(code)")
         }
     }
@@ -142,7 +145,9 @@ struct CLITests {
                 writer.closeInput()
                 #expect(try await writer.waitForExit().status == 0)
                 let output = try await reader.waitForStdout("writer: line 20")
-                let lines = output.stdout.split(separator: "\n").filter { $0.contains("writer: line") }.map { $0.split(separator: ": ", maxSplits: 1).last.map(String.init) ?? "" }
+                let lines = output.stdout.split(separator: "\n").filter { $0.contains("writer: line") }.map {
+                    $0.split(separator: ": ", maxSplits: 1).last.map(String.init) ?? ""
+                }
                 #expect(lines == (1...20).map { "line \($0)" })
                 reader.send("/quit")
                 #expect(try await reader.waitForExit().status == 0)
@@ -196,7 +201,10 @@ struct CLITests {
             try await withDuplexServer { server in
                 let cases: [([String], Int32, String)] = [
                     (["echo", "ws://"], 3, "malformed URL"),
-                    (["echo", "ftp://127.0.0.1:\(server.port)/echo"], 3, "the scheme must be ws or wss (http and https are taken as ws and wss), not ftp"),
+                    (
+                        ["echo", "ftp://127.0.0.1:\(server.port)/echo"], 3,
+                        "the scheme must be ws or wss (http and https are taken as ws and wss), not ftp"
+                    ),
                     (["echo", "--timeout", "15", "http://127.0.0.1:\(server.port)/echo", "mapped"], 0, ""),
                     (["ws", "not a url"], 3, "malformed URL"),
                     (["listen", "ws://127.0.0.1/events"], 3, "the scheme must be http or https"),
@@ -422,13 +430,18 @@ struct CLITests {
                 switch n {
                 case 1: .init(chunks: ["data: {\"text\":\"hi\"}\n\n", "data: [DONE]\n\n"], stall: true)
                 case 2: .init(chunks: ["id: 1\ndata: part\n\n"], drop: true)
-                case 3: .init(status: .tooManyRequests, headers: [("Retry-After", "2"), ("Content-Type", "application/json")], chunks: ["{\"error\":\n\"slow\u{1b}[2J down\"}"])
+                case 3:
+                    .init(
+                        status: .tooManyRequests, headers: [("Retry-After", "2"), ("Content-Type", "application/json")],
+                        chunks: ["{\"error\":\n\"slow\u{1b}[2J down\"}"])
                 default: .init(chunks: ["data: x\n\n"])
                 }
             }
             defer { Task { await peer.stop() } }
             let url = "http://127.0.0.1:\(peer.port)/v1/complete"
-            let done = try await duplex("listen", "-X", "POST", "-H", "Content-Type: application/json", "-d", #"{"prompt":"hi"}"#, "--until", "[DONE]", url).waitForExit()
+            let done = try await duplex(
+                "listen", "-X", "POST", "-H", "Content-Type: application/json", "-d", #"{"prompt":"hi"}"#, "--until", "[DONE]", url
+            ).waitForExit()
             #expect(done.status == 0, "\(done)")
             #expect(done.stdout == "message - {\"text\":\"hi\"}\nmessage - [DONE]\n", "\(done)")
             let first = try #require(peer.received.first)
@@ -441,12 +454,15 @@ struct CLITests {
             #expect(dropped.status == 7, "a drop of a POST stream is a lost connection: \(dropped)")
             #expect(dropped.stdout == "message 1 part\n")
             #expect(peer.received.count == 2, "not sent again")
-            #expect(peer.received.last?.headers["Content-Type"] == ["application/x-www-form-urlencoded"], "-d without a Content-Type, as curl sends it")
+            #expect(
+                peer.received.last?.headers["Content-Type"] == ["application/x-www-form-urlencoded"], "-d without a Content-Type, as curl sends it")
             #expect(peer.received.last?.body == "prompt=from stdin\n", "-d @- reads stdin")
 
             let refused = try await duplex("listen", "-X", "POST", url).waitForExit()
             #expect(refused.status == 6, "\(refused)")
-            #expect(refused.stderr.contains("HTTP 429 (Retry-After: 2); its body:\n{\"error\":\n\"slow^[[2J down\"}"), "the body's lines, control characters made visible: \(refused)")
+            #expect(
+                refused.stderr.contains("HTTP 429 (Retry-After: 2); its body:\n{\"error\":\n\"slow^[[2J down\"}"),
+                "the body's lines, control characters made visible: \(refused)")
             #expect(peer.received.count == 3)
 
             let usage = try await duplex("listen", "-X", "GET", "-d", "x", url).waitForExit()
@@ -480,14 +496,17 @@ struct CLITests {
 
     // MARK: proxy
 
-    @Test("proxy --scenario: each step prints a line as it takes effect, the scenario's seed is the proxy's; a step the server refuses ends it with status 1; a wrong file is refused before it starts")
+    @Test(
+        "proxy --scenario: each step prints a line as it takes effect, the scenario's seed is the proxy's; a step the server refuses ends it with status 1; a wrong file is refused before it starts"
+    )
     func proxyScenario() async throws {
         try await withTimeout(Self.limit) {
             try await withDuplexServer { server in
                 let files = try ScratchFiles("duplex-scenario")
                 defer { files.remove() }
                 let file = files.write
-                let good = try file("good.json", #"{"seed": 9, "steps": [{"at": 0, "add": {"type": "latency", "ms": 1}}, {"at": 0.3, "heal": true}]}"#)
+                let good = try file(
+                    "good.json", #"{"seed": 9, "steps": [{"at": 0, "add": {"type": "latency", "ms": 1}}, {"at": 0.3, "heal": true}]}"#)
                 let proxy = try duplex("proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:\(server.port)", "--scenario", good)
                 let done = try await proxy.waitForStdout("duplex proxy scenario: done after 300 ms")
                 #expect(done.stdout.contains("duplex proxy seed 9 "), "\(done)")
@@ -498,12 +517,16 @@ struct CLITests {
 
                 // This server has no /_chaos/ routes.
                 let refused = try file("refused.json", #"{"steps": [{"at": 0, "chaos": "drop"}]}"#)
-                let failing = try await duplex("proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:\(server.port)", "--scenario", refused).waitForExit()
+                let failing = try await duplex("proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:\(server.port)", "--scenario", refused)
+                    .waitForExit()
                 #expect(failing.status == 1, "\(failing)")
-                #expect(failing.stderr.contains("scenario: step 1 failed: chaos drop: the server answered 404 (is it running with --chaos?)"), "\(failing)")
+                #expect(
+                    failing.stderr.contains("scenario: step 1 failed: chaos drop: the server answered 404 (is it running with --chaos?)"),
+                    "\(failing)")
 
                 let wrong = try file("wrong.json", #"{"steps": [{"at": 0, "heal": false}]}"#)
-                let invalid = try await duplex("proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:\(server.port)", "--scenario", wrong).waitForExit()
+                let invalid = try await duplex("proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:\(server.port)", "--scenario", wrong)
+                    .waitForExit()
                 #expect(invalid.status == 64, "\(invalid)")
                 #expect(invalid.stderr.contains("--scenario: \(wrong): step 1: heal takes true"), "\(invalid)")
             }
@@ -512,7 +535,9 @@ struct CLITests {
 
     // MARK: replay
 
-    @Test("replay serves a cassette: duplex echo gets the recorded reply; a mismatch is printed with both sides and makes the exit status 1; a wrong file is refused with its line")
+    @Test(
+        "replay serves a cassette: duplex echo gets the recorded reply; a mismatch is printed with both sides and makes the exit status 1; a wrong file is refused with its line"
+    )
     func replay() async throws {
         try await withTimeout(Self.limit) {
             let files = try ScratchFiles("duplex-replay")
@@ -556,7 +581,8 @@ struct CLITests {
     func proxy() async throws {
         try await withTimeout(Self.limit) {
             try await withDuplexServer { server in
-                let proxy = try duplex("proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:\(server.port)", "--latency", "1", "--seed", "1234")
+                let proxy = try duplex(
+                    "proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:\(server.port)", "--latency", "1", "--seed", "1234")
                 let ready = try await proxy.waitForStdout("duplex proxy control on http://")
                 #expect(ready.stdout.contains("duplex proxy seed 1234 (--seed 1234 makes the same random choices again)"), "\(ready.stdout)")
                 let listenPort = try #require(Self.port(after: "listening on 127.0.0.1:", in: ready.stdout))
@@ -620,13 +646,18 @@ struct CLITests {
         }
     }
 
-    @Test("proxy --profile shapes the link as a named profile; the control endpoint adds one by name, and 100-loss holds data until removed; an unknown name is refused")
+    @Test(
+        "proxy --profile shapes the link as a named profile; the control endpoint adds one by name, and 100-loss holds data until removed; an unknown name is refused"
+    )
     func proxyProfile() async throws {
         try await withTimeout(Self.limit) {
             try await withDuplexServer { server in
-                let refused = try await duplex("proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:\(server.port)", "--profile", "5g").waitForExit()
+                let refused = try await duplex("proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:\(server.port)", "--profile", "5g")
+                    .waitForExit()
                 #expect(refused.status == 64, "\(refused)")
-                #expect(refused.stderr.contains("--profile must be one of 3g, edge, lte, dsl, wifi, lossy-wifi, very-bad-network, 100-loss, not \"5g\""), "\(refused)")
+                #expect(
+                    refused.stderr.contains("--profile must be one of 3g, edge, lte, dsl, wifi, lossy-wifi, very-bad-network, 100-loss, not \"5g\""),
+                    "\(refused)")
 
                 let proxy = try duplex("proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:\(server.port)", "--profile", "3g")
                 let ready = try await proxy.waitForStdout("duplex proxy control on http://")

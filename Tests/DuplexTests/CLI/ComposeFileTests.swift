@@ -11,7 +11,8 @@ import Yams
 /// ports and commands must match what the CLIs really accept.
 @Suite("docker-compose.yml and Dockerfile")
 struct ComposeFileTests {
-    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
 
     struct Service {
         var name: String

@@ -31,7 +31,10 @@ struct ChatSessionTests {
     func dedupAndGap() {
         var session = ChatSession(name: "alice", idPrefix: "x")
         _ = session.received(welcome(latest: 0, oldest: nil), on: 1)
-        #expect(session.received(message(1), on: 1).events == [.message(ChatMessage(room: "lobby", seq: 1, clientMessageID: "b-1", from: "bob", text: "m1", sentAt: now))])
+        #expect(
+            session.received(message(1), on: 1).events == [
+                .message(ChatMessage(room: "lobby", seq: 1, clientMessageID: "b-1", from: "bob", text: "m1", sentAt: now))
+            ])
         #expect(session.received(message(1), on: 1).events.isEmpty)
         let reaction = session.received(welcome(latest: 20, oldest: 10), on: 2)
         #expect(reaction.events.first == .missed(2...9))
@@ -46,7 +49,8 @@ struct ChatSessionTests {
         let first = session.say("one")
         let second = session.say("two")
         #expect(first.clientMessageID == "x-1" && second.clientMessageID == "x-2")
-        #expect(session.received(.ack(ChatAck(clientMessageID: "x-1", seq: 1)), on: 2).events == [.delivered(ChatAck(clientMessageID: "x-1", seq: 1))])
+        #expect(
+            session.received(.ack(ChatAck(clientMessageID: "x-1", seq: 1)), on: 2).events == [.delivered(ChatAck(clientMessageID: "x-1", seq: 1))])
         #expect(session.received(welcome(latest: 1, oldest: 1), on: 3).send == [second])
         _ = session.received(.error(ChatErrorFrame(code: .textTooLong, reason: "long", clientMessageID: "x-2")), on: 3)
         #expect(session.pending.isEmpty)
@@ -134,7 +138,8 @@ struct ChatClientTests {
     func refusedJoin() async throws {
         try await withTimeout(.seconds(20)) {
             try await withDuplexServer { server in
-                let chat = ChatClient(url: server.webSocketURL("/chat/lobby"), name: " spaced ", configuration: .init(reconnection: .fixedDelay(.milliseconds(10))))
+                let chat = ChatClient(
+                    url: server.webSocketURL("/chat/lobby"), name: " spaced ", configuration: .init(reconnection: .fixedDelay(.milliseconds(10))))
                 let error = await #expect(throws: ChatProtocolError.self) { try await chat.join() }
                 #expect(error?.code == .invalidName)
                 _ = try await chat.socket.stateEvents.first(within: Self.wait) { if case .disconnected = $0 { true } else { false } }

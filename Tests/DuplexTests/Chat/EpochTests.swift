@@ -27,13 +27,15 @@ struct EpochTests {
     func sessionReset() {
         var session = ChatSession(name: "alice", idPrefix: "x")
         let at = Date(timeIntervalSince1970: 1_795_339_800)
-        _ = session.received(.welcome(ChatWelcome(session: "s1", room: "r", name: "alice", members: ["alice"], latestSeq: 0, oldestSeq: nil, epoch: "A")), on: 1)
+        _ = session.received(
+            .welcome(ChatWelcome(session: "s1", room: "r", name: "alice", members: ["alice"], latestSeq: 0, oldestSeq: nil, epoch: "A")), on: 1)
         _ = session.received(.message(ChatMessage(room: "r", seq: 14, clientMessageID: "b-1", from: "bob", text: "old", sentAt: at)), on: 1)
         let pending = session.say("unacked")
         let url = URL(string: "ws://127.0.0.1:1/chat/r")!
         #expect(session.joinURL(url).absoluteString.contains("since=14&epoch=A"))
         let reaction = session.received(
-            .welcome(ChatWelcome(session: "s2", room: "r", name: "alice", members: ["alice"], latestSeq: 2, oldestSeq: 1, epoch: "B", recovered: false)),
+            .welcome(
+                ChatWelcome(session: "s2", room: "r", name: "alice", members: ["alice"], latestSeq: 2, oldestSeq: 1, epoch: "B", recovered: false)),
             on: 2
         )
         #expect(reaction.events.first == .historyReset(previousEpoch: "A", missedAfter: at))
@@ -41,7 +43,8 @@ struct EpochTests {
         #expect(reaction.send == [pending], "what was not acknowledged is resent")
         #expect(session.lastSeq == 0, "the new epoch from its start")
         // Seq 1 of the new epoch (replayed) is new, although 1 < 14; and so is seq 3.
-        let first = session.received(.message(ChatMessage(room: "r", seq: 1, clientMessageID: "c-1", from: "carol", text: "first", sentAt: at)), on: 2)
+        let first = session.received(
+            .message(ChatMessage(room: "r", seq: 1, clientMessageID: "c-1", from: "carol", text: "first", sentAt: at)), on: 2)
         #expect(first.events.count == 1)
         let next = session.received(.message(ChatMessage(room: "r", seq: 3, clientMessageID: "b-2", from: "bob", text: "new", sentAt: at)), on: 2)
         #expect(next.events.count == 1)
@@ -51,12 +54,16 @@ struct EpochTests {
         let resent = session.received(.message(ChatMessage(room: "r", seq: 4, clientMessageID: "b-1", from: "bob", text: "old", sentAt: at)), on: 2)
         #expect(resent.events.isEmpty, "already reported in the old epoch")
         // A late frame from the old server's connection (1) is stale: ignored, position kept.
-        let stale = session.received(.message(ChatMessage(room: "r", seq: 9000, clientMessageID: "b-9", from: "bob", text: "stale", sentAt: at)), on: 1)
+        let stale = session.received(
+            .message(ChatMessage(room: "r", seq: 9000, clientMessageID: "b-9", from: "bob", text: "stale", sentAt: at)), on: 1)
         #expect(stale.events.isEmpty && session.lastSeq == 4)
         let staleAck = session.received(.ack(ChatAck(clientMessageID: pending.clientMessageID, seq: 15)), on: 1)
         #expect(staleAck.events.isEmpty && session.pending == [pending], "an ack from the server that lost its history does not count")
         // The same epoch again: an ordinary resume, no reset.
-        let again = session.received(.welcome(ChatWelcome(session: "s3", room: "r", name: "alice", members: ["alice"], latestSeq: 3, oldestSeq: 1, epoch: "B", recovered: true)), on: 3)
+        let again = session.received(
+            .welcome(
+                ChatWelcome(session: "s3", room: "r", name: "alice", members: ["alice"], latestSeq: 3, oldestSeq: 1, epoch: "B", recovered: true)),
+            on: 3)
         #expect(!again.events.contains { if case .historyReset = $0 { true } else { false } })
     }
 
@@ -192,7 +199,9 @@ struct ProcessRestartTests {
         box.process.withLockedValue { $0 = new }
     }
 
-    @Test("ChatClient across SIGTERM and SIGKILL of the server process: one reset each, every later message exactly once", arguments: [SIGTERM, SIGKILL])
+    @Test(
+        "ChatClient across SIGTERM and SIGKILL of the server process: one reset each, every later message exactly once",
+        arguments: [SIGTERM, SIGKILL])
     func chatClients(signal: Int32) async throws {
         try await withTimeout(.seconds(90)) {
             let box = ServerBox()

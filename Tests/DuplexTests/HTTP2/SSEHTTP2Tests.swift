@@ -26,7 +26,9 @@ struct SSEHTTP2Tests {
         try await withTimeout {
             let configuration = try Self.server()
             try await withDuplexServer(configuration: configuration) { server in
-                let managers = (0..<10).map { _ in ServerSentEventManager(url: server.httpURL("/events?interval=20"), configuration: Self.client(configuration)) }
+                let managers = (0..<10).map { _ in
+                    ServerSentEventManager(url: server.httpURL("/events?interval=20"), configuration: Self.client(configuration))
+                }
                 let streams = managers.map(\.events)
                 for manager in managers { try await manager.connect() }
                 #expect(server.server.metrics.http2.healthJSON == #"{"connections":1,"streams":10,"webSockets":0}"#)
@@ -82,7 +84,8 @@ struct SSEHTTP2Tests {
             var withoutHTTP2 = try Self.server()
             withoutHTTP2.http2.enabled = false
             try await withDuplexServer(configuration: withoutHTTP2) { server in
-                let manager = ServerSentEventManager(url: server.httpURL("/events?interval=20"), retryPolicy: .disabled, configuration: Self.client(withoutHTTP2, .http2))
+                let manager = ServerSentEventManager(
+                    url: server.httpURL("/events?interval=20"), retryPolicy: .disabled, configuration: Self.client(withoutHTTP2, .http2))
                 let error = await #expect(throws: SSEError.self) { try await manager.connect() }
                 #expect(error?.message.contains("did not negotiate HTTP/2") == true, "\(String(describing: error))")
             }

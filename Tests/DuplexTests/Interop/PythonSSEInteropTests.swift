@@ -26,7 +26,8 @@ struct PythonSSEInteropTests {
                 received.append(event)
                 if received.count == 10 { break }
             }
-            #expect(received.compactMap(\.id) == (1...10).map(String.init), "every response ends after 3 events; the client resumes with Last-Event-ID")
+            #expect(
+                received.compactMap(\.id) == (1...10).map(String.init), "every response ends after 3 events; the client resumes with Last-Event-ID")
             // A timeout ends the loop early: fail, never index past the end.
             try #require(received.count == 10)
             #expect(received[4] == ServerSentEvent(id: "5", event: "multi", data: "line one\nline two 5"))
@@ -77,7 +78,8 @@ struct PythonSSEInteropTests {
             let detail = try JSONDecoder().decode(APIError.self, from: try #require(error?.response?.body))
             #expect(detail.error.type == "rate_limit_error")
 
-            let wrong = ServerSentEventManager(request: SSERequest(url: URL(string: Self.base + "/v1/completions")!, method: .post, body: Data("{}".utf8)))
+            let wrong = ServerSentEventManager(
+                request: SSERequest(url: URL(string: Self.base + "/v1/completions")!, method: .post, body: Data("{}".utf8)))
             let refused = await #expect(throws: SSEError.self) { try await wrong.connect() }
             #expect(refused?.status == 400)
             #expect(refused?.response?.text.contains("invalid_request_error") == true)

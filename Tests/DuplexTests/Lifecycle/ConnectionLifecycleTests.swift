@@ -64,7 +64,8 @@ struct ConnectionLifecycleTests {
     @Test("disconnect closes and waits; calling it again, or when disconnected, does nothing")
     func disconnect() {
         var machine = connected()
-        #expect(machine.disconnect(code: .normalClosure, reason: "bye") == .wait([.stopPinging, .closeConnection(code: .normalClosure, reason: "bye")]))
+        #expect(
+            machine.disconnect(code: .normalClosure, reason: "bye") == .wait([.stopPinging, .closeConnection(code: .normalClosure, reason: "bye")]))
         #expect(machine.disconnect(code: .normalClosure, reason: "again") == .wait([]))
         let loss = closed(.normalClosure, "bye")
         let done = machine.connectionLost(generation: 1, loss: loss)
@@ -229,7 +230,9 @@ struct ConnectionLifecycleTests {
         _ = failed.connectionLost(generation: 1, loss: closed(.goingAway))
         _ = failed.connectFailed(generation: 1, loss: .failed(WebSocketError(.connectionFailed, "x")))
         _ = failed.connect()
-        #expect(!failed.connectSucceeded(generation: 2).contains { if case .lost = $0 { true } else { false } }, "a failed attempt's early close is forgotten")
+        #expect(
+            !failed.connectSucceeded(generation: 2).contains { if case .lost = $0 { true } else { false } },
+            "a failed attempt's early close is forgotten")
     }
 
     // MARK: The other policies
@@ -275,7 +278,8 @@ struct ConnectionLifecycleTests {
     @Test("a policy whose connect() waits through failures retries the first attempt, and fails connect only when it gives up")
     func connectRetries() {
         var machine = Lifecycle(
-            policy: WebSocketPolicy(strategy: .fixedDelay(.seconds(1), maxAttempts: 1), maxQueued: 1, connectRetries: true, retriesNormalClosure: true)
+            policy: WebSocketPolicy(
+                strategy: .fixedDelay(.seconds(1), maxAttempts: 1), maxQueued: 1, connectRetries: true, retriesNormalClosure: true)
         )
         _ = machine.connect()
         #expect(machine.send(.string("early")) == .queued, "queued before the first connection too")
@@ -301,16 +305,22 @@ struct ConnectionLifecycleTests {
         #expect(machine.status.state == .disconnected(refused.reason))
         _ = machine.retryTimerFired(attempt: 0)
         let busy = SSELoss(reason: .streamError(SSEError(.badStatus, "503", status: 503)), retry: .after(.seconds(7)))
-        #expect(machine.connectFailed(generation: 2, loss: busy).contains(.scheduleRetry(attempt: 1, delay: .seconds(7))), "Retry-After overrides the delay")
+        #expect(
+            machine.connectFailed(generation: 2, loss: busy).contains(.scheduleRetry(attempt: 1, delay: .seconds(7))),
+            "Retry-After overrides the delay")
         _ = machine.retryTimerFired(attempt: 1)
         _ = machine.connectSucceeded(generation: 3)
         let ended = SSELoss(reason: .streamEnded, retry: .policy(suggested: .seconds(3)))
         let silent = machine.connectionLost(generation: 3, loss: ended)
-        #expect(silent.contains(.scheduleRetry(attempt: 2, delay: .seconds(3))), "a stream that delivered nothing proved nothing; the server's retry: is the delay")
+        #expect(
+            silent.contains(.scheduleRetry(attempt: 2, delay: .seconds(3))),
+            "a stream that delivered nothing proved nothing; the server's retry: is the delay")
         _ = machine.retryTimerFired(attempt: 2)
         _ = machine.connectSucceeded(generation: 4)
         machine.proved(generation: 4)
-        #expect(machine.connectionLost(generation: 4, loss: ended).contains(.scheduleRetry(attempt: 0, delay: .seconds(3))), "events proved it: the count starts over")
+        #expect(
+            machine.connectionLost(generation: 4, loss: ended).contains(.scheduleRetry(attempt: 0, delay: .seconds(3))),
+            "events proved it: the count starts over")
         _ = machine.retryTimerFired(attempt: 0)
         let noContent = SSELoss(reason: .streamError(SSEError(.noContent, "204", status: 204)), retry: .never)
         let final = machine.connectFailed(generation: 5, loss: noContent)
@@ -355,7 +365,9 @@ struct ConnectionLifecycleTests {
         #expect(manual.connect() == .wait([.publish(.connecting), .startConnecting(generation: 2)]))
     }
 
-    @Test("a network change: an open connection is probed; a failed probe drops it and reconnects at once with the backoff reset; a waiting reconnection starts now")
+    @Test(
+        "a network change: an open connection is probed; a failed probe drops it and reconnects at once with the backoff reset; a waiting reconnection starts now"
+    )
     func networkChanged() {
         let growing = ReconnectionStrategy(initialDelay: .seconds(1), maxDelay: .seconds(60), backoffMultiplier: 2, jitter: 0)
         var machine = connected(growing)
@@ -378,7 +390,8 @@ struct ConnectionLifecycleTests {
             return
         }
         #expect(actions == [.cancelRetryTimer, .publish(.connecting), .startConnecting(generation: 4)])
-        #expect(machine.connectFailed(generation: 4, loss: dead).contains(.scheduleRetry(attempt: 0, delay: .seconds(1))), "from the first delay again")
+        #expect(
+            machine.connectFailed(generation: 4, loss: dead).contains(.scheduleRetry(attempt: 0, delay: .seconds(1))), "from the first delay again")
 
         var idle = lifecycle(growing)
         #expect(idle.networkChanged() == .nothing, "never connected: nothing to check")

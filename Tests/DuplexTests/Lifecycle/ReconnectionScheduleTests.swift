@@ -8,8 +8,14 @@ struct ReconnectionScheduleTests {
         let pairs: [(ReconnectionStrategy, ReconnectionStrategy)] = [
             (.fixedDelay(5.0), .fixedDelay(.seconds(5))),
             (.linearBackoff(step: 0.5, maxDelay: 2), .linearBackoff(step: .milliseconds(500), maxDelay: .seconds(2))),
-            (.exponentialBackoff(baseDelay: 0.25, maxDelay: 4, jitter: 0), .exponentialBackoff(baseDelay: .milliseconds(250), maxDelay: .seconds(4), jitter: 0)),
-            (RetryPolicy(initialDelay: 1.0, maxDelay: 60.0, backoffMultiplier: 3, jitter: 0), RetryPolicy(initialDelay: .seconds(1), maxDelay: .seconds(60), backoffMultiplier: 3, jitter: 0)),
+            (
+                .exponentialBackoff(baseDelay: 0.25, maxDelay: 4, jitter: 0),
+                .exponentialBackoff(baseDelay: .milliseconds(250), maxDelay: .seconds(4), jitter: 0)
+            ),
+            (
+                RetryPolicy(initialDelay: 1.0, maxDelay: 60.0, backoffMultiplier: 3, jitter: 0),
+                RetryPolicy(initialDelay: .seconds(1), maxDelay: .seconds(60), backoffMultiplier: 3, jitter: 0)
+            ),
         ]
         for (seconds, durations) in pairs {
             for attempt in 0..<8 {

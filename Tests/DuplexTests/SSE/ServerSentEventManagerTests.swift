@@ -86,7 +86,10 @@ struct ServerSentEventManagerTests {
             defer { Task { await peer.stop() } }
             let sse = ServerSentEventManager(url: URL(string: "http://127.0.0.1:\(peer.port)/")!, retryPolicy: Self.fast)
             await #expect { try await sse.connect() } throws: { ($0 as? SSEError)?.code == .noContent }
-            #expect(sse.state == .disconnected(.streamError(SSEError(.noContent, "the server answered 204 No Content: it asks the client to stop", status: 204))))
+            #expect(
+                sse.state
+                    == .disconnected(
+                        .streamError(SSEError(.noContent, "the server answered 204 No Content: it asks the client to stop", status: 204))))
             #expect(peer.requestHeaders.count == 1)
         }
     }
@@ -95,7 +98,9 @@ struct ServerSentEventManagerTests {
     func permanentFailures() async throws {
         try await withTimeout {
             let peer = try await ScriptedHTTPPeer.start { n in
-                n == 1 ? .init(status: .internalServerError, headers: [], chunks: ["oops"]) : .init(headers: [("Content-Type", "text/plain")], chunks: ["data: x\n\n"])
+                n == 1
+                    ? .init(status: .internalServerError, headers: [], chunks: ["oops"])
+                    : .init(headers: [("Content-Type", "text/plain")], chunks: ["data: x\n\n"])
             }
             defer { Task { await peer.stop() } }
             let url = URL(string: "http://127.0.0.1:\(peer.port)/")!
@@ -281,7 +286,10 @@ struct ServerSentEventManagerTests {
             #expect(try await events.first(within: Self.wait).data == "arrived")
             await sse.terminate()
             let seen = heads.withLockedValue { $0 }
-            #expect(seen.map { $0.components(separatedBy: "\r\n").first ?? "" } == ["GET /start HTTP/1.1", "GET /next HTTP/1.1", "GET /elsewhere HTTP/1.1"])
+            #expect(
+                seen.map { $0.components(separatedBy: "\r\n").first ?? "" } == [
+                    "GET /start HTTP/1.1", "GET /next HTTP/1.1", "GET /elsewhere HTTP/1.1",
+                ])
             #expect(seen[1].contains("Authorization: Bearer secret"), "the same origin keeps the credentials")
             #expect(!seen[2].contains("Authorization"), "another origin does not get them")
             #expect(seen[2].contains("Host: 127.0.0.1:\(port)"))
@@ -357,7 +365,9 @@ struct ServerSentEventManagerTests {
         }
     }
 
-    @Test("a request header that would split the request (CR LF in a value, a space in a name) is refused before connecting, by SSE and WebSocket alike; nothing reaches the server")
+    @Test(
+        "a request header that would split the request (CR LF in a value, a space in a name) is refused before connecting, by SSE and WebSocket alike; nothing reaches the server"
+    )
     func invalidHeaders() async throws {
         try await withTimeout {
             let requests = NIOLockedValueBox(0)

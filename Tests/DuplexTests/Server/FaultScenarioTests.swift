@@ -58,7 +58,9 @@ struct FaultScenarioTests {
         #expect(scenario.seed == 42)
         #expect(
             scenario.steps == [
-                .init(at: .zero, .add(.latency(.milliseconds(300), jitter: .milliseconds(50)), direction: .downstream, name: "lag", duration: .seconds(5))),
+                .init(
+                    at: .zero,
+                    .add(.latency(.milliseconds(300), jitter: .milliseconds(50)), direction: .downstream, name: "lag", duration: .seconds(5))),
                 .init(at: .milliseconds(1500), .add(FaultProxy.Toxic.blackhole.toxicity(0.5), direction: .both)),
                 .init(at: .seconds(2), .chaos("drop?route=echo")),
                 .init(at: .seconds(3), .remove(name: "lag")),
@@ -78,20 +80,32 @@ struct FaultScenarioTests {
             (#"{"steps": [{"heal": true}]}"#, "step 1: at must be a number of seconds"),
             (#"{"steps": [{"at": -1, "heal": true}]}"#, "step 1: at must be a number of seconds from 0"),
             (#"{"steps": [{"at": 0, "heal": true}, {"at": 1}]}"#, "step 2: a step does one thing: add, remove, heal, drop or chaos (found none)"),
-            (#"{"steps": [{"at": 0, "heal": true, "drop": true}]}"#, "step 1: a step does one thing: add, remove, heal, drop or chaos (found heal, drop)"),
+            (
+                #"{"steps": [{"at": 0, "heal": true, "drop": true}]}"#,
+                "step 1: a step does one thing: add, remove, heal, drop or chaos (found heal, drop)"
+            ),
             (#"{"steps": [{"at": 0, "heal": false}]}"#, "step 1: heal takes true"),
             (#"{"steps": [{"at": 0, "heal": true, "for": 2}]}"#, "step 1: for goes with add only"),
             (#"{"steps": [{"at": 0, "hael": true}]}"#, #"step 1: unknown field "hael""#),
-            (#"{"steps": [{"at": 0, "add": {"type": "lag"}}]}"#, #"step 1: type must be latency, bandwidth, blackhole, reset-peer, close-after, slicer, path-switch, suspend or profile, not "lag""#),
+            (
+                #"{"steps": [{"at": 0, "add": {"type": "lag"}}]}"#,
+                #"step 1: type must be latency, bandwidth, blackhole, reset-peer, close-after, slicer, path-switch, suspend or profile, not "lag""#
+            ),
             (#"{"steps": [{"at": 0, "add": {"type": "latency"}}]}"#, "step 1: latency needs ms=N"),
-            (#"{"steps": [{"at": 0, "add": {"type": "blackhole", "direction": "sideways"}}]}"#, "step 1: direction must be both, upstream or downstream"),
+            (
+                #"{"steps": [{"at": 0, "add": {"type": "blackhole", "direction": "sideways"}}]}"#,
+                "step 1: direction must be both, upstream or downstream"
+            ),
             (#"{"steps": [{"at": 0, "add": {"type": "blackhole", "toxicity": 2}}]}"#, "step 1: toxicity must be a number from 0 to 1"),
             (#"{"steps": [{"at": 0, "add": {"type": "blackhole"}, "for": 0}]}"#, "step 1: for must be a number of seconds, more than 0"),
             (#"{"steps": [{"at": 1, "remove": "lag"}]}"#, #"step 1: remove "lag", but no step before it adds a toxic of that name"#),
             (#"{"steps": [{"at": 0, "chaos": "/_chaos/"}]}"#, "step 1: chaos takes the fault's path"),
             // Values that would overflow a time: refused, not trapped on.
             (#"{"steps": [{"at": 1e12, "heal": true}]}"#, "step 1: at must be a number of seconds from 0 to 31536000 (a year)"),
-            (#"{"steps": [{"at": 0, "add": {"type": "blackhole"}, "for": 1e300}]}"#, "step 1: for must be a number of seconds, more than 0 and at most 31536000"),
+            (
+                #"{"steps": [{"at": 0, "add": {"type": "blackhole"}, "for": 1e300}]}"#,
+                "step 1: for must be a number of seconds, more than 0 and at most 31536000"
+            ),
             (#"{"steps": [{"at": 0, "add": {"type": "latency", "ms": 1e18}}]}"#, "step 1: ms must be an integer from 0 to 86400000"),
             (#"{"steps": [{"at": 0, "add": {"type": "latency", "ms": 1e30}}]}"#, "step 1: ms must be an integer from 0 to 86400000"),
             (#"{"steps": [{"at": 0, "add": {"type": "slicer", "size": 99999999999}}]}"#, "step 1: size must be an integer from 1 to 2147483647"),
@@ -207,7 +221,8 @@ struct FaultScenarioTests {
                     }
                 } throws: { error in
                     let text = "\(error)"
-                    return error is FaultScenario.StepFailed && text.contains("step 1 failed: chaos drop: the server answered 404 (is it running with --chaos?)")
+                    return error is FaultScenario.StepFailed
+                        && text.contains("step 1 failed: chaos drop: the server answered 404 (is it running with --chaos?)")
                 }
             }
         }

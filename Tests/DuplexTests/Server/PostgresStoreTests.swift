@@ -62,7 +62,9 @@ struct PostgresStoreTests {
     }
 
     /// Reads `events` until `done` holds for what was seen.
-    static func collect(_ events: AsyncStream<ChatEvent>, within limit: Duration = .seconds(60), until done: @escaping @Sendable (Seen) -> Bool) async throws -> Seen {
+    static func collect(_ events: AsyncStream<ChatEvent>, within limit: Duration = .seconds(60), until done: @escaping @Sendable (Seen) -> Bool)
+        async throws -> Seen
+    {
         try await withTimeout(limit) {
             var seen = Seen()
             for await event in events {
@@ -135,7 +137,8 @@ struct PostgresStoreTests {
     }
 
     @Test(
-        "group commit: 64 says pipelined by each of two members share commits; each member's are numbered and acknowledged in the order sent, each message once, and a resent batch is all duplicates")
+        "group commit: 64 says pipelined by each of two members share commits; each member's are numbered and acknowledged in the order sent, each message once, and a resent batch is all duplicates"
+    )
     func pipelinedSaysShareCommits() async throws {
         try await withTimeout(.seconds(90)) {
             try await Self.withDatabase { _, store in
@@ -146,7 +149,10 @@ struct PostgresStoreTests {
                 // Each member sends its 64 says at once, without waiting for acks.
                 func sendAll(_ member: RawChatMember) async throws {
                     for i in 1...count {
-                        try await member.socket.send(.string(try ChatClientFrame.say(ChatSay(clientMessageID: "\(member.welcome.name)-\(i)", text: "\(member.welcome.name) \(i)")).jsonString()))
+                        try await member.socket.send(
+                            .string(
+                                try ChatClientFrame.say(ChatSay(clientMessageID: "\(member.welcome.name)-\(i)", text: "\(member.welcome.name) \(i)"))
+                                    .jsonString()))
                     }
                 }
                 try await sendAll(alice)
@@ -311,7 +317,9 @@ struct PostgresStoreTests {
         }
     }
 
-    @Test("a killed node's member's name, joined on the other node before its lease runs out: name_taken and 1008 without the token, the member back at once with it")
+    @Test(
+        "a killed node's member's name, joined on the other node before its lease runs out: name_taken and 1008 without the token, the member back at once with it"
+    )
     func nameOfKilledNodesMember() async throws {
         try await withTimeout(.seconds(90)) {
             try await Self.withDatabase { _, store in
@@ -410,7 +418,9 @@ struct PostgresStoreTests {
         }
     }
 
-    @Test("one node cut off from PostgreSQL while another goes on: when it is back it catches up from the table, and its member gets every message once, in order")
+    @Test(
+        "one node cut off from PostgreSQL while another goes on: when it is back it catches up from the table, and its member gets every message once, in order"
+    )
     func partitionedNodeCatchesUp() async throws {
         try await withTimeout(.seconds(120)) {
             try await Self.withDatabase { cluster, store in
@@ -523,7 +533,9 @@ struct PostgresStoreTests {
         }
     }
 
-    @Test("duplex_append_batch and duplex_append keep a room's newest events and their keys, trimming only what left the window, and everything older about once every 1,024 events")
+    @Test(
+        "duplex_append_batch and duplex_append keep a room's newest events and their keys, trimming only what left the window, and everything older about once every 1,024 events"
+    )
     func trimming() async throws {
         try await withTimeout(.seconds(90)) {
             try await Self.withSchema { cluster, name in
@@ -559,7 +571,9 @@ struct PostgresStoreTests {
         }
     }
 
-    @Test("duplex_append_batch numbers each room's new messages in batch order, answers a recorded key with its original seq, and gives a missing room none")
+    @Test(
+        "duplex_append_batch numbers each room's new messages in batch order, answers a recorded key with its original seq, and gives a missing room none"
+    )
     func batchNumbering() async throws {
         try await withTimeout(.seconds(90)) {
             try await Self.withSchema { cluster, name in
@@ -574,10 +588,14 @@ struct PostgresStoreTests {
                 }
                 // Two rooms interleaved, and one that is not in the database.
                 let first = try await cluster.psql(
-                    name, batch(["a", "b", "gone", "a", "b", "a"], ["t1", "t2", "t3", "t4", "t5", "t6"], ["n1", "n2", "n3", "n4", "n5", "n6"], [false, false, false, false, false, false]))
+                    name,
+                    batch(
+                        ["a", "b", "gone", "a", "b", "a"], ["t1", "t2", "t3", "t4", "t5", "t6"], ["n1", "n2", "n3", "n4", "n5", "n6"],
+                        [false, false, false, false, false, false]))
                 #expect(first.trimmingCharacters(in: .whitespacesAndNewlines) == "1:1 2:11 3:- 4:2 5:12 6:3")
                 // Recorded keys: by token always, by name only when asked; the rest numbered on.
-                let second = try await cluster.psql(name, batch(["a", "a", "a", "b"], ["t1", "t9", "t10", "t11"], ["x", "n4", "n6", "n5"], [false, true, false, false]))
+                let second = try await cluster.psql(
+                    name, batch(["a", "a", "a", "b"], ["t1", "t9", "t10", "t11"], ["x", "n4", "n6", "n5"], [false, true, false, false]))
                 #expect(second.trimmingCharacters(in: .whitespacesAndNewlines) == "1:1d 2:2d 3:4 4:13")
                 let rows = try await cluster.psql(
                     name,
@@ -654,7 +672,8 @@ struct PostgresStoreTests {
             let refusedToo = try await fromEnvironment.waitForExit()
             #expect(refusedToo.status != 0 && refusedToo.stderr.contains("--store") && refusedToo.stderr.contains("postgres://"), "\(refusedToo)")
             let refusing = try RefusingPort()
-            let unreachable = try CLIProcess("duplex-server", ["--port", "0", "--store", "postgres://duplex@127.0.0.1:\(refusing.port)/none", "--store-startup-timeout", "1"])
+            let unreachable = try CLIProcess(
+                "duplex-server", ["--port", "0", "--store", "postgres://duplex@127.0.0.1:\(refusing.port)/none", "--store-startup-timeout", "1"])
             let failed = try await unreachable.waitForExit(within: .seconds(50))
             #expect(failed.status != 0 && failed.stderr.contains("cannot reach the room store"), "\(failed)")
             withExtendedLifetime(refusing) {}
@@ -681,7 +700,9 @@ struct PostgresStoreTests {
     @Test("PostgresStoreConfiguration reads postgres:// URLs and refuses others with a reason")
     func urls() throws {
         let full = try PostgresStoreConfiguration(url: "postgres://duplex:s%40cret@db.local:6543/rooms?sslmode=require")
-        #expect(full.host == "db.local" && full.port == 6543 && full.username == "duplex" && full.password == "s@cret" && full.database == "rooms" && full.requireTLS)
+        #expect(
+            full.host == "db.local" && full.port == 6543 && full.username == "duplex" && full.password == "s@cret" && full.database == "rooms"
+                && full.requireTLS)
         #expect(full.redactedURL == "postgres://duplex:***@db.local:6543/rooms")
         let short = try PostgresStoreConfiguration(url: "postgresql://me@127.0.0.1")
         #expect(short.port == 5432 && short.database == nil && !short.requireTLS)

@@ -157,7 +157,9 @@ struct ProcessSoakTests {
                 }
                 return taken
             }
-            print("process soak: 40 clients joined on 2 nodes, running \(seconds) s, a fault every \(SoakTests.faultPause) ms; node B \(startKiB ?? 0) KiB")
+            print(
+                "process soak: 40 clients joined on 2 nodes, running \(seconds) s, a fault every \(SoakTests.faultPause) ms; node B \(startKiB ?? 0) KiB"
+            )
             await SoakTests.talk(members, until: end)
             await chaos.value
             samples += await sampling.value

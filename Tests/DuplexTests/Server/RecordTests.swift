@@ -56,7 +56,9 @@ struct RecordTests {
         return received
     }
 
-    @Test("a WebSocket session recorded into a file as it happens: each side's messages in order with their times, secrets redacted, the client's close; replayed, the same")
+    @Test(
+        "a WebSocket session recorded into a file as it happens: each side's messages in order with their times, secrets redacted, the client's close; replayed, the same"
+    )
     func webSocketRecordAndReplay() async throws {
         let files = try ScratchFiles("duplex-record")
         defer { files.remove() }
@@ -64,7 +66,8 @@ struct RecordTests {
         let fileRecorder = try CassetteRecorder(writingTo: path)
         try await withTimeout(Self.wait) {
             let cassette = try await withDuplexServer { upstream in
-                try await Self.withRecorder(upstream: upstream.webSocketURL("/"), redact: ["X-Token"], recorder: fileRecorder) { recorderServer, recorder in
+                try await Self.withRecorder(upstream: upstream.webSocketURL("/"), redact: ["X-Token"], recorder: fileRecorder) {
+                    recorderServer, recorder in
                     let socket = WebSocket(
                         request: WebSocketRequest(
                             url: recorderServer.webSocketURL("/echo"),
@@ -154,7 +157,9 @@ struct RecordTests {
         }
     }
 
-    @Test("a POST stream through the recorder: its method and body forwarded and recorded; replayed strictly, the same request gets the events, another body is 400 with both sides")
+    @Test(
+        "a POST stream through the recorder: its method and body forwarded and recorded; replayed strictly, the same request gets the events, another body is 400 with both sides"
+    )
     func postStreamRecordAndReplay() async throws {
         try await withTimeout(Self.wait) {
             let peer = try await ScriptedHTTPPeer.start { _ in .init(chunks: ["data: {\"text\":\"hi\"}\n\n", "data: [DONE]\n\n"]) }
@@ -209,7 +214,9 @@ struct RecordTests {
         }
     }
 
-    @Test("a TLS upstream (wss:// and https://), trusted through the CA it made: the session and the stream are recorded; an untrusted one is 1014 and 502")
+    @Test(
+        "a TLS upstream (wss:// and https://), trusted through the CA it made: the session and the stream are recorded; an untrusted one is 1014 and 502"
+    )
     func tlsUpstream() async throws {
         let tls = try DuplexServerTLS.selfSigned()
         let ca = try #require(tls.certificateAuthorityPEM)
@@ -218,7 +225,8 @@ struct RecordTests {
         let configuration = tlsConfiguration
         try await withTimeout(Self.wait) {
             try await withDuplexServer(configuration: configuration) { upstream in
-                let cassette = try await Self.withRecorder(upstream: upstream.webSocketURL("/"), tlsTrust: .certificateAuthority(pem: ca)) { server, recorder in
+                let cassette = try await Self.withRecorder(upstream: upstream.webSocketURL("/"), tlsTrust: .certificateAuthority(pem: ca)) {
+                    server, recorder in
                     let echoed = try await Self.echoSession(WebSocket(url: server.webSocketURL("/echo")))
                     #expect(echoed == [.string("a"), .string("b"), .data(Data([1, 2, 3]))])
                     let sse = ServerSentEventManager(url: server.httpURL("/events"), retryPolicy: .none)
@@ -272,7 +280,8 @@ struct RecordTests {
         try await withTimeout(Self.wait) {
             try await withDuplexServer { upstream in
                 try await Self.withRecorder(upstream: upstream.webSocketURL("/")) { server, _ in
-                    let upgrade = "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                    let upgrade =
+                        "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
                     for request in [
                         "GET /%ZZ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
                         "GET /a%zz?q=%zz%%% HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",

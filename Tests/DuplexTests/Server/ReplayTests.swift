@@ -45,7 +45,9 @@ struct ReplayTests {
         }
     }
 
-    @Test("a cassette's routes next to the built-in ones: the recorded path replays, /echo echoes, an unrecorded room is served live; without them, other paths are refused")
+    @Test(
+        "a cassette's routes next to the built-in ones: the recorded path replays, /echo echoes, an unrecorded room is served live; without them, other paths are refused"
+    )
     func nextToBuiltInRoutes() async throws {
         let cassette = try Cassette(jsonLines: Self.chatLines)
         try await withTimeout(Self.wait) {
@@ -87,14 +89,18 @@ struct ReplayTests {
                     try await socket.connect()
                     try await socket.send("hullo")
                     let closed = try await events.first(within: Self.wait) { if case .disconnected = $0 { true } else { false } }
-                    #expect(closed == .disconnected(code: .policyViolation, reason: "replay mismatch at step 2: the client's message is not the recorded one"))
+                    #expect(
+                        closed
+                            == .disconnected(
+                                code: .policyViolation, reason: "replay mismatch at step 2: the client's message is not the recorded one"))
                     #expect(server.mismatches.count == 1)
                     await socket.terminate()
                 }
             } throws: { error in
                 let text = "\(error)"
                 return error is ReplayMismatches
-                    && text == "replay mismatch in session 1 (/chat/lobby), step 2:\n  recorded: client text \"hello\"\n  received: client text \"hullo\""
+                    && text
+                        == "replay mismatch in session 1 (/chat/lobby), step 2:\n  recorded: client text \"hello\"\n  received: client text \"hullo\""
             }
 
             try await withReplayServer(cassette, strict: false) { server in
@@ -178,7 +184,8 @@ struct ReplayTests {
         ])
         try await withTimeout(Self.wait) {
             try await withReplayServer(cassette, configuration: .init(sseRetryMilliseconds: 20)) { server in
-                let sse = ServerSentEventManager(url: server.httpURL("/events"), retryPolicy: RetryPolicy(initialDelay: 0.02, maxDelay: 0.2, jitter: 0))
+                let sse = ServerSentEventManager(
+                    url: server.httpURL("/events"), retryPolicy: RetryPolicy(initialDelay: 0.02, maxDelay: 0.2, jitter: 0))
                 let stream = sse.events
                 try await sse.connect()
                 var seen: [ServerSentEvent] = []

@@ -26,7 +26,8 @@ struct ServerProcessTests {
             .channelOption(ChannelOptions.autoRead, value: false)
             .connect(host: "127.0.0.1", port: port)
             .get()
-        let handshake = "GET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        let handshake =
+            "GET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
         channel.write(ByteBuffer(string: handshake), promise: nil)
         // One 64 KiB binary frame, masked with key 0.
         let frame = ByteBuffer(bytes: [0x82, 0xFF, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0] + [UInt8](repeating: 0x61, count: 65_536))
@@ -55,7 +56,9 @@ struct ServerProcessTests {
         }
     }
 
-    @Test("--log-format json: every line on standard error is one JSON object; a client's traceparent is in its connection's lines; another format is refused")
+    @Test(
+        "--log-format json: every line on standard error is one JSON object; a client's traceparent is in its connection's lines; another format is refused"
+    )
     func jsonLogs() async throws {
         try await withTimeout(.seconds(60)) {
             let (server, port) = try await Self.start(["--log-format", "json", "--log-level", "debug"])
@@ -100,9 +103,12 @@ struct ServerProcessTests {
     @Test("without --event-loops, the server starts one event loop per CPU its affinity mask allows (taskset -c 0: one), or per --event-loops")
     func eventLoopsFollowAffinity() async throws {
         try await withTimeout(.seconds(60)) {
-            let pinned = try CLIProcess(executable: URL(fileURLWithPath: "/usr/bin/taskset"), ["-c", "0", CLIProcess.binDirectory.appendingPathComponent("duplex-server").path, "--port", "0"])
+            let pinned = try CLIProcess(
+                executable: URL(fileURLWithPath: "/usr/bin/taskset"),
+                ["-c", "0", CLIProcess.binDirectory.appendingPathComponent("duplex-server").path, "--port", "0"])
             let output = try await pinned.waitForStdout("duplex-server listening on http://127.0.0.1:")
-            let port = try #require(output.stdout.split(separator: "\n").first { $0.contains("listening on") }.flatMap { Int($0.split(separator: ":").last ?? "") })
+            let port = try #require(
+                output.stdout.split(separator: "\n").first { $0.contains("listening on") }.flatMap { Int($0.split(separator: ":").last ?? "") })
             #expect(try await Self.eventLoopThreads(pinned, port: port) == 1)
             pinned.signal(SIGTERM)
             _ = try await pinned.waitForExit()
@@ -177,7 +183,9 @@ enum HTTPProbe {
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connect(host: "127.0.0.1", port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    if let context { try channel.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: context, serverHostname: "localhost")) }
+                    if let context {
+                        try channel.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: context, serverHostname: "localhost"))
+                    }
                     return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
                 }
             }

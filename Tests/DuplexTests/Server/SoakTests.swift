@@ -69,7 +69,9 @@ struct SoakTests {
                         self.epoch.withLockedValue { $0 = welcome.epoch }
                     case .message(let message):
                         let epoch = self.epoch.withLockedValue { $0 }
-                        self.read.withLockedValue { $0.append(Read(key: "\(message.from)/\(message.clientMessageID)", seq: message.seq, epoch: epoch)) }
+                        self.read.withLockedValue {
+                            $0.append(Read(key: "\(message.from)/\(message.clientMessageID)", seq: message.seq, epoch: epoch))
+                        }
                         self.update.yield()
                     case .delivered(let ack):
                         let epoch = self.epoch.withLockedValue { $0 }
@@ -121,7 +123,9 @@ struct SoakTests {
                             try? await Task.sleep(for: .seconds(2))
                             proxy.remove(id)
                         case 3: server.server.dropConnections(.room("r\(Int.random(in: 0..<5))")); faults.withLockedValue { $0.append("server drop") }
-                        case 4: server.server.stallConnections(.room("r\(Int.random(in: 0..<5))"), for: .seconds(2)); faults.withLockedValue { $0.append("stall") }
+                        case 4:
+                            server.server.stallConnections(.room("r\(Int.random(in: 0..<5))"), for: .seconds(2));
+                            faults.withLockedValue { $0.append("stall") }
                         case 5: proxy.add(.resetPeer, direction: .both); proxy.removeAll(); faults.withLockedValue { $0.append("reset") }
                         case 6: server.server.restart(downFor: .milliseconds(200)); faults.withLockedValue { $0.append("restart") }
                         case 8:
@@ -133,7 +137,9 @@ struct SoakTests {
                         case 9:
                             proxy.add(.suspend(.milliseconds(1500)), direction: .both)
                             faults.withLockedValue { $0.append("suspension") }
-                        default: server.server.restart(downFor: .milliseconds(200), amnesia: true); faults.withLockedValue { $0.append("amnesiac restart") }
+                        default:
+                            server.server.restart(downFor: .milliseconds(200), amnesia: true);
+                            faults.withLockedValue { $0.append("amnesiac restart") }
                         }
                     }
                 }
@@ -219,7 +225,9 @@ extension SoakTests {
             var shown = 0
             for entry in read {
                 if let first = firstSeen[entry.key] {
-                    if shown < 3 { print("DUP \(member.name): \(entry.key) first \(first.epoch ?? "-"):\(first.seq) again \(entry.epoch ?? "-"):\(entry.seq)") }
+                    if shown < 3 {
+                        print("DUP \(member.name): \(entry.key) first \(first.epoch ?? "-"):\(first.seq) again \(entry.epoch ?? "-"):\(entry.seq)")
+                    }
                     shown += 1
                 } else {
                     firstSeen[entry.key] = entry
@@ -232,7 +240,8 @@ extension SoakTests {
             report.lost += missing.count
             #expect(
                 missing.isEmpty,
-                "\(member.name) missed \(missing.count): \(missing.sorted().prefix(5)); last disconnection: \(member.lastDisconnect.withLockedValue { $0 }); pending \(member.client.pendingCount)")
+                "\(member.name) missed \(missing.count): \(missing.sorted().prefix(5)); last disconnection: \(member.lastDisconnect.withLockedValue { $0 }); pending \(member.client.pendingCount)"
+            )
             let phantom = Set(read.map(\.key)).subtracting(allAcked[member.room] ?? [])
             #expect(phantom.isEmpty, "\(member.name) read \(phantom.count) messages whose senders have no ack: \(phantom.sorted().prefix(5))")
         }

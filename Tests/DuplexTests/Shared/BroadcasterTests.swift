@@ -60,7 +60,9 @@ struct BroadcasterTests {
         #expect(finished, "deadlocked after \(rounds.withLockedValue { $0 }) rounds")
     }
 
-    @Test("a stream kept but never read holds one idle watcher, however many waits were asked; each superseded one goes on at once, the last when the reader comes back")
+    @Test(
+        "a stream kept but never read holds one idle watcher, however many waits were asked; each superseded one goes on at once, the last when the reader comes back"
+    )
     func idleWatchersDoNotCollect() async throws {
         let broadcaster = Broadcaster<Int>(limit: 100, label: "numbers", logger: Logger(label: "test"))
         let reader = broadcaster.makeStream()
@@ -119,7 +121,8 @@ struct BroadcasterTests {
     @Test("lossless in bytes: a consumer behind by the byte limit closes the gate")
     func losslessBytes() async {
         let gate = DemandGate()
-        let broadcaster = Broadcaster<String>(limit: 1000, byteLimit: 1000, cost: { $0.utf8.count }, gate: gate, label: "text", logger: Logger(label: "test"))
+        let broadcaster = Broadcaster<String>(
+            limit: 1000, byteLimit: 1000, cost: { $0.utf8.count }, gate: gate, label: "text", logger: Logger(label: "test"))
         let reader = broadcaster.makeStream()
         for _ in 0..<9 { broadcaster.yield(String(repeating: "x", count: 100)) }
         #expect(gate.isOpen)

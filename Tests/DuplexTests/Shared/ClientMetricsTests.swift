@@ -19,7 +19,9 @@ struct ClientMetricsTests {
         return nil
     }
 
-    @Test("a WebSocket counts its attempts, messages and bytes each way, ping round trips (its own and ping()'s), a lost connection and the reconnection")
+    @Test(
+        "a WebSocket counts its attempts, messages and bytes each way, ping round trips (its own and ping()'s), a lost connection and the reconnection"
+    )
     func webSocket() async throws {
         try await withTimeout {
             try await withDuplexServer { server in
@@ -73,7 +75,9 @@ struct ClientMetricsTests {
             configuration.metrics = metrics
             let socket = WebSocket(url: URL(string: "ws://127.0.0.1:\(port)/echo")!, configuration: configuration)
             await #expect(throws: WebSocketError.self) { try await socket.connect() }
-            #expect(try metrics.expectCounter("duplex_client_connection_failures_total", Self.websocket + [("cause", "connectionFailed")]).totalValue == 1)
+            #expect(
+                try metrics.expectCounter("duplex_client_connection_failures_total", Self.websocket + [("cause", "connectionFailed")]).totalValue == 1
+            )
             await socket.terminate()
         }
     }

@@ -44,11 +44,14 @@ final class PostgresCluster: Sendable {
     }
 
     /// Why PostgreSQL tests are skipped.
-    static let skipMessage = "PostgreSQL is not installed (apt-get install postgresql, or set DUPLEX_PG_BIN); set DUPLEX_REQUIRE_POSTGRES=1 to fail instead of skipping"
+    static let skipMessage =
+        "PostgreSQL is not installed (apt-get install postgresql, or set DUPLEX_PG_BIN); set DUPLEX_REQUIRE_POSTGRES=1 to fail instead of skipping"
 
     /// Its absence, when required.
     struct Missing: Error, CustomStringConvertible {
-        var description: String { "PostgreSQL is required (DUPLEX_REQUIRE_POSTGRES=1) but its programs were not found: \(PostgresCluster.skipMessage)" }
+        var description: String {
+            "PostgreSQL is required (DUPLEX_REQUIRE_POSTGRES=1) but its programs were not found: \(PostgresCluster.skipMessage)"
+        }
     }
 
     /// A command that failed.
@@ -179,7 +182,9 @@ final class PostgresCluster: Sendable {
     /// Runs SQL with `psql`; returns its output (unaligned, tuples only).
     @discardableResult
     func psql(_ database: String, _ sql: String) async throws -> String {
-        try await Self.run(bin.appendingPathComponent("psql"), ["-h", "127.0.0.1", "-p", String(port), "-U", role, "-d", database, "-v", "ON_ERROR_STOP=1", "-At", "-c", sql], as: nil)
+        try await Self.run(
+            bin.appendingPathComponent("psql"),
+            ["-h", "127.0.0.1", "-p", String(port), "-U", role, "-d", database, "-v", "ON_ERROR_STOP=1", "-At", "-c", sql], as: nil)
     }
 
     @discardableResult

@@ -75,7 +75,9 @@ final class ProxyPeer: Sendable {
 
     /// Waits until the proxy's log (stdout or stderr) contains `text`.
     func waitForLog(_ text: String) async throws {
-        _ = try await process.wait("the proxy's log to contain \(text.debugDescription)", within: .seconds(20)) { $0.stdout.contains(text) || $0.stderr.contains(text) }
+        _ = try await process.wait("the proxy's log to contain \(text.debugDescription)", within: .seconds(20)) {
+            $0.stdout.contains(text) || $0.stderr.contains(text)
+        }
     }
 
     /// The proxy's log so far.

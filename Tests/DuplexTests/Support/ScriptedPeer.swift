@@ -296,7 +296,8 @@ private final class PeerHandler: ChannelInboundHandler {
         while flooded < count, context.channel.isWritable {
             let head = "\(flooded):"
             let text = head + String(repeating: "x", count: max(bytes - head.utf8.count, 0))
-            context.write(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .text, data: context.channel.allocator.buffer(string: text))), promise: nil)
+            context.write(
+                wrapOutboundOut(WebSocketFrame(fin: true, opcode: .text, data: context.channel.allocator.buffer(string: text))), promise: nil)
             flooded += 1
         }
         peer.countFlooded(flooded - before)

@@ -31,7 +31,8 @@ struct KeyStrengthTests {
     func sizes() async throws {
         #expect(DERCertificateNames.rsaModulusBits(spki: try await Self.spki(["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:1024"])) == 1024)
         #expect(DERCertificateNames.rsaModulusBits(spki: try await Self.spki(["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"])) == 2048)
-        #expect(DERCertificateNames.rsaModulusBits(spki: try await Self.spki(["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1"])) == nil)
+        #expect(
+            DERCertificateNames.rsaModulusBits(spki: try await Self.spki(["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1"])) == nil)
         #expect(DERCertificateNames.rsaModulusBits(spki: [0x30, 0x82, 0xFF]) == nil)
         #expect(DERCertificateNames.rsaModulusBits(spki: []) == nil)
     }

@@ -43,7 +43,8 @@ struct PinningTests {
             }
             // Pinned right (one of two, curl's ;-separated spelling): the request goes out, and
             // the peer answers it (404: the handshake is refused, after TLS).
-            let right = WebSocket(url: url, configuration: .init(tlsTrust: trust.pinning(publicKeySHA256: ["sha256//\(other);sha256//\(issued.publicKeySHA256)"])))
+            let right = WebSocket(
+                url: url, configuration: .init(tlsTrust: trust.pinning(publicKeySHA256: ["sha256//\(other);sha256//\(issued.publicKeySHA256)"])))
             await #expect {
                 try await right.connect()
             } throws: { ($0 as? WebSocketError)?.code == .upgradeRejected }
@@ -51,14 +52,17 @@ struct PinningTests {
             // SSE checks pins on the same path: a wrong pin sends nothing, the right one sends its
             // request (and the peer's 404 fails the stream).
             let sseURL = URL(string: "https://127.0.0.1:\(peer.port)/events")!
-            let wrongSSE = ServerSentEventManager(url: sseURL, retryPolicy: .disabled, configuration: SSEConfiguration(tlsTrust: trust.pinning(publicKeySHA256: [other])))
+            let wrongSSE = ServerSentEventManager(
+                url: sseURL, retryPolicy: .disabled, configuration: SSEConfiguration(tlsTrust: trust.pinning(publicKeySHA256: [other])))
             await #expect {
                 try await wrongSSE.connect()
             } throws: { error in
                 guard let error = error as? SSEError, error.code == .tlsFailed else { return false }
                 return error.message.contains("pin mismatch") && error.message.contains(issued.publicKeySHA256)
             }
-            let rightSSE = ServerSentEventManager(url: sseURL, retryPolicy: .disabled, configuration: SSEConfiguration(tlsTrust: trust.pinning(publicKeySHA256: [issued.publicKeySHA256])))
+            let rightSSE = ServerSentEventManager(
+                url: sseURL, retryPolicy: .disabled,
+                configuration: SSEConfiguration(tlsTrust: trust.pinning(publicKeySHA256: [issued.publicKeySHA256])))
             await #expect {
                 try await rightSSE.connect()
             } throws: { ($0 as? SSEError)?.status == 404 }
@@ -66,22 +70,27 @@ struct PinningTests {
         }
     }
 
-    @Test("a pin never replaces verification: an untrusted chain fails even with its key pinned; pins with the insecure trust and bad pins are refused; over SSE too")
+    @Test(
+        "a pin never replaces verification: an untrusted chain fails even with its key pinned; pins with the insecure trust and bad pins are refused; over SSE too"
+    )
     func pinsAddToVerification() async throws {
         let (_, issued, context) = try Self.server()
         let peer = try await RawHTTPPeer.start(tls: context) { _ in "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n" }
         defer { Task { await peer.stop() } }
         let url = URL(string: "wss://127.0.0.1:\(peer.port)/echo")!
         try await withTimeout {
-            let untrusted = WebSocket(url: url, configuration: .init(tlsTrust: TLSTrust.systemRoots.pinning(publicKeySHA256: [issued.publicKeySHA256])))
+            let untrusted = WebSocket(
+                url: url, configuration: .init(tlsTrust: TLSTrust.systemRoots.pinning(publicKeySHA256: [issued.publicKeySHA256])))
             await #expect {
                 try await untrusted.connect()
             } throws: { ($0 as? WebSocketError)?.message.contains("unknown CA") == true }
-            let insecure = WebSocket(url: url, configuration: .init(tlsTrust: TLSTrust.insecureAcceptAnyCertificate.pinning(publicKeySHA256: [issued.publicKeySHA256])))
+            let insecure = WebSocket(
+                url: url, configuration: .init(tlsTrust: TLSTrust.insecureAcceptAnyCertificate.pinning(publicKeySHA256: [issued.publicKeySHA256])))
             await #expect {
                 try await insecure.connect()
             } throws: { ($0 as? WebSocketError)?.message.contains("insecureAcceptAnyCertificate") == true }
-            let malformed = WebSocket(url: url, configuration: .init(tlsTrust: TLSTrust.systemRoots.pinning(publicKeySHA256: ["sha256//not-a-digest"])))
+            let malformed = WebSocket(
+                url: url, configuration: .init(tlsTrust: TLSTrust.systemRoots.pinning(publicKeySHA256: ["sha256//not-a-digest"])))
             await #expect {
                 try await malformed.connect()
             } throws: { ($0 as? WebSocketError)?.message.contains("not a base64 SHA-256") == true }

@@ -47,7 +47,9 @@ struct ServerTLSTests {
         }
     }
 
-    @Test("An HTTP/1.1 SSE stream over TLS ends on the server as soon as the client closes (its close_notify), not when the client's TLS close times out")
+    @Test(
+        "An HTTP/1.1 SSE stream over TLS ends on the server as soon as the client closes (its close_notify), not when the client's TLS close times out"
+    )
     func sseEndsOnCloseNotify() async throws {
         let tls = try DuplexServerTLS.selfSigned()
         try await withDuplexServer(configuration: Self.tlsConfiguration(tls)) { server in
@@ -74,7 +76,8 @@ struct ServerTLSTests {
             try await withDuplexServer(configuration: Self.tlsConfiguration(tls)) { server in
                 let plain = WebSocket(url: URL(string: "ws://127.0.0.1:\(server.port)/echo")!, configuration: .init(connectTimeout: .seconds(5)))
                 await #expect(throws: WebSocketError.self) { try await plain.connect() }
-                let good = WebSocket(url: server.webSocketURL("/echo"), configuration: .init(tlsTrust: .certificateAuthority(pem: tls.certificateAuthorityPEM!)))
+                let good = WebSocket(
+                    url: server.webSocketURL("/echo"), configuration: .init(tlsTrust: .certificateAuthority(pem: tls.certificateAuthorityPEM!)))
                 try await good.connect()
                 await good.terminate()
             }
@@ -132,7 +135,8 @@ struct ServerTLSTests {
                 let client = try authority.issue(commonName: "test client", hosts: [], usage: .client)
                 var withIdentity = WebSocketConfiguration(tlsTrust: trust)
                 withIdentity.tlsIdentity = .pem(certificateChain: client.chainPEM, privateKey: client.privateKeyPEM)
-                let mutual = WebSocket(url: try #require(server.url(for: .clientCertificateRequired, "/echo", webSocket: true)), configuration: withIdentity)
+                let mutual = WebSocket(
+                    url: try #require(server.url(for: .clientCertificateRequired, "/echo", webSocket: true)), configuration: withIdentity)
                 let messages = mutual.messages
                 try await mutual.connect()
                 try await mutual.send("with a client certificate")
@@ -205,14 +209,17 @@ struct ServerTLSTests {
         try await withTimeout {
             try await withDuplexServer(configuration: configuration) { server in
                 let large = try await HTTPProbe.send(
-                    port: server.port, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: \(String(repeating: "p", count: 4096))\r\n\r\n", caPEM: caPEM)
+                    port: server.port, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: \(String(repeating: "p", count: 4096))\r\n\r\n",
+                    caPEM: caPEM)
                 #expect(large.hasPrefix("HTTP/1.1 431"), "\(large.prefix(200))")
 
                 let socket = WebSocket(url: server.webSocketURL("/echo"), configuration: .init(tlsTrust: .certificateAuthority(pem: caPEM)))
                 let events = socket.events
                 try await socket.connect()
                 let answer = try await HTTPProbe.send(
-                    port: server.port, "POST /_chaos/close?code=4000&reason=tls&route=echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", caPEM: caPEM)
+                    port: server.port,
+                    "POST /_chaos/close?code=4000&reason=tls&route=echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                    caPEM: caPEM)
                 #expect(answer.contains(#"{"affected":1}"#), "\(answer)")
                 let closed = try await events.first(within: .seconds(10)) { if case .disconnected = $0 { true } else { false } }
                 #expect(closed == .disconnected(code: WebSocketCloseCode(4000), reason: "tls"))
@@ -243,6 +250,8 @@ struct ServerTLSTests {
                 String(describing: error).contains(words)
             }
         }
-        #expect(throws: DuplexServerError.self) { try DuplexServerTLS(certificateChainFile: "/nonexistent/cert.pem", privateKeyFile: "/nonexistent/key.pem") }
+        #expect(throws: DuplexServerError.self) {
+            try DuplexServerTLS(certificateChainFile: "/nonexistent/cert.pem", privateKeyFile: "/nonexistent/key.pem")
+        }
     }
 }

@@ -16,7 +16,8 @@ struct PerMessageDeflateTests {
     func offer() {
         #expect(PerMessageDeflateNegotiation.offer(PerMessageDeflate()) == "permessage-deflate; client_max_window_bits")
         #expect(
-            PerMessageDeflateNegotiation.offer(PerMessageDeflate(maxWindowBits: 10, noContextTakeover: true, peerNoContextTakeover: true, peerMaxWindowBits: 11))
+            PerMessageDeflateNegotiation.offer(
+                PerMessageDeflate(maxWindowBits: 10, noContextTakeover: true, peerNoContextTakeover: true, peerMaxWindowBits: 11))
                 == "permessage-deflate; client_max_window_bits=10; server_max_window_bits=11; client_no_context_takeover; server_no_context_takeover"
         )
     }
@@ -50,7 +51,8 @@ struct PerMessageDeflateTests {
             _ = try PerMessageDeflateNegotiation.accept(answer, offered: PerMessageDeflate())
         }
         #expect(throws: PerMessageDeflateNegotiation.Refusal.self, "a larger server window than asked") {
-            _ = try PerMessageDeflateNegotiation.accept("permessage-deflate; server_max_window_bits=13", offered: PerMessageDeflate(peerMaxWindowBits: 12))
+            _ = try PerMessageDeflateNegotiation.accept(
+                "permessage-deflate; server_max_window_bits=13", offered: PerMessageDeflate(peerMaxWindowBits: 12))
         }
         #expect(throws: PerMessageDeflateNegotiation.Refusal.self, "server_no_context_takeover was asked and not given") {
             _ = try PerMessageDeflateNegotiation.accept("permessage-deflate", offered: PerMessageDeflate(peerNoContextTakeover: true))
@@ -64,12 +66,15 @@ struct PerMessageDeflateTests {
 
     /// A 100 KB repetitive message through a proxy that closes after 8 KB each way: only
     /// compressed does it fit, so an echo that comes back intact proves both directions.
-    static func echoThroughNarrowProxy(upstreamPort: Int, path: String, compression: PerMessageDeflate?) async throws -> (echoed: Bool, extensions: String?) {
+    static func echoThroughNarrowProxy(upstreamPort: Int, path: String, compression: PerMessageDeflate?) async throws -> (
+        echoed: Bool, extensions: String?
+    ) {
         let proxy = try await FaultProxy.start(upstreamPort: upstreamPort)
         defer { Task { await proxy.stop() } }
         proxy.add(.closeAfter(bytes: 8_000), direction: .upstream)
         proxy.add(.closeAfter(bytes: 8_000), direction: .downstream)
-        let socket = WebSocket(url: URL(string: "ws://127.0.0.1:\(proxy.port)\(path)")!, configuration: .init(maxMessageBytes: 1 << 20, compression: compression))
+        let socket = WebSocket(
+            url: URL(string: "ws://127.0.0.1:\(proxy.port)\(path)")!, configuration: .init(maxMessageBytes: 1 << 20, compression: compression))
         let events = socket.events
         try await socket.connect()
         let extensions = socket.negotiatedExtensions
@@ -166,7 +171,8 @@ struct PerMessageDeflateTests {
             )
         }
         try await withTimeout(.seconds(20)) {
-            let socket = WebSocket(url: URL(string: "ws://127.0.0.1:\(peer.port)/")!, configuration: .init(maxMessageBytes: 64 * 1024, compression: PerMessageDeflate()))
+            let socket = WebSocket(
+                url: URL(string: "ws://127.0.0.1:\(peer.port)/")!, configuration: .init(maxMessageBytes: 64 * 1024, compression: PerMessageDeflate()))
             let states = socket.stateEvents
             try await socket.connect()
             let closed = try await states.first(within: .seconds(10)) { $0 == .disconnected }

@@ -60,7 +60,8 @@ struct ProxyTests {
                 let peer = try await ScriptedHTTPPeer.start { _ in .init(chunks: ["data: [DONE]\n\n"]) }
                 defer { Task { await peer.stop() } }
                 let post = ServerSentEventManager(
-                    request: SSERequest(url: URL(string: "http://127.0.0.1:\(peer.port)/v1")!, method: .post, body: Data("through".utf8), terminalEvent: .done),
+                    request: SSERequest(
+                        url: URL(string: "http://127.0.0.1:\(peer.port)/v1")!, method: .post, body: Data("through".utf8), terminalEvent: .done),
                     retryPolicy: .disabled,
                     configuration: sse
                 )
@@ -71,7 +72,9 @@ struct ProxyTests {
                 #expect(peer.received.map(\.body) == ["through"])
                 let log = proxy.log
                 for port in [plain.port, secure.port, peer.port] {
-                    #expect(log.contains("127.0.0.1:\(port)") || log.contains("port \(port)") || log.contains(":\(port)"), "the proxy opened connections to \(port): \(log)")
+                    #expect(
+                        log.contains("127.0.0.1:\(port)") || log.contains("port \(port)") || log.contains(":\(port)"),
+                        "the proxy opened connections to \(port): \(log)")
                 }
             }
         }
@@ -95,14 +98,16 @@ struct ProxyTests {
                     guard let error = error as? WebSocketError else { return false }
                     return error.code == .proxyFailed && error.status == 407 && error.message.contains("requires authentication")
                 }
-                let wrong = WebSocket(url: server.webSocketURL("/echo"), configuration: try configuration("http://alice:nope@127.0.0.1:\(proxy.port)"))
+                let wrong = WebSocket(
+                    url: server.webSocketURL("/echo"), configuration: try configuration("http://alice:nope@127.0.0.1:\(proxy.port)"))
                 await #expect {
                     try await wrong.connect()
                 } throws: { error in
                     guard let error = error as? WebSocketError else { return false }
                     return error.code == .proxyFailed && error.message.contains("refused the user and password")
                 }
-                let right = WebSocket(url: server.webSocketURL("/echo"), configuration: try configuration("http://alice:s3cret@127.0.0.1:\(proxy.port)"))
+                let right = WebSocket(
+                    url: server.webSocketURL("/echo"), configuration: try configuration("http://alice:s3cret@127.0.0.1:\(proxy.port)"))
                 #expect(try await Self.echo(right, "authenticated") == "authenticated")
                 // SSE goes through the same tunnel code, and says the same.
                 var sse = SSEConfiguration()
@@ -171,7 +176,9 @@ struct ProxyTests {
                 #expect(try await Self.echo(WebSocket(url: plain.webSocketURL("/echo"), configuration: webSocket), "plain") == "plain")
                 try await proxy.waitForLog("\(plain.port)")
                 // By name: the proxy resolves it.
-                #expect(try await Self.echo(WebSocket(url: URL(string: "wss://localhost:\(secure.port)/echo")!, configuration: webSocket), "secure") == "secure")
+                #expect(
+                    try await Self.echo(WebSocket(url: URL(string: "wss://localhost:\(secure.port)/echo")!, configuration: webSocket), "secure")
+                        == "secure")
                 var sse = SSEConfiguration(tlsTrust: .certificateAuthority(pem: caPEM))
                 sse.proxy = .socks5(host: "127.0.0.1", port: proxy.port)
                 #expect(try await Self.firstEvent(secure.httpURL("/events?interval=20"), sse) == "tick")
@@ -199,12 +206,17 @@ struct ProxyEnvironmentTests {
             "https_proxy": "http://secure.proxy:3128", "HTTPS_PROXY": "http://ignored:1",
             "HTTP_PROXY": "socks5://plain.proxy",
         ]
-        #expect(try Proxy.environment.route(secure: true, host: "example.com", environment: environment) == .http(host: "secure.proxy", port: 3128, username: nil, password: nil))
+        #expect(
+            try Proxy.environment.route(secure: true, host: "example.com", environment: environment)
+                == .http(host: "secure.proxy", port: 3128, username: nil, password: nil))
         #expect(try Proxy.environment.route(secure: false, host: "example.com", environment: environment) == .socks5(host: "plain.proxy", port: 1080))
         #expect(
-            try Proxy.environment.route(secure: true, host: "example.com", environment: ["ALL_PROXY": "user:pw@all.proxy:8"]) == .http(host: "all.proxy", port: 8, username: "user", password: "pw"))
+            try Proxy.environment.route(secure: true, host: "example.com", environment: ["ALL_PROXY": "user:pw@all.proxy:8"])
+                == .http(host: "all.proxy", port: 8, username: "user", password: "pw"))
         #expect(try Proxy.environment.route(secure: true, host: "example.com", environment: [:]) == nil)
-        #expect(throws: WebSocketError.self) { try Proxy.environment.route(secure: true, host: "example.com", environment: ["https_proxy": "https://tls.proxy"]) }
+        #expect(throws: WebSocketError.self) {
+            try Proxy.environment.route(secure: true, host: "example.com", environment: ["https_proxy": "https://tls.proxy"])
+        }
     }
 
     @Test("no_proxy: names and their subdomains, a leading dot, ports ignored, IPv6 in brackets, * for all")

@@ -13,9 +13,12 @@ struct HostilePeerTests {
     static let limit = Duration.seconds(60)
 
     /// A 101 whose headers are well formed but whose Sec-WebSocket-Accept proves nothing.
-    static let wrongAccept = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: AAAAAAAAAAAAAAAAAAAAAAAAAAA=\r\n\r\n"
+    static let wrongAccept =
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: AAAAAAAAAAAAAAAAAAAAAAAAAAA=\r\n\r\n"
     /// A 101 with 100 KB of headers.
-    static let headerFlood = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n" + String(repeating: "X-Flood: \(String(repeating: "a", count: 1000))\r\n", count: 100) + "\r\n"
+    static let headerFlood =
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+        + String(repeating: "X-Flood: \(String(repeating: "a", count: 1000))\r\n", count: 100) + "\r\n"
 
     @Test("a wrong Sec-WebSocket-Accept and an oversized response are handshake failures, not 'unreachable'")
     func brokenHandshakes() async throws {

@@ -143,7 +143,10 @@ struct WebSocketClientTests {
                     let error = error as? WebSocketError
                     return error?.code == .upgradeRejected && error?.status == 400
                 }
-                #expect(rejected.state == .disconnected(.error(WebSocketError(.upgradeRejected, "the server answered the WebSocket handshake with HTTP 400", status: 400))))
+                #expect(
+                    rejected.state
+                        == .disconnected(
+                            .error(WebSocketError(.upgradeRejected, "the server answered the WebSocket handshake with HTTP 400", status: 400))))
             }
             let silent = try await SilentListener.start()
             let timeout = WebSocket(url: URL(string: "ws://127.0.0.1:\(silent.port)/")!, configuration: .init(connectTimeout: .milliseconds(200)))
@@ -168,7 +171,9 @@ struct WebSocketClientTests {
         try await withTimeout {
             let peer = try await ScriptedPeer.start { n in ScriptedPeer.Behaviour(subprotocol: n == 1 ? "chat.v2" : "other") }
             defer { Task { await peer.stop() } }
-            let request = WebSocketRequest(url: URL(string: "ws://127.0.0.1:\(peer.port)/")!, protocols: ["chat.v2", "chat.v1"], additionalHeaders: ["Authorization": "Bearer t"])
+            let request = WebSocketRequest(
+                url: URL(string: "ws://127.0.0.1:\(peer.port)/")!, protocols: ["chat.v2", "chat.v1"], additionalHeaders: ["Authorization": "Bearer t"]
+            )
             let socket = WebSocket(request: request)
             let events = socket.events
             try await socket.connect()
@@ -291,7 +296,8 @@ struct WebSocketClientTests {
         try await withTimeout {
             let peer = try await ScriptedPeer.start()
             defer { Task { await peer.stop() } }
-            let socket = WebSocket(url: URL(string: "ws://127.0.0.1:\(peer.port)/")!, configuration: .init(reconnection: .fixedDelay(.milliseconds(1))))
+            let socket = WebSocket(
+                url: URL(string: "ws://127.0.0.1:\(peer.port)/")!, configuration: .init(reconnection: .fixedDelay(.milliseconds(1))))
             try await socket.connect()
             await socket.disconnect(code: .goingAway, reason: "leaving")
             // the echo peer would accept a reconnection at once; prove none comes by making one

@@ -14,7 +14,8 @@ struct FuzzTarget: Sendable {
 let fuzzTargets: [FuzzTarget] = {
     #if DEBUG
     return [
-        SSEParserFuzz.target, ChatFrameFuzz.target, WebSocketEngineFuzz.serverTarget, WebSocketEngineFuzz.enginesTarget, WebSocketEngineFuzz.parserTarget, InflateFuzz.target, ResumeFuzz.target,
+        SSEParserFuzz.target, ChatFrameFuzz.target, WebSocketEngineFuzz.serverTarget, WebSocketEngineFuzz.enginesTarget,
+        WebSocketEngineFuzz.parserTarget, InflateFuzz.target, ResumeFuzz.target,
         UTF8ValidatorFuzz.target,
     ]
     #else

@@ -21,11 +21,17 @@ enum InflateFuzz {
         // Hostile bytes, as a compressed message from a peer, against the same bytes with no limit.
         var bounded = DeflateContext(agreement: DeflateAgreement(), zlib: LoopZlib())
         var unlimited = DeflateContext(agreement: DeflateAgreement(), zlib: LoopZlib())
-        let limited = Result { () throws(LoopZlib.InflateFailure) in try bounded.inflate(ByteBuffer(bytes: payload), maxBytes: limit, allocator: allocator) }
-        let whole = Result { () throws(LoopZlib.InflateFailure) in try unlimited.inflate(ByteBuffer(bytes: payload), maxBytes: 1 << 24, allocator: allocator) }
+        let limited = Result { () throws(LoopZlib.InflateFailure) in
+            try bounded.inflate(ByteBuffer(bytes: payload), maxBytes: limit, allocator: allocator)
+        }
+        let whole = Result { () throws(LoopZlib.InflateFailure) in
+            try unlimited.inflate(ByteBuffer(bytes: payload), maxBytes: 1 << 24, allocator: allocator)
+        }
         // The client's way (its own stream) reads the same bytes the same way.
         var own = DeflateContext(agreement: DeflateAgreement(), zlib: LoopZlib(), ownStreams: true)
-        let ownLimited = Result { () throws(LoopZlib.InflateFailure) in try own.inflate(ByteBuffer(bytes: payload), maxBytes: limit, allocator: allocator) }
+        let ownLimited = Result { () throws(LoopZlib.InflateFailure) in
+            try own.inflate(ByteBuffer(bytes: payload), maxBytes: limit, allocator: allocator)
+        }
         require(ownLimited == limited, "the client's inflater and the server's disagree on \(payload.count) bytes: \(ownLimited) against \(limited)")
         switch (limited, whole) {
         case (.success(let a), .success(let b)):
@@ -47,8 +53,10 @@ enum InflateFuzz {
         // with or without context takeover; three messages each way, the later ones referring back.
         let windowBits = 9 + Int(options % 7)
         let takeover = options & 0x80 == 0
-        let client = DeflateAgreement(sendWindowBits: windowBits, sendNoContextTakeover: !takeover, receiveWindowBits: windowBits, receiveNoContextTakeover: !takeover)
-        let server = DeflateAgreement(sendWindowBits: windowBits, sendNoContextTakeover: !takeover, receiveWindowBits: windowBits, receiveNoContextTakeover: !takeover)
+        let client = DeflateAgreement(
+            sendWindowBits: windowBits, sendNoContextTakeover: !takeover, receiveWindowBits: windowBits, receiveNoContextTakeover: !takeover)
+        let server = DeflateAgreement(
+            sendWindowBits: windowBits, sendNoContextTakeover: !takeover, receiveWindowBits: windowBits, receiveNoContextTakeover: !takeover)
         var clientEnd = DeflateContext(agreement: client, zlib: LoopZlib(memoryLevel: 8), ownStreams: true)
         var serverEnd = DeflateContext(agreement: server, zlib: LoopZlib())
         for message in [payload, payload.reversed() + payload, payload + payload] {

@@ -25,7 +25,9 @@ enum ResumeFuzz {
         let before = clock.currentTick(intervalMilliseconds: interval)
         let first = clock.firstTick(after: text, intervalMilliseconds: interval, window: window)
         let after = clock.currentTick(intervalMilliseconds: interval)
-        require(first <= after + 1 && first >= before - max(window, 1) + 1, "first tick \(first) for \(text.debugDescription), current \(before)...\(after), window \(window)")
+        require(
+            first <= after + 1 && first >= before - max(window, 1) + 1,
+            "first tick \(first) for \(text.debugDescription), current \(before)...\(after), window \(window)")
         _ = clock.instant(ofTick: first, intervalMilliseconds: interval)
 
         let limits = ChatLimits()

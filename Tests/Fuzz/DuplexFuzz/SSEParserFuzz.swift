@@ -27,8 +27,12 @@ enum SSEParserFuzz {
         }
         parser.finish()
         require(events == expected.events, "events differ from the WHATWG algorithm's:\n  parser \(events)\n  WHATWG \(expected.events)")
-        require(parser.lastEventID == expected.lastEventID, "last event id \(parser.lastEventID.debugDescription), WHATWG \(expected.lastEventID.debugDescription)")
-        require(parser.reconnectionTime == expected.reconnectionTime, "retry \(String(describing: parser.reconnectionTime)), WHATWG \(String(describing: expected.reconnectionTime))")
+        require(
+            parser.lastEventID == expected.lastEventID,
+            "last event id \(parser.lastEventID.debugDescription), WHATWG \(expected.lastEventID.debugDescription)")
+        require(
+            parser.reconnectionTime == expected.reconnectionTime,
+            "retry \(String(describing: parser.reconnectionTime)), WHATWG \(String(describing: expected.reconnectionTime))")
 
         // A small limit: throws rather than holding more, and parses a new stream afterwards.
         var small = ServerSentEventParser(configuration: .init(maxEventBytes: 32))

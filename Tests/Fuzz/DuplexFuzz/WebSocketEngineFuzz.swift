@@ -74,7 +74,8 @@ enum WebSocketEngineFuzz {
 
         let server = serverOutcome(frames, compressed: compressed)
         let client = clientOutcome(frames, compressed: compressed)
-        require(server == client, "the engines disagree on \(frames.count) frames (compressed: \(compressed)):\n  server \(server)\n  client \(client)")
+        require(
+            server == client, "the engines disagree on \(frames.count) frames (compressed: \(compressed)):\n  server \(server)\n  client \(client)")
     }
 
     /// DuplexWire's parser, which the server reads frames with, next to swift-nio's decoder.
@@ -117,7 +118,9 @@ enum WebSocketEngineFuzz {
             }
         }
         require(frames == expected, "the parser read \(frames.count) frames, NIO's decoder \(expected.count)")
-        require(parserError == expectedError, "the parser refused with \(String(describing: parserError)), NIO's decoder with \(String(describing: expectedError))")
+        require(
+            parserError == expectedError,
+            "the parser refused with \(String(describing: parserError)), NIO's decoder with \(String(describing: expectedError))")
     }
 
     // MARK: The server engine
@@ -211,7 +214,8 @@ enum WebSocketEngineFuzz {
         let key = WebSocketMaskingKey([0x37, 0xFA, 0x21, 0x3D])!
         for frame in frames where channel.isActive {
             // NIO's encoder masks the payload with the frame's key.
-            let masked = WebSocketFrame(fin: frame.fin, rsv1: frame.rsv1, rsv2: frame.rsv2, rsv3: frame.rsv3, opcode: frame.opcode, maskKey: key, data: frame.unmaskedData)
+            let masked = WebSocketFrame(
+                fin: frame.fin, rsv1: frame.rsv1, rsv2: frame.rsv2, rsv3: frame.rsv3, opcode: frame.opcode, maskKey: key, data: frame.unmaskedData)
             for bytes in encoded(masked) { _ = try? channel.writeInbound(bytes) }
             channel.pipeline.fireChannelReadComplete()
             for answer in serverFrames(channel) {
@@ -253,7 +257,8 @@ enum WebSocketEngineFuzz {
         var deflate = compressed ? DeflateContext(agreement: DeflateAgreement(), zlib: LoopZlib(memoryLevel: 8), ownStreams: true) : nil
         var outcome = EngineOutcome()
         for frame in frames {
-            let unmasked = WebSocketFrame(fin: frame.fin, rsv1: frame.rsv1, rsv2: frame.rsv2, rsv3: frame.rsv3, opcode: frame.opcode, data: frame.unmaskedData)
+            let unmasked = WebSocketFrame(
+                fin: frame.fin, rsv1: frame.rsv1, rsv2: frame.rsv2, rsv3: frame.rsv3, opcode: frame.opcode, data: frame.unmaskedData)
             var action = engine.received(unmasked)
             if case .inflate(let opcode, let buffer) = action {
                 action = engine.inflate(opcode, buffer, with: &deflate!, allocator: ByteBufferAllocator())

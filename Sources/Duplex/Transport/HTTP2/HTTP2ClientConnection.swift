@@ -22,7 +22,9 @@ struct HTTP2ClientConnection: Sendable {
     /// server's SETTINGS.
     /// - Throws: ``Unavailable`` when ALPN did not choose `h2`.
     /// Its streams buffer writes up to `waterMark`: those of the socket that opened it.
-    static func configure(_ channel: any Channel, negotiated: String?, waterMark: ChannelOptions.Types.WriteBufferWaterMark) throws -> EventLoopFuture<HTTP2ClientConnection> {
+    static func configure(_ channel: any Channel, negotiated: String?, waterMark: ChannelOptions.Types.WriteBufferWaterMark) throws
+        -> EventLoopFuture<HTTP2ClientConnection>
+    {
         guard negotiated == "h2" else {
             throw Unavailable(missing: .http2, reason: "the server did not negotiate HTTP/2 (ALPN chose \(negotiated ?? "nothing"))")
         }
