@@ -382,6 +382,18 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The fault proxy's values and its chaos client, without a server.
+        .testTarget(
+            name: "DuplexFaultProxyTests",
+            dependencies: [
+                "DuplexFaultProxy",
+                // withDeadline, the one timeout race.
+                "DuplexWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "DuplexServerTests",
             dependencies: [
