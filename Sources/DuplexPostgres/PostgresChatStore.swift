@@ -305,16 +305,16 @@ final class PostgresChatStore: ChatStore {
 
     private func prepare(_ say: ChatSay, in room: ChatRoom, from name: String, token: String, matchByName: Bool) throws -> PreparedSay {
         let roomName = room.name
-        let template = try Self.template { seq in
-            .message(ChatMessage(room: roomName, seq: seq, clientMessageID: say.clientMessageID, from: name, text: say.text, sentAt: Date()))
-        }
+        let sentAt = Date()
+        let template = try Self.template { seq in RoomEvent.messageFrame(room: roomName, seq: seq, say, from: name, at: sentAt) }
+        let keys = RoomEvent.DedupeKeys(say, from: name, token: token)
         return PreparedSay(
             item: .init(
                 room: roomName,
                 prefix: template.prefix,
                 suffix: template.suffix,
-                tokenKey: "t\n\(token)\n\(say.clientMessageID)",
-                nameKey: "n\n\(name)\n\(say.clientMessageID)",
+                tokenKey: keys.byToken,
+                nameKey: keys.byName,
                 matchByName: matchByName
             )
         )

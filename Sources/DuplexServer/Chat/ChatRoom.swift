@@ -249,17 +249,14 @@ package final class ChatRoom: Sendable {
     /// a connection that presented its token is matched by the token only, so no one else can
     /// claim its ids.
     func say(_ say: ChatSay, from name: String, token: String, matchByName: Bool = false, at date: Date = Date()) throws -> SayResult {
-        let byToken = "t\n\(token)\n\(say.clientMessageID)"
-        let byName = "n\n\(name)\n\(say.clientMessageID)"
+        let keys = RoomEvent.DedupeKeys(say, from: name, token: token)
         let (result, claimed) = try state.withLockedValue { state -> (SayResult, Bool) in
-            if let seq = state.acceptedMessages[byToken] ?? (matchByName ? state.acceptedMessages[byName] : nil) {
+            if let seq = state.acceptedMessages[keys.byToken] ?? (matchByName ? state.acceptedMessages[keys.byName] : nil) {
                 return (.duplicate(seq: seq), false)
             }
             let seq = state.latestSeq + 1
-            let frame = ChatServerFrame.message(
-                ChatMessage(room: self.name, seq: seq, clientMessageID: say.clientMessageID, from: name, text: say.text, sentAt: date)
-            )
-            let event = RoomEvent(seq: seq, type: "message", json: try frame.jsonString(), epoch: epoch, dedupeKeys: [byToken, byName])
+            let frame = RoomEvent.messageFrame(room: self.name, seq: seq, say, from: name, at: date)
+            let event = RoomEvent(seq: seq, type: "message", json: try frame.jsonString(), epoch: epoch, dedupeKeys: keys.all)
             append(event, to: &state)
             return (.accepted(seq: seq), Self.claimFanOut(&state))
         }

@@ -1,5 +1,5 @@
-import DuplexSchema
-import Foundation
+package import DuplexSchema
+package import Foundation
 import NIOCore
 
 /// One room event as the server keeps and sends it: encoded once, as a WebSocket frame and as
@@ -49,4 +49,28 @@ package struct RoomEvent: Sendable {
 
     /// What the event costs to keep: both encodings.
     var bytes: Int { json.utf8.count + sse.utf8.count }
+}
+
+extension RoomEvent {
+    /// What makes a repeated `say` idempotent, the same for every store: the member's resume
+    /// token with the message's client id, and, for a client that predates tokens, its name with
+    /// that id.
+    package struct DedupeKeys: Sendable {
+        package let byToken: String
+        package let byName: String
+
+        package init(_ say: ChatSay, from name: String, token: String) {
+            byToken = "t\n\(token)\n\(say.clientMessageID)"
+            byName = "n\n\(name)\n\(say.clientMessageID)"
+        }
+
+        /// Both, as an event keeps them.
+        package var all: [String] { [byToken, byName] }
+    }
+
+    /// The frame of a `message` event, the same for every store: `say` by `name` in `room`, at
+    /// `seq`, sent at `date`.
+    package static func messageFrame(room: String, seq: Int, _ say: ChatSay, from name: String, at date: Date) -> ChatServerFrame {
+        .message(ChatMessage(room: room, seq: seq, clientMessageID: say.clientMessageID, from: name, text: say.text, sentAt: date))
+    }
 }
