@@ -114,6 +114,11 @@ extension DuplexServer {
         )
     }
 
+    /// What a chat member's service needs of this server.
+    var chatContext: ChatMemberService.Context {
+        .init(metrics: metrics, logger: logger, limits: configuration.chatLimits, maxRooms: configuration.maxRooms)
+    }
+
     /// `/chat/{room}` on any room store, decided and served on the connection's event loop: a
     /// join that fails validation is refused there too, with its error frame and close code.
     func chatService(for request: Request, room roomName: String) -> (HTTPFields, WebSocketService) {
@@ -133,7 +138,7 @@ extension DuplexServer {
                     maxBytes: self.configuration.outboundQueueBytes,
                     deflate: agreement.map { WriterDeflate(agreement: $0, zlib: drains.zlib) }
                 )
-                let member = ChatMemberService(server: self, store: self.rooms, join: join, room: roomName, writer: writer, trace: trace)
+                let member = ChatMemberService(context: self.chatContext, store: self.rooms, join: join, room: roomName, writer: writer, trace: trace)
                 try self.installEventLoopService(member, on: channel, deflate: agreement, trace: trace)
             }
         )

@@ -27,7 +27,7 @@ import NIOWebSocket
 /// - the registry's commands: a stall holds the writer, a close drops what is not yet written;
 /// - the member leaves the room when the close handshake begins, from either side.
 final class ChatMemberService: EventLoopWebSocketService {
-    private let server: DuplexServer
+    private let serving: Context
     /// The client's W3C trace context, for the member's log lines.
     private let trace: ConnectionTrace?
     private let store: any ChatStore
@@ -43,21 +43,29 @@ final class ChatMemberService: EventLoopWebSocketService {
     /// The connection began to close, or ended: a join the store answers later is undone.
     private var left = false
 
+    /// What a member's service needs of its server.
+    struct Context: Sendable {
+        var metrics: ServerMetrics
+        var logger: Logger
+        var limits: ChatLimits
+        var maxRooms: Int
+    }
+
     /// A member of `join`'s room, or the refusal of a join that failed validation.
     init(
-        server: DuplexServer,
+        context: Context,
         store: any ChatStore,
         join: Result<ChatJoin, DuplexServer.Refusal>,
         room: String,
         writer: ChannelTextWriter,
         trace: ConnectionTrace? = nil
     ) {
-        self.server = server
+        self.serving = context
         self.trace = trace
         self.store = store
         self.join = join
         self.roomName = room
-        self.token = (try? join.get().token) ?? DuplexServer.makeResumeToken()
+        self.token = (try? join.get().token) ?? ChatFrames.makeResumeToken()
         self.writer = writer
     }
 
@@ -80,7 +88,7 @@ final class ChatMemberService: EventLoopWebSocketService {
             join = valid
         }
         let member = RoomSubscriber.Member(name: join.name, session: session, token: token)
-        let (writer, metrics) = (self.writer, server.metrics)
+        let (writer, metrics) = (self.writer, serving.metrics)
         // A member too far behind, or replaced, resumes elsewhere with `since`: what it has not
         // been handed yet is dropped, so the close does not wait on a reader that does not read.
         let end = { @Sendable (code: WebSocketCloseCode, reason: String) in
@@ -118,21 +126,21 @@ final class ChatMemberService: EventLoopWebSocketService {
                 return store.leave(subscription, member: member, from: room)
             }
             membership = (room, subscription, member)
-            server.metrics.chat.joined(recovered: subscription.recovered, epochChanged: join.epoch.map { $0 != room.epoch } ?? false)
+            serving.metrics.chat.joined(recovered: subscription.recovered, epochChanged: join.epoch.map { $0 != room.epoch } ?? false)
             do {
-                writer.start(with: try DuplexServer.firstFrames(join, session: session, token: token, room: room, subscription: subscription))
+                writer.start(with: try ChatFrames.firstFrames(join, session: session, token: token, room: room, subscription: subscription))
             } catch {
                 ending.withLockedValue { $0 = $0 ?? (.internalServerError, "the welcome could not be encoded") }
                 writer.discard()
             }
         case .failure(.unavailable(let why)):
-            server.logger.warning(
+            serving.logger.warning(
                 "a join was refused: the room store is unavailable",
                 metadata: trace.metadata(route: "chat").merging(["room": "\(join.room)", "error": "\(why)"]) { _, new in new }
             )
             endUnavailable()
         case .failure(let reason):
-            refuse(server.refusal(reason, name: join.name))
+            refuse(ChatFrames.refusal(reason, name: join.name, maxRooms: serving.maxRooms))
         }
     }
 
@@ -157,7 +165,7 @@ final class ChatMemberService: EventLoopWebSocketService {
             return reply(.error(ChatErrorFrame(code: .binaryNotSupported, reason: "chat frames are JSON text messages")), in: room)
         }
         let say: ChatSay
-        switch DuplexServer.parseSay(text: String(buffer: message), limits: server.configuration.chatLimits) {
+        switch ChatFrames.parseSay(text: String(buffer: message), limits: serving.limits) {
         case .failure(let refusal):
             return reply(refusal.frame, in: room)
         case .success(let parsed):
@@ -230,13 +238,13 @@ final class ChatMemberService: EventLoopWebSocketService {
     private func recorded(_ result: Result<ChatRoom.SayResult, any Error>, say: ChatSay, in room: ChatRoom) -> Bool {
         switch result {
         case .success(let outcome):
-            server.metrics.chat.answered(outcome)
-            reply(DuplexServer.ack(say, outcome), in: room)
+            serving.metrics.chat.answered(outcome)
+            reply(ChatFrames.ack(say, outcome), in: room)
             return true
         case .failure(let error as ChatStoreUnavailable):
             // Not recorded, or not known to be: no ack. The client rejoins and resends what is
             // unacknowledged; a resend of a recorded one is a duplicate.
-            server.logger.warning(
+            serving.logger.warning(
                 "a message could not be recorded; closing the member with 1013",
                 metadata: trace.metadata(route: "chat").merging(["room": "\(room.name)", "error": "\(error)"]) { _, new in new }
             )
@@ -254,7 +262,7 @@ final class ChatMemberService: EventLoopWebSocketService {
     /// another thread is delivering the room's events.
     private func reply(_ frame: ChatServerFrame, in room: ChatRoom) {
         guard let json = try? frame.jsonString() else { return }
-        let (writer, ending, metrics) = (self.writer, self.ending, server.metrics)
+        let (writer, ending, metrics) = (self.writer, self.ending, serving.metrics)
         room.afterFanOut {
             if !writer.offer(json) {
                 metrics.cutSlowConsumer()

@@ -51,7 +51,7 @@ extension DuplexServer {
         }
         let position = request.headers[HTTPField.Name("Last-Event-ID")!].flatMap(RoomStreamID.init)
         guard rooms.canHost(roomName) else {
-            return refusal(.roomLimit, name: "").response
+            return ChatFrames.refusal(.roomLimit, name: "", maxRooms: configuration.maxRooms).response
         }
         let rooms = self.rooms
         return EventStreamResponse(server: self).response(

@@ -27,7 +27,7 @@ enum ChatFrameFuzz {
             require(second == first, "server frame round trip: \(first!) -> \(String(describing: second))")
         }
         let limits = ChatLimits()
-        switch DuplexServer.parseSay(text: String(decoding: bytes, as: UTF8.self), limits: limits) {
+        switch ChatFrames.parseSay(text: String(decoding: bytes, as: UTF8.self), limits: limits) {
         case .success(let say):
             require((try? limits.validate(text: say.text)) != nil, "a say past the text limit was accepted")
             require((try? limits.validate(messageID: say.clientMessageID)) != nil, "a say with a bad id was accepted")
