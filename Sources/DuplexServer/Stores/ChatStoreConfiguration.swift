@@ -1,4 +1,4 @@
-public import Logging
+package import Logging
 
 /// Where a ``DuplexServer`` keeps its chat rooms: ``memory``, the default, or another store, as
 /// the `DuplexPostgres` library's `.postgres(_:)`, which keeps them in PostgreSQL so that every
