@@ -188,8 +188,13 @@ struct FaultProxyTests {
         try await withTimeout {
             try await withDuplexServer { server in
                 let socket = WebSocket(url: server.webSocketURL("/echo"), configuration: Self.slowPings)
+                let early = socket.events
                 let events = socket.events
                 try await socket.connect()
+                // The client counts as connected once the 101 arrives, which the server writes
+                // before it registers the connection: an echo shows it is served, and registered.
+                try await socket.send("before")
+                _ = try await early.first(within: Self.wait) { $0 == .message(.string("before")) }
                 #expect(server.server.switchPath(.route("echo")) == 1)
                 #expect(await !socket.checkConnection(within: .milliseconds(300)))
                 try await socket.send("on the new connection")
