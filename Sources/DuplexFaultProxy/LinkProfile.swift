@@ -32,7 +32,11 @@ extension FaultProxy {
 
             /// A link carrying `kilobitsPerSecond` (nil: no limit), with the delay, jitter and loss given.
             public init(kilobitsPerSecond: Int?, delay: Duration, jitter: Duration = .zero, loss: Double = 0) {
-                self.bytesPerSecond = kilobitsPerSecond.map { max($0 * 125, 1) }
+                // At least 1 byte a second, and no overflow for an absurd figure given in code.
+                self.bytesPerSecond = kilobitsPerSecond.map { kilobits in
+                    let (bytes, overflow) = max(kilobits, 0).multipliedReportingOverflow(by: 125)
+                    return overflow ? Int.max : max(bytes, 1)
+                }
                 self.delay = max(delay, .zero)
                 self.jitter = max(jitter, .zero)
                 self.loss = loss.isNaN ? 0 : min(max(loss, 0), 1)

@@ -2,7 +2,7 @@ import DuplexServer
 import Foundation
 
 /// How to reach PostgreSQL, and the timing of the PostgreSQL store.
-public struct PostgresStoreConfiguration: Sendable, Hashable {
+public struct PostgresStoreConfiguration: Sendable, Hashable, CustomStringConvertible {
     /// The database server's host name or address.
     public var host: String
     /// Its port. Default 5432.
@@ -101,4 +101,8 @@ public struct PostgresStoreConfiguration: Sendable, Hashable {
     public var redactedURL: String {
         "postgres://\(username)\(password == nil ? "" : ":***")@\(host.contains(":") ? "[\(host)]" : host):\(port)/\(database ?? "")"
     }
+
+    /// The URL without its password (``redactedURL``): what logs and `ChatStoreConfiguration`'s
+    /// description show.
+    public var description: String { redactedURL }
 }

@@ -29,6 +29,13 @@ struct ToxicTests {
         #expect(FaultProxy.LinkProfile.all.allSatisfy { FaultProxy.LinkProfile(name: $0.name) == $0 })
     }
 
+    @Test("a profile of your own with an absurd bandwidth saturates instead of trapping; a negative one is the floor, 1 byte a second")
+    func absurdFigures() {
+        #expect(FaultProxy.LinkProfile.Link(kilobitsPerSecond: .max, delay: .zero).bytesPerSecond == .max)
+        #expect(FaultProxy.LinkProfile.Link(kilobitsPerSecond: -5, delay: .zero).bytesPerSecond == 1)
+        #expect(FaultProxy.LinkProfile.Link(kilobitsPerSecond: 8, delay: .zero).bytesPerSecond == 1_000)
+    }
+
     @Test("SplitMix64: the published sequence for seed 0, and streams that differ from each other and repeat for the same seed")
     func generator() {
         var zero = SeededGenerator(seed: 0)

@@ -37,8 +37,10 @@ public struct ChatStoreConfiguration: Sendable, Equatable, CustomStringConvertib
         lhs.kind == rhs.kind && lhs.settings.map { AnyHashable($0) } == rhs.settings.map { AnyHashable($0) }
     }
 
-    /// `memory`, or the store's kind and settings.
+    /// `memory`, or the store's kind and what its settings say of themselves when they say it
+    /// (the PostgreSQL store's URL without its password); never a settings value dumped whole.
     public var description: String {
-        settings.map { "\(kind) \($0)" } ?? kind
+        guard let settings = settings as? any CustomStringConvertible else { return kind }
+        return "\(kind) \(settings.description)"
     }
 }
