@@ -9,13 +9,16 @@ import NIOCore
 import NIOWebSocket
 
 extension DuplexServer {
-    /// The server's route table: a replayed cassette's routes (then the built-in ones, with
+    /// The server's route table: the scripted routes (``DuplexServerConfiguration/routes``)
+    /// and their journal, then a replayed cassette's routes (then the built-in ones, with
     /// ``ReplayConfiguration/builtInRoutes``), or a recording server's, or the built-in ones
     /// (``builtInRoutes()``); the first and the last with `/health`, `/metrics`
     /// and the chaos routes where they have none of their own. A recording server forwards
     /// every other path, `/_chaos/` included.
     func makeRouteTable() -> RouteTable {
         var table = RouteTable()
+        table.add(scriptedRoutes())
+        table.add(journalRoutes())
         if let record = configuration.record, replayBook == nil {
             table.add(recordRoutes(record))
             return table
@@ -102,10 +105,10 @@ extension DuplexServer {
     static let refusedPath = "/.duplex-refused"
 
     /// `/echo`, decided and served on the connection's event loop, with no task.
-    func echoService(for request: Request) -> (HTTPFields, WebSocketService) {
+    func echoService(for request: Request) -> UpgradeAnswer {
         let requestHeaders = request.headers
         let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: configuration.echoSubprotocols)
-        return (
+        return .accept(
             headers,
             WebSocketService { channel, deflate in
                 let trace = ConnectionTrace(requestHeaders, route: "echo", tracer: self.activeTracer)
@@ -121,11 +124,11 @@ extension DuplexServer {
 
     /// `/chat/{room}` on any room store, decided and served on the connection's event loop: a
     /// join that fails validation is refused there too, with its error frame and close code.
-    func chatService(for request: Request, room roomName: String) -> (HTTPFields, WebSocketService) {
+    func chatService(for request: Request, room roomName: String) -> UpgradeAnswer {
         let requestHeaders = request.headers
         let join = chatJoin(request, room: roomName)
         let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: [ChatProtocol.subprotocol])
-        return (
+        return .accept(
             headers,
             WebSocketService { channel, agreement in
                 let trace = ConnectionTrace(requestHeaders, route: "chat", tracer: self.activeTracer)

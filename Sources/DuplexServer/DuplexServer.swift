@@ -57,6 +57,9 @@ public final class DuplexServer: Service, Sendable {
     let http2Connections = HTTP2ConnectionSet()
     /// The sessions replayed, when the server replays a cassette.
     let replayBook: ReplayBook?
+    /// What the scripted routes (``DuplexServerConfiguration/routes``) served and received, to
+    /// assert on.
+    public let journal = ScriptJournal()
     /// Closes every connection still open when a graceful shutdown passes its deadline.
     private let shutdownDeadline = NIOLockedValueBox<Task<Void, Never>?>(nil)
     private let lifecycle = NIOLockedValueBox(Lifecycle())
@@ -103,13 +106,15 @@ public final class DuplexServer: Service, Sendable {
     }
 
     /// Listens and serves until cancelled or gracefully shut down.
-    /// - Throws: when the server cannot start, for example because the port is in use or the
-    ///   PostgreSQL room store cannot be reached.
+    /// - Throws: when the server cannot start, for example because the port is in use, the
+    ///   PostgreSQL room store cannot be reached, or a scripted route clashes with a built-in one
+    ///   (``DuplexServerError/invalidRoutes(_:)``).
     public func run() async throws {
         let rooms = self.rooms
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await rooms.run() }
             do {
+                try validateRoutes()
                 try await rooms.prepare()
                 try await serve()
             } catch {

@@ -102,6 +102,11 @@ public struct DuplexServerConfiguration: Sendable {
     /// A cassette to replay (``ReplayConfiguration``): the server then serves its recorded
     /// sessions, at their paths, instead of echo, chat and the tick stream. Default nil.
     public var replay: ReplayConfiguration? = nil
+    /// Routes of your own protocol, served beside the built-in ones (``ScriptedRoute``); what
+    /// they serve and receive goes to ``DuplexServer/journal``. A route that clashes with a
+    /// built-in one stops the server from starting (``DuplexServerError/invalidRoutes(_:)``).
+    /// Default none.
+    public var routes: [ScriptedRoute] = []
     /// An upstream to record (``RecordConfiguration``): the server then forwards every WebSocket
     /// connection and SSE stream to it and records them, instead of serving echo, chat and the
     /// tick stream. Default nil.

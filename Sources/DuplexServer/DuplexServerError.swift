@@ -3,6 +3,7 @@ public struct DuplexServerError: Error, Hashable, Sendable, CustomStringConverti
     private enum Code: Hashable, Sendable {
         case stoppedBeforeListening
         case invalidTLSConfiguration(String)
+        case invalidRoutes(String)
     }
 
     private let code: Code
@@ -16,10 +17,17 @@ public struct DuplexServerError: Error, Hashable, Sendable, CustomStringConverti
         DuplexServerError(code: .invalidTLSConfiguration(reason))
     }
 
+    /// The scripted routes cannot be served: one clashes with a built-in route or another
+    /// scripted one, or has a path or method no route can have; the reason says which.
+    public static func invalidRoutes(_ reason: String) -> DuplexServerError {
+        DuplexServerError(code: .invalidRoutes(reason))
+    }
+
     public var description: String {
         switch code {
         case .stoppedBeforeListening: "the server stopped before it started listening"
         case .invalidTLSConfiguration(let reason): "TLS: \(reason)"
+        case .invalidRoutes(let reason): "scripted routes: \(reason)"
         }
     }
 }

@@ -12,6 +12,9 @@ public struct RunningDuplexServer: Sendable {
     /// The port it listens on.
     public let port: Int
 
+    /// What the server's scripted routes served and received (``DuplexServer/journal``).
+    public var journal: ScriptJournal { server.journal }
+
     /// `ws://host:port/path`, or `wss://` when the server serves TLS.
     public func webSocketURL(_ path: String) -> URL {
         url(scheme: server.configuration.tls == nil ? "ws" : "wss", path)
@@ -47,19 +50,33 @@ public struct RunningDuplexServer: Sendable {
 ///     // drive a client against url
 /// }
 /// ```
+///
+/// With `routes`, the server also serves routes of your own protocol, and journals what they
+/// serve and receive (``RunningDuplexServer/journal``):
+///
+/// ```swift
+/// let feed = ScriptedRoute.webSocket("/feed", script: WebSocketScript(onConnect: [.send("hello")]))
+/// try await withDuplexServer(routes: [feed]) { server in
+///     // drive a client against server.webSocketURL("/feed")
+///     let sent = try await server.journal.first(within: .seconds(5)) { $0.kind == .text && $0.direction == .in }
+/// }
+/// ```
 /// - Parameters:
 ///   - configuration: the server's configuration; its port is replaced by 0 unless `keepPort`.
+///   - routes: scripted routes served besides the configuration's own.
 ///   - keepPort: listen on the configured port instead of a free one.
 ///   - logger: the server's logger; by default one that logs nothing below `.critical`.
 ///   - body: the code to run while the server listens.
 /// - Returns: what `body` returns.
 public func withDuplexServer<Result: Sendable>(
     configuration: DuplexServerConfiguration = .init(),
+    routes: [ScriptedRoute] = [],
     keepPort: Bool = false,
     logger: Logger? = nil,
     _ body: (RunningDuplexServer) async throws -> Result
 ) async throws -> Result {
     var configuration = configuration
+    configuration.routes += routes
     if !keepPort { configuration.port = 0 }
     let logger =
         logger

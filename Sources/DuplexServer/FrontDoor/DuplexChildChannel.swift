@@ -25,6 +25,37 @@ struct WebSocketService: Sendable {
     }
 }
 
+/// What a route answers a WebSocket upgrade request, on the connection's event loop.
+enum UpgradeAnswer: Sendable {
+    /// Upgrade, adding `headers` to the response (a subprotocol, say), and serve the connection
+    /// with `service`.
+    case accept(HTTPFields, WebSocketService)
+    /// Answer `status` with `headers` and `body` instead, and close the connection (HTTP/1.1)
+    /// or the stream (HTTP/2).
+    case refuse(UpgradeRefusal)
+}
+
+/// A WebSocket upgrade refused with a status of the route's choosing.
+struct UpgradeRefusal: Sendable {
+    var status: HTTPResponse.Status
+    var headers: HTTPFields = [:]
+    /// The body, sent as is; its type is `headers`' `Content-Type`, JSON when it names none.
+    var body: String
+
+    /// The refusal of a path that serves no WebSocket.
+    static let noRoute = UpgradeRefusal(status: .badRequest, body: #"{"error":"no WebSocket is served at this path"}"#)
+
+    /// The response head, with the body's length and `Connection: close` (for HTTP/1.1; an
+    /// HTTP/2 head drops it).
+    func head(http2: Bool) -> HTTPResponse {
+        var fields = headers
+        if fields[.contentType] == nil { fields[.contentType] = "application/json" }
+        fields[.contentLength] = String(body.utf8.count)
+        if !http2 { fields[.connection] = "close" }
+        return HTTPResponse(status: status, headerFields: fields)
+    }
+}
+
 /// Each connection of the server: HTTP/1.1 through Hummingbird's responder, or a WebSocket
 /// upgrade. It does what hummingbird-websocket's `HTTP1WebSocketUpgradeChannel` does, except
 /// that every upgraded connection is served on its event loop (``WebSocketService``): the
@@ -40,7 +71,7 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
     enum UpgradeResult: Sendable {
         case servedOnEventLoop
         case notUpgraded(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>)
-        case failedUpgrade(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>, Logger)
+        case failedUpgrade(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>, Logger, UpgradeRefusal)
         case http2(HTTP2Streams)
     }
 
@@ -65,9 +96,9 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
         let channel: any Channel
     }
 
-    /// Picks the service for a WebSocket upgrade request, on the event loop: the response
-    /// headers to add (a subprotocol, say) and the service; nil refuses the upgrade (400).
-    typealias Router = @Sendable (Request) -> (HTTPFields, WebSocketService)?
+    /// Answers a WebSocket upgrade request, on the event loop: the response headers to add (a
+    /// subprotocol, say) and the service, or a refusal.
+    typealias Router = @Sendable (Request) -> UpgradeAnswer
 
     let responder: HTTPChannelHandler.Responder
     let route: Router
@@ -137,6 +168,7 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
     /// - Returns: what becomes of the connection once its first request head is read.
     private func setupHTTP1(channel: any Channel, logger: Logger) throws -> EventLoopFuture<UpgradeResult> {
         let upgradeAttempted = NIOLoopBoundBox(false, eventLoop: channel.eventLoop)
+        let refused = NIOLoopBoundBox(UpgradeRefusal.noRoute, eventLoop: channel.eventLoop)
         let chosen = NIOLoopBoundBox<(service: WebSocketService, deflate: DeflateAgreement?)?>(nil, eventLoop: channel.eventLoop)
         let configuration = self.configuration
         let compression = self.compression
@@ -155,7 +187,11 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
                 } catch {
                     return channel.eventLoop.makeFailedFuture(error)
                 }
-                guard let (headers, service) = route(request) else {
+                let (headers, service): (HTTPFields, WebSocketService)
+                switch route(request) {
+                case .accept(let accepted, let chosen): (headers, service) = (accepted, chosen)
+                case .refuse(let refusal):
+                    refused.value = refusal
                     return channel.eventLoop.makeSucceededFuture(nil)
                 }
                 var responseHeaders = headers
@@ -189,7 +225,7 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
                         wrappingChannelSynchronously: channel,
                         configuration: .init(isOutboundHalfClosureEnabled: true)
                     )
-                    return upgradeAttempted.value ? .failedUpgrade(asyncChannel, logger) : .notUpgraded(asyncChannel)
+                    return upgradeAttempted.value ? .failedUpgrade(asyncChannel, logger, refused.value) : .notUpgraded(asyncChannel)
                 }
             }
         )
@@ -210,9 +246,9 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
                 return
             case .notUpgraded(let http1):
                 await handleHTTP(asyncChannel: http1, logger: logger)
-            case .failedUpgrade(let http1, let logger):
-                logger.debug("WebSocket upgrade refused")
-                await refuseUpgrade(http1)
+            case .failedUpgrade(let http1, let logger, let refusal):
+                logger.debug("WebSocket upgrade refused", metadata: ["status": "\(refusal.status.code)"])
+                await refuseUpgrade(http1, refusal)
             case .http2(let streams):
                 // Each HTTP request on the connection is a child task; WebSocket streams are
                 // served on the event loop and never come here.
@@ -229,11 +265,11 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
         }
     }
 
-    /// A refused upgrade: 400, and the connection closes.
-    private func refuseUpgrade(_ asyncChannel: NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>) async {
+    /// A refused upgrade: the route's status, headers and body (400 where no route serves a
+    /// WebSocket), and the connection closes.
+    private func refuseUpgrade(_ asyncChannel: NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>, _ refusal: UpgradeRefusal) async {
         try? await asyncChannel.executeThenClose { _, outbound in
-            let head = HTTPResponse(status: .badRequest, headerFields: [.connection: "close", .contentLength: "0"])
-            try await outbound.write(contentsOf: [.head(head), .end(nil)])
+            try await outbound.write(contentsOf: [.head(refusal.head(http2: false)), .body(ByteBuffer(string: refusal.body)), .end(nil)])
         }
     }
 

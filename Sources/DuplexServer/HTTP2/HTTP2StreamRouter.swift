@@ -62,8 +62,11 @@ final class HTTP2StreamRouter: ChannelInboundHandler, RemovableChannelHandler {
             return
         }
         let request = Request(head: head, body: .init(buffer: .init()))
-        guard let (headers, service) = connection.route(request) else {
-            refuse(.badRequest, "no WebSocket is served at this path", context: context)
+        let (headers, service): (HTTPFields, WebSocketService)
+        switch connection.route(request) {
+        case .accept(let accepted, let chosen): (headers, service) = (accepted, chosen)
+        case .refuse(let refusal):
+            refuse(refusal, context: context)
             return
         }
         var responseHeaders = headers
@@ -102,14 +105,15 @@ final class HTTP2StreamRouter: ChannelInboundHandler, RemovableChannelHandler {
 
     /// Answers with `status` and a JSON `error` body, and closes the stream.
     private func refuse(_ status: HTTPResponse.Status, _ message: String, headers: HTTPFields = [:], context: ChannelHandlerContext) {
-        connection.metrics.refused(status: status.code)
+        refuse(UpgradeRefusal(status: status, headers: headers, body: #"{"error":"\#(message)"}"#), context: context)
+    }
+
+    /// Answers with the refusal's status, headers and body, and closes the stream.
+    private func refuse(_ refusal: UpgradeRefusal, context: ChannelHandlerContext) {
+        connection.metrics.refused(status: refusal.status.code)
         connection.metrics.http2.served(.refused)
-        var fields = headers
-        fields[.contentType] = "application/json"
-        let body = context.channel.allocator.buffer(string: #"{"error":"\#(message)"}"#)
-        fields[.contentLength] = String(body.readableBytes)
-        context.write(wrapOutboundOut(.head(HTTPResponse(status: status, headerFields: fields))), promise: nil)
-        context.write(wrapOutboundOut(.body(body)), promise: nil)
+        context.write(wrapOutboundOut(.head(refusal.head(http2: true))), promise: nil)
+        context.write(wrapOutboundOut(.body(context.channel.allocator.buffer(string: refusal.body))), promise: nil)
         // Then the stream closes, as a refused HTTP/1.1 upgrade closes its connection: a CONNECT
         // the client would keep open is reset once the answer is written.
         let channel = context.channel

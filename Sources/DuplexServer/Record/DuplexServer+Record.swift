@@ -28,11 +28,11 @@ extension DuplexServer {
     }
 
     /// A WebSocket upgrade, forwarded to the upstream and recorded; the client is answered with
-    /// the first subprotocol it offers. Nil (400) when the upstream URL cannot be made.
-    func recordWebSocketService(_ record: RecordConfiguration, for request: Request) -> (HTTPFields, WebSocketService)? {
+    /// the first subprotocol it offers. Refused (400) when the upstream URL cannot be made.
+    func recordWebSocketService(_ record: RecordConfiguration, for request: Request) -> UpgradeAnswer {
         let fields = Self.fields(of: request)
         let offered = Self.offeredSubprotocols(request)
-        guard let url = record.url(path: request.uri.path, query: request.uri.query, webSocket: true) else { return nil }
+        guard let url = record.url(path: request.uri.path, query: request.uri.query, webSocket: true) else { return .refuse(.noRoute) }
         let session = Cassette.Session(kind: .webSocket, path: request.uri.path, query: request.uri.query, headers: record.recorded(fields))
         var configuration = WebSocketConfiguration()
         configuration.tlsTrust = record.tlsTrust
@@ -51,7 +51,7 @@ extension DuplexServer {
             configuration: configuration
         )
         let requestHeaders = request.headers
-        return (
+        return .accept(
             Self.selecting(from: offered, preferring: nil),
             WebSocketService { channel, deflate in
                 let trace = ConnectionTrace(requestHeaders, route: "record", tracer: self.activeTracer)

@@ -31,15 +31,17 @@ extension DuplexServer {
     }
 
     /// A replayed WebSocket session, the next one recorded at the request's path, with the
-    /// recorded subprotocol when the client offers it. Nil (400) where none was recorded.
-    func replayWebSocketService(_ book: ReplayBook, for request: Request) -> (HTTPFields, WebSocketService)? {
-        guard let (number, session) = book.take(.webSocket, path: request.uri.path) else { return nil }
+    /// recorded subprotocol when the client offers it. Refused (400) where none is left.
+    func replayWebSocketService(_ book: ReplayBook, for request: Request) -> UpgradeAnswer {
+        guard let (number, session) = book.take(.webSocket, path: request.uri.path) else {
+            return .refuse(UpgradeRefusal(status: .badRequest, body: #"{"error":"the cassette has no more WebSocket sessions at this path"}"#))
+        }
         let requestHeaders = request.headers
         var headers = HTTPFields()
         if let subprotocol = session.subprotocol, Self.offeredSubprotocols(request).contains(subprotocol) {
             headers[.secWebSocketProtocol] = subprotocol
         }
-        return (
+        return .accept(
             headers,
             WebSocketService { channel, deflate in
                 let trace = ConnectionTrace(requestHeaders, route: "replay", tracer: self.activeTracer)

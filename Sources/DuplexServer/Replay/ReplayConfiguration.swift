@@ -116,7 +116,7 @@ public struct ReplayMismatch: Error, Sendable, Hashable, CustomStringConvertible
 }
 
 /// A JSON value, to compare two texts as JSON.
-enum JSONValue: Decodable, Equatable {
+enum JSONValue: Decodable, Equatable, Sendable {
     case null
     case bool(Bool)
     case number(Double)
@@ -143,6 +143,17 @@ enum JSONValue: Decodable, Equatable {
             self = .array(value)
         } else {
             self = .object(try container.decode([String: JSONValue].self))
+        }
+    }
+
+    /// Whether this value has `pattern`'s members, at every depth (an object may have more);
+    /// any other value must equal it.
+    func contains(_ pattern: JSONValue) -> Bool {
+        switch (self, pattern) {
+        case (.object(let members), .object(let wanted)):
+            wanted.allSatisfy { key, value in members[key]?.contains(value) ?? false }
+        default:
+            self == pattern
         }
     }
 

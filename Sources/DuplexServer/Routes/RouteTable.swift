@@ -13,8 +13,8 @@ struct RouteTable: Sendable {
     /// Answers a plain request: a response, an SSE stream among them.
     typealias Handler = @Sendable (Request, DuplexRequestContext) async throws -> Response
     /// Decides a WebSocket upgrade on the connection's event loop: the response headers to add
-    /// (a subprotocol, say) and the service, or nil to refuse it (400).
-    typealias Upgrade = @Sendable (Request, [String: String]) -> (HTTPFields, WebSocketService)?
+    /// (a subprotocol, say) and the service, or a refusal.
+    typealias Upgrade = @Sendable (Request, [String: String]) -> UpgradeAnswer
 
     /// What a route does.
     enum Service: Sendable {
@@ -68,15 +68,15 @@ struct RouteTable: Sendable {
 
     /// The service for a WebSocket upgrade (a `GET` with `Upgrade: websocket`, or HTTP/2's
     /// extended `CONNECT`): the most specific WebSocket route whose pattern matches the
-    /// request's path decides. Nil, refused with 400, where none matches or it declines.
-    func webSocket(for request: Request) -> (HTTPFields, WebSocketService)? {
+    /// request's path decides; refused with 400 where none matches.
+    func webSocket(for request: Request) -> UpgradeAnswer {
         var best: (pattern: RoutePattern, upgrade: Upgrade, captures: [String: String])?
         for route in routes {
             guard case .webSocket(let upgrade, _) = route.service, let captures = route.pattern.match(request.uri.path) else { continue }
             if let current = best, !route.pattern.isMoreSpecific(than: current.pattern) { continue }
             best = (route.pattern, upgrade, captures)
         }
-        guard let best else { return nil }
+        guard let best else { return .refuse(.noRoute) }
         return best.upgrade(request, best.captures)
     }
 

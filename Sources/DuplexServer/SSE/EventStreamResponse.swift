@@ -27,10 +27,15 @@ struct EventStreamResponse {
     /// A streaming response whose events come from a source that `start` sets going: it puts
     /// text in the sink from any thread (a room's fan-out, an event-loop timer) and returns how
     /// to stop it, called when the stream ends. A source that cannot start finishes the sink.
+    /// A scripted stream (``scripted``) writes no `retry:` and no heartbeat of its own: only
+    /// what its script says. Where `dropsAtEnd` says so once the source finished, the connection
+    /// (an HTTP/2 stream) is closed with the response unfinished.
     func response(
         info: ConnectionInfo,
         channel: any Channel,
         trace: ConnectionTrace? = nil,
+        scripted: Bool = false,
+        dropsAtEnd: @escaping @Sendable () -> Bool = { false },
         start: @escaping @Sendable (Sink) async -> Stop
     ) -> Response {
         var headers = HTTPFields()
@@ -64,19 +69,26 @@ struct EventStreamResponse {
                 registry.remove(registration)
                 registry.logger.debug("event stream ended", metadata: trace.metadata(route: info.route))
             }
-            let heartbeat = Heartbeat(every: configuration.heartbeatInterval, sink: sink, eventLoop: channel.eventLoop)
-            defer { heartbeat.stop() }
+            let heartbeat = scripted ? nil : Heartbeat(every: configuration.heartbeatInterval, sink: sink, eventLoop: channel.eventLoop)
+            defer { heartbeat?.stop() }
             let stop = await start(sink)
             defer { stop() }
-            try await writer.write(ByteBuffer(string: ServerSentEvent.retryDirective(milliseconds: configuration.sseRetryMilliseconds)))
+            if !scripted {
+                try await writer.write(ByteBuffer(string: ServerSentEvent.retryDirective(milliseconds: configuration.sseRetryMilliseconds)))
+            }
             for await text in sink.items {
                 await gate.wait()
                 try await writer.write(ByteBuffer(string: text))
                 sink.written(text)
-                heartbeat.wrote()
+                heartbeat?.wrote()
                 routeMetrics.sent(bytes: text.utf8.count)
             }
             if sink.overflowed { metrics.cutSlowConsumer() }
+            if dropsAtEnd() {
+                // Behind the writes above on the event loop, so what was written goes first.
+                try? await channel.eventLoop.submit { channel.close(promise: nil) }.get()
+                return
+            }
             try await writer.finish(nil)
         }
         return Response(status: .ok, headers: headers, body: body)

@@ -23,6 +23,10 @@ protocol EventLoopWebSocketService: AnyObject {
     func peerClosed(code: WebSocketCloseCode?, reason: String)
     /// The channel is writable again: the client read what was waiting for it.
     func writable()
+    /// The client sent a ping: whether the handler answers it with a pong.
+    func pinged(_ payload: ByteBuffer) -> Bool
+    /// The client sent a pong.
+    func ponged(_ payload: ByteBuffer)
     /// The connection is gone.
     func end()
 }
@@ -30,6 +34,8 @@ protocol EventLoopWebSocketService: AnyObject {
 extension EventLoopWebSocketService {
     func peerClosed(code: WebSocketCloseCode?, reason: String) {}
     func writable() {}
+    func pinged(_ payload: ByteBuffer) -> Bool { true }
+    func ponged(_ payload: ByteBuffer) {}
 }
 
 /// A WebSocket connection served on its event loop: no task, no stream, no actor per connection.
@@ -245,9 +251,9 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
             if case .deliver(_, let message) = inflated { tally.inflated(compressedSize, to: message.readableBytes) }
             perform(inflated, context: context)
         case .sendPong(let payload):
-            write(.pong, payload, context: context)
-        case .pongReceived:
-            break
+            if service.pinged(payload) { write(.pong, payload, context: context) }
+        case .pongReceived(let payload):
+            service.ponged(payload)
         case .replyToClose(let code, let reason):
             metrics.receivedClose(code)
             trace?.receivedClose(code)
@@ -296,6 +302,32 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         } else {
             write(opcode, consume message, context: context)
         }
+    }
+
+    /// Whether messages can still be sent: the server has sent no close frame.
+    var canSend: Bool { engine.canSend }
+
+    /// Sends a ping; flushed with the read batch.
+    func ping(_ payload: ByteBuffer, context: ChannelHandlerContext) {
+        guard engine.canSend else { return }
+        write(.ping, payload, context: context)
+    }
+
+    /// Writes one frame as given, past every check: a fault a route asks for (a fragment, a
+    /// reserved opcode, a control frame over 125 bytes, a masked frame, text that is not UTF-8).
+    func writeUnchecked(fin: Bool, opcode: WebSocketOpcode, payload: ByteBuffer, masked: Bool, context: ChannelHandlerContext) {
+        guard engine.canSend else { return }
+        let key: WebSocketMaskingKey? = masked ? WebSocketMaskingKey([0x37, 0xfa, 0x21, 0x3d]) : nil
+        let (first, second) = WebSocketFrameBytes.encode(fin: fin, opcode: opcode, payload: payload, maskKey: key, allocator: context.channel.allocator)
+        let wire = wire ?? context
+        wire.write(wrapOutboundOut(first), promise: nil)
+        if let second { wire.write(wrapOutboundOut(second), promise: nil) }
+        needsFlush = true
+    }
+
+    /// Closes TCP at once, with no close frame (a reset where the platform allows).
+    func drop(context: ChannelHandlerContext) {
+        deliver(.drop, context: context)
     }
 
     /// Starts the close handshake with `code` (the reason cut to fit a control frame), and

@@ -40,7 +40,7 @@ struct RouteTableTests {
             upgrade: { _, captures in
                 var headers: HTTPFields = [.secWebSocketProtocol: name]
                 if let room = captures["room"] { headers[.secWebSocketProtocol] = "\(name) \(room)" }
-                return (headers, WebSocketService { _, _ in })
+                return .accept(headers, WebSocketService { _, _ in })
             },
             plain: { _, _ in Response(status: .upgradeRequired) }
         )
@@ -48,10 +48,17 @@ struct RouteTableTests {
 
     func upgrade(_ table: RouteTable, _ path: String) -> String? {
         let request = Request(head: HTTPRequest(method: .get, scheme: "http", authority: "localhost", path: path), body: .init(buffer: .init()))
-        return table.webSocket(for: request).flatMap { $0.0[.secWebSocketProtocol] }
+        switch table.webSocket(for: request) {
+        case .accept(let headers, _): return headers[.secWebSocketProtocol]
+        case .refuse(let refusal):
+            #expect(refusal.status == .badRequest)
+            return nil
+        }
     }
 
-    @Test("an upgrade goes to the most specific WebSocket route for its path; an earlier set's entry wins over a later one's; none matching is nil")
+    @Test(
+        "an upgrade goes to the most specific WebSocket route for its path; an earlier set's entry wins over a later one's; none matching is refused with 400"
+    )
     func webSocketUpgrades() {
         var table = RouteTable()
         table.add([webSocket("/chat/lobby", "replayed"), webSocket("/echo", "first echo")])

@@ -26,6 +26,8 @@ final class TestWebSocket {
 
     /// The status code of the handshake response (101 when upgraded).
     private(set) var status = 0
+    /// The handshake response's head, status line and fields.
+    private(set) var head = ""
     private var buffer = ByteBuffer()
     private var inbound: NIOAsyncChannelInboundStream<ByteBuffer>.AsyncIterator
     private let outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>
@@ -54,6 +56,7 @@ final class TestWebSocket {
             request += "\r\n"
             try await socket.writeRaw(Array(request.utf8) + sentWithHandshake)
             let head = try await socket.readHead()
+            socket.head = head
             socket.status = Int(head.split(separator: " ").dropFirst().first ?? "") ?? 0
             return try await body(socket)
         }

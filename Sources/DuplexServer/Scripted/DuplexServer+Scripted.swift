@@ -1,0 +1,183 @@
+import DuplexSchema
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOConcurrencyHelpers
+import NIOCore
+
+extension DuplexServer {
+    /// The scripted routes (``DuplexServerConfiguration/routes``) as route-table entries.
+    func scriptedRoutes() -> [RouteTable.Route] {
+        configuration.routes.map { route in
+            switch route.kind {
+            case .webSocket(let handler):
+                .webSocket(
+                    route.path,
+                    upgrade: { request, _ in self.scriptedUpgrade(handler, request) },
+                    plain: { _, _ in self.upgradeRequired() }
+                )
+            case .sse(let handler):
+                .on(HTTPRequest.Method(route.method) ?? .get, route.path) { request, context in
+                    await self.scriptedStream(handler, request, context)
+                }
+            }
+        }
+    }
+
+    /// `GET /_journal` (the journal as a JSON array) and `DELETE /_journal` (empties it), for
+    /// loopback peers; served when the server has scripted routes.
+    func journalRoutes() -> [RouteTable.Route] {
+        guard !configuration.routes.isEmpty else { return [] }
+        return [
+            .get("/_journal") { _, context in
+                guard Self.isLoopback(context.channel.remoteAddress) else { return Self.journalForbidden }
+                var headers = HTTPFields()
+                headers[.contentType] = "application/json; charset=utf-8"
+                return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: self.journal.json())))
+            },
+            .on(.delete, "/_journal") { _, context in
+                guard Self.isLoopback(context.channel.remoteAddress) else { return Self.journalForbidden }
+                self.journal.removeAll()
+                return Response(status: .noContent)
+            },
+        ]
+    }
+
+    private static var journalForbidden: Response {
+        json(status: .forbidden, #"{"error":"the journal answers loopback peers only"}"#)
+    }
+
+    /// Refuses scripted routes that clash with a built-in route (the same method, and a path the
+    /// built-in pattern matches) or with each other, and those whose path or method is unusable.
+    func validateRoutes() throws(DuplexServerError) {
+        var builtIn = RouteTable()
+        builtIn.add(builtInRoutes())
+        builtIn.add(healthRoutes())
+        builtIn.add(chaosRoutes())
+        builtIn.add([.get("/_journal") { _, _ in Response(status: .ok) }])
+        var seen: [(method: String, pattern: RoutePattern)] = []
+        for (index, route) in configuration.routes.enumerated() {
+            let place = "routes[\(index)] (\(route))"
+            guard route.path.hasPrefix("/"), !route.path.contains("?"), !route.path.contains("#") else {
+                throw .invalidRoutes("\(place): a path starts with / and has no query or fragment")
+            }
+            guard HTTPRequest.Method(route.method) != nil, !["HEAD", "CONNECT", "TRACE", "OPTIONS"].contains(route.method) else {
+                throw .invalidRoutes("\(place): \(route.method.debugDescription) is not a method a route can serve")
+            }
+            let pattern = RoutePattern(route.path)
+            let probe = route.path.replacingOccurrences(of: "/:", with: "/x").replacingOccurrences(of: "*", with: "x")
+            for existing in builtIn.routes where existing.method.rawValue == route.method && existing.pattern.match(probe) != nil {
+                throw .invalidRoutes("\(place) clashes with the built-in route \(existing.method.rawValue) \(existing.pattern): choose another path")
+            }
+            if seen.contains(where: { $0.method == route.method && $0.pattern == pattern }) {
+                throw .invalidRoutes("\(place): another scripted route has the same method and path")
+            }
+            seen.append((route.method, pattern))
+        }
+    }
+
+    // MARK: Serving
+
+    /// The request as a scripted route sees it.
+    static func scriptedRequest(_ request: Request, subprotocols: [String] = []) -> ScriptedRequest {
+        ScriptedRequest(
+            method: request.method.rawValue,
+            path: request.uri.path,
+            query: request.uri.query,
+            headers: request.headers.map { .init(name: $0.name.rawName, value: $0.value) },
+            subprotocols: subprotocols,
+            lastEventID: request.headers[HTTPField.Name("Last-Event-ID")!]
+        )
+    }
+
+    /// A refusal a handler decided, journaled, as the front door sends it.
+    func refusal(_ decision: UpgradeDecision, _ request: ScriptedRequest) -> UpgradeRefusal? {
+        guard case .refuse(let status, let headers, let body) = decision else { return nil }
+        journal.append(
+            .init(connection: journal.newConnection(), path: request.path, direction: .out, kind: .refused, code: status, request: request))
+        var fields = HTTPFields()
+        for (name, value) in headers.sorted(by: { $0.key < $1.key }) {
+            if let name = HTTPField.Name(name) { fields[name] = value }
+        }
+        metrics.refused(status: status)
+        return UpgradeRefusal(status: .init(code: (400..<600).contains(status) ? status : 500), headers: fields, body: body)
+    }
+
+    /// A scripted WebSocket upgrade: refused as its handler decides, or served on the event loop.
+    func scriptedUpgrade(_ handler: WebSocketRouteHandler, _ request: Request) -> UpgradeAnswer {
+        let offered = Self.offeredSubprotocols(request)
+        var scripted = Self.scriptedRequest(request, subprotocols: offered)
+        if let refusal = refusal(handler.accept(scripted), scripted) { return .refuse(refusal) }
+        let headers = handler.subprotocols.isEmpty ? [:] : Self.selecting(from: offered, preferring: handler.subprotocols)
+        scripted.subprotocol = headers[.secWebSocketProtocol]
+        let chosen = scripted
+        return .accept(
+            headers,
+            WebSocketService { channel, deflate in
+                let socket = ScriptedWebSocket(
+                    request: chosen,
+                    connection: self.journal.newConnection(),
+                    journal: self.journal,
+                    faults: handler.faults,
+                    answersPings: handler.answersPings,
+                    eventLoop: channel.eventLoop
+                )
+                let trace = ConnectionTrace(request.headers, route: "scripted", tracer: self.activeTracer)
+                try self.installEventLoopService(
+                    ScriptedWebSocketService(socket: socket, route: handler), on: channel, deflate: deflate, trace: trace)
+            }
+        )
+    }
+
+    /// A scripted SSE stream: the request's body read (within the message limit), refused as
+    /// its handler decides, or its script streamed.
+    func scriptedStream(_ handler: SSERouteHandler, _ request: Request, _ context: DuplexRequestContext) async -> Response {
+        var scripted = Self.scriptedRequest(request)
+        if request.method != .get {
+            var request = request
+            guard let body = try? await request.collectBody(upTo: configuration.maxMessageBytes) else {
+                return counted(Self.json(status: .contentTooLarge, #"{"error":"the request body is over the server's message limit"}"#))
+            }
+            let data = Data(body.readableBytesView)
+            if let text = String(validating: data, as: UTF8.self) { scripted.body = text } else { scripted.bodyBase64 = data.base64EncodedString() }
+        }
+        if let refusal = refusal(handler.accept(scripted), scripted) {
+            var headers = refusal.head(http2: true).headerFields
+            headers[.contentLength] = nil
+            return Response(status: refusal.status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: refusal.body)))
+        }
+        let script = handler.respond(scripted)
+        let connection = journal.newConnection()
+        let journal = self.journal
+        let path = scripted.path
+        journal.append(.init(connection: connection, path: path, direction: .in, kind: .open, request: scripted))
+        let record: @Sendable (ScriptJournal.Entry.Kind, ScriptJournal.Entry.Direction, SSEScriptEvent?) -> Void = { kind, direction, event in
+            journal.append(
+                .init(
+                    connection: connection,
+                    path: path,
+                    direction: direction,
+                    kind: event.map { $0.raw != nil || $0.comment != nil ? .text : .event } ?? kind,
+                    data: event.map { $0.raw ?? $0.comment ?? $0.data ?? "" },
+                    id: event?.id,
+                    event: event?.event
+                )
+            )
+        }
+        let source = NIOLockedValueBox<ScriptedEventSource?>(nil)
+        let lastEventID = scripted.lastEventID
+        let eventLoop = context.channel.eventLoop
+        return EventStreamResponse(server: self).response(
+            info: .init(kind: .eventStream, route: "scripted"),
+            channel: context.channel,
+            trace: ConnectionTrace(request.headers, route: "scripted", tracer: activeTracer),
+            scripted: true,
+            dropsAtEnd: { source.withLockedValue { $0?.drops ?? false } }
+        ) { sink in
+            let feed = ScriptedEventSource(script: script, lastEventID: lastEventID, sink: sink, eventLoop: eventLoop, record: record)
+            source.withLockedValue { $0 = feed }
+            feed.start()
+            return feed.stop
+        }
+    }
+}
