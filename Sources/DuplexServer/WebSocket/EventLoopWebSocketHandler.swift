@@ -318,7 +318,8 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     func writeUnchecked(fin: Bool, opcode: WebSocketOpcode, payload: ByteBuffer, masked: Bool, context: ChannelHandlerContext) {
         guard engine.canSend else { return }
         let key: WebSocketMaskingKey? = masked ? WebSocketMaskingKey([0x37, 0xfa, 0x21, 0x3d]) : nil
-        let (first, second) = WebSocketFrameBytes.encode(fin: fin, opcode: opcode, payload: payload, maskKey: key, allocator: context.channel.allocator)
+        let (first, second) = WebSocketFrameBytes.encode(
+            fin: fin, opcode: opcode, payload: payload, maskKey: key, allocator: context.channel.allocator)
         let wire = wire ?? context
         wire.write(wrapOutboundOut(first), promise: nil)
         if let second { wire.write(wrapOutboundOut(second), promise: nil) }
