@@ -390,7 +390,7 @@ final class ServerSentEventCore: LifecycleRunner {
             let error = SSEError(.badStatus, "the server answered HTTP \(status)\(Self.excerpt(answer))", status: status, response: answer)
             let retried = resumable ? status >= 500 || status == 429 : status == 503 || status == 429
             if configuration.retryOnServerErrors, retryPolicy.enabled, retried {
-                let after = response.headers.first(name: "Retry-After").flatMap(Self.retryAfter)
+                let after = response.headers.first(name: "Retry-After").flatMap(DelayArithmetic.retryAfter)
                 return SSELoss(reason: .streamError(error), retry: after.map { .after($0) } ?? .policy())
             }
             return SSELoss(reason: .streamError(error), retry: .never)
@@ -447,21 +447,6 @@ final class ServerSentEventCore: LifecycleRunner {
         guard !text.isEmpty else { return "" }
         let shown = text.count > 200 ? String(text.prefix(200)) + "…" : text
         return ": " + shown.debugDescription
-    }
-
-    /// `Retry-After` as seconds or an HTTP date.
-    static func retryAfter(_ value: String) -> Duration? {
-        let trimmed = value.trimmingCharacters(in: .whitespaces)
-        if !trimmed.isEmpty, trimmed.utf8.allSatisfy({ (0x30...0x39).contains($0) }) {
-            // Digits only: seconds, however many (a huge value is clamped by the policy).
-            return DelayArithmetic.duration(seconds: Double(trimmed) ?? DelayArithmetic.longestSeconds)
-        }
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        guard let date = formatter.date(from: value) else { return nil }
-        return DelayArithmetic.duration(seconds: date.timeIntervalSinceNow)
     }
 
     private static func describe(_ error: any Error, url: URL) -> SSEError {

@@ -1,3 +1,5 @@
+import Foundation
+
 /// Delay arithmetic that cannot trap: every delay the retry model computes goes through here, so a
 /// hostile server value (`retry:`, `Retry-After`) or an extreme configuration ends in a bounded
 /// delay, never in an overflow.
@@ -43,5 +45,20 @@ enum DelayArithmetic {
         let spread = clamp(jitter, to: 0...1)
         if spread > 0, seconds > 0 { seconds *= Double.random(in: (1 - spread)...(1 + spread)) }
         return duration(seconds: min(seconds, longestSeconds))
+    }
+
+    /// `Retry-After` as seconds or an HTTP date.
+    static func retryAfter(_ value: String) -> Duration? {
+        let trimmed = value.trimmingCharacters(in: .whitespaces)
+        if !trimmed.isEmpty, trimmed.utf8.allSatisfy({ (0x30...0x39).contains($0) }) {
+            // Digits only: seconds, however many (a huge value is clamped by the policy).
+            return DelayArithmetic.duration(seconds: Double(trimmed) ?? DelayArithmetic.longestSeconds)
+        }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        guard let date = formatter.date(from: value) else { return nil }
+        return DelayArithmetic.duration(seconds: date.timeIntervalSinceNow)
     }
 }

@@ -22,7 +22,7 @@ import NIOWebSocket
 struct NIOWebSocketTransport: WebSocketTransport {
     private enum UpgradeResult: Sendable {
         case upgraded(NIOWebSocketConnection)
-        case notUpgraded(status: Int?)
+        case notUpgraded(status: Int?, retryAfter: String?)
     }
 
     func connect(
@@ -79,9 +79,11 @@ struct NIOWebSocketTransport: WebSocketTransport {
         switch result {
         case .upgraded(let connection):
             return connection
-        case .notUpgraded(let status):
+        case .notUpgraded(let status, let retryAfter):
             let shown = status.map { "HTTP \($0)" } ?? "a response that was not 101"
-            throw WebSocketError(.upgradeRejected, "the server answered the WebSocket handshake with \(shown)", status: status)
+            throw WebSocketError(
+                .upgradeRejected, "the server answered the WebSocket handshake with \(shown)", status: status,
+                retryAfter: retryAfter.flatMap(DelayArithmetic.retryAfter))
         }
     }
 
@@ -138,7 +140,9 @@ struct NIOWebSocketTransport: WebSocketTransport {
             response.futureResult.flatMapThrowing { response in
                 guard response.status == .ok else {
                     let code = response.status.code
-                    throw WebSocketError(.upgradeRejected, "the server answered the WebSocket's CONNECT with HTTP \(code)", status: code)
+                    throw WebSocketError(
+                        .upgradeRejected, "the server answered the WebSocket's CONNECT with HTTP \(code)", status: code,
+                        retryAfter: response.headerFields[.retryAfter].flatMap(DelayArithmetic.retryAfter))
                 }
                 let operations = channel.pipeline.syncOperations
                 let handshake = loopBoundHandshake.value
@@ -221,7 +225,8 @@ struct NIOWebSocketTransport: WebSocketTransport {
             upgraders: [upgrader],
             notUpgradingCompletionHandler: { channel in
                 channel.close(promise: nil)
-                return channel.eventLoop.makeSucceededFuture(.notUpgraded(status: statusRecorder.status.withLockedValue { $0 }))
+                return channel.eventLoop.makeSucceededFuture(
+                    .notUpgraded(status: statusRecorder.status.withLockedValue { $0 }, retryAfter: statusRecorder.retryAfter.withLockedValue { $0 }))
             }
         )
         var pipelineConfiguration = NIOUpgradableHTTPClientPipelineConfiguration(upgradeConfiguration: upgradeConfiguration)

@@ -65,12 +65,17 @@ public struct WebSocketError: Error, Sendable, Equatable, CustomStringConvertibl
     public var status: Int?
     /// For ``Code/protocolViolation`` and ``Code/messageTooBig``: the close code sent to the peer.
     public var closeCode: WebSocketCloseCode?
+    /// For ``Code/upgradeRejected``: the wait the server's `Retry-After` asked for. A 429 or 503
+    /// with one is retried after it (clamped to the reconnection strategy's bounds) rather than
+    /// after the strategy's own delay.
+    public var retryAfter: Duration?
 
-    public init(_ code: Code, _ message: String, status: Int? = nil, closeCode: WebSocketCloseCode? = nil) {
+    public init(_ code: Code, _ message: String, status: Int? = nil, closeCode: WebSocketCloseCode? = nil, retryAfter: Duration? = nil) {
         self.code = code
         self.message = message
         self.status = status
         self.closeCode = closeCode
+        self.retryAfter = retryAfter
     }
 
     public var description: String { "\(code): \(message)" }

@@ -48,6 +48,9 @@ struct WebSocketPolicy: LifecyclePolicy {
     var refusalCodes: Set<WebSocketCloseCode> = []
 
     func retry(after loss: WebSocketLoss, proved: Bool) -> Retry {
+        if case .failed(let error) = loss, error.code == .upgradeRejected, [429, 503].contains(error.status), let wait = error.retryAfter {
+            return .after(wait)
+        }
         guard case .closed(let code, let reason, let error) = loss, error == nil, let code else { return .policy() }
         if code == .normalClosure, !retriesNormalClosure { return .never }
         if !proved, refusalCodes.contains(code), !reason.isEmpty { return .never }

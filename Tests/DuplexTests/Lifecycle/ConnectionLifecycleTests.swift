@@ -275,6 +275,18 @@ struct ConnectionLifecycleTests {
         #expect(machine.connectionLost(generation: 3, loss: closed(nil)).contains(.scheduleRetry(attempt: 0, delay: .seconds(1))))
     }
 
+    @Test("a WebSocket upgrade refused with 429 or 503 and Retry-After is retried after it; other refusals after the strategy's delay")
+    func upgradeRetryAfter() {
+        let policy = WebSocketPolicy(strategy: .fixedDelay(.seconds(1)), maxQueued: 0)
+        let busy = WebSocketError(.upgradeRejected, "429", status: 429, retryAfter: .seconds(7))
+        #expect(policy.retry(after: .failed(busy), proved: false) == .after(.seconds(7)))
+        let down = WebSocketError(.upgradeRejected, "503", status: 503, retryAfter: .seconds(2))
+        #expect(policy.retry(after: .failed(down), proved: false) == .after(.seconds(2)))
+        let forbidden = WebSocketError(.upgradeRejected, "403", status: 403, retryAfter: .seconds(7))
+        #expect(policy.retry(after: .failed(forbidden), proved: false) == .policy())
+        #expect(policy.retry(after: .failed(WebSocketError(.upgradeRejected, "429", status: 429)), proved: false) == .policy())
+    }
+
     @Test("a policy whose connect() waits through failures retries the first attempt, and fails connect only when it gives up")
     func connectRetries() {
         var machine = Lifecycle(

@@ -118,7 +118,7 @@ struct RetryBoundsTests {
     func hostileRetryAfter() {
         let policy = RetryPolicy(maxDelay: 30)
         for text in ["0", "5", "99999999999999999999999999", "Wed, 21 Oct 2999 07:28:00 GMT", "Wed, 21 Oct 1999 07:28:00 GMT"] {
-            let parsed = ServerSentEventCore.retryAfter(text)
+            let parsed = DelayArithmetic.retryAfter(text)
             let bounded = policy.bounded(retryAfter: parsed ?? .zero)
             #expect(bounded >= .milliseconds(100) && bounded <= .seconds(30), "\(text): \(bounded)")
         }
