@@ -155,6 +155,12 @@ struct DuplexServerCommand: AsyncParsableCommand {
             valueName: "count"))
     var eventLoops: Int?
 
+    @Option(
+        help: ArgumentHelp(
+            "Serve the scripted WebSocket and SSE routes of this JSON file beside the built-in ones (docs/scripts.md); GET /_journal shows what they served and received.",
+            valueName: "file"))
+    var script: String?
+
     func validate() throws {
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
@@ -188,6 +194,15 @@ struct DuplexServerCommand: AsyncParsableCommand {
             throw ValidationError("--tls-client-ca needs TLS: --tls-self-signed, or --tls-cert and --tls-key")
         }
         if tlsDirectory != nil, !tlsSelfSigned { throw ValidationError("--tls-directory goes with --tls-self-signed") }
+        if script != nil {
+            do {
+                var configuration = DuplexServerConfiguration()
+                configuration.routes = try scriptedRoutes()
+                try DuplexServer(configuration: configuration).validateRoutes()
+            } catch {
+                throw ValidationError("--script: \(error)")
+            }
+        }
         guard (1...10_000).contains(http2MaxStreams) else { throw ValidationError("--http2-max-streams must be from 1 to 10000") }
         if let echoSubprotocols, Self.list(echoSubprotocols).isEmpty {
             throw ValidationError("--echo-subprotocols needs at least one name")
@@ -200,6 +215,12 @@ struct DuplexServerCommand: AsyncParsableCommand {
         ] {
             guard value > 0, value <= 86_400 else { throw ValidationError("\(name) must be from 0 to 86400 seconds") }
         }
+    }
+
+    /// The routes of `--script`; none without it.
+    func scriptedRoutes() throws(ScriptError) -> [ScriptedRoute] {
+        guard let script else { return [] }
+        return try ScriptFile.load(path: script)
     }
 
     /// The room store the options (or `DUPLEX_STORE`) name.
@@ -306,6 +327,7 @@ struct DuplexServerCommand: AsyncParsableCommand {
         // Read when the shared event-loop group is first made, which the server does on start.
         NIOSingletons.groupLoopCountSuggestion = eventLoops ?? UsableCPUs.count()
         var configuration = serverConfiguration
+        configuration.routes = try scriptedRoutes()
         let tls = try tlsSettings()
         configuration.tls = tls?.tls
         let server = DuplexServer(
@@ -318,12 +340,16 @@ struct DuplexServerCommand: AsyncParsableCommand {
             configuration: .init(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         )
         let host = self.host
+        let routes = configuration.routes.map(\.description).joined(separator: ", ")
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await group.run() }
             tasks.addTask {
                 let port = try await server.port()
                 let shown = host.contains(":") ? "[\(host)]" : host
                 FileHandle.standardOutput.write(Data("duplex-server listening on \(scheme)://\(shown):\(port)\(caNote)\n".utf8))
+                if !routes.isEmpty {
+                    FileHandle.standardOutput.write(Data("scripted routes: \(routes); journal at GET /_journal\n".utf8))
+                }
             }
             try await tasks.waitForAll()
         }

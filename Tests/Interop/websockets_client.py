@@ -193,5 +193,40 @@ async def path_switch(port):
           f"(ping_interval + ping_timeout + close_timeout, {interval} s each); a new connection echoes")
 
 
+async def scripted_feed(port):
+    """docs/examples/feed.json's /feed, as the file says: hello on connect, pong for a JSON
+    ping, close 4001 for "bye", a drop with no close frame at the third message, and no pong
+    for a WebSocket ping ("pongs": false)."""
+    url = f"ws://127.0.0.1:{port}/feed"
+    async with websockets.connect(url, subprotocols=["feed.v1"], ping_interval=None) as ws:
+        check(ws.subprotocol == "feed.v1", f"subprotocol {ws.subprotocol!r}")
+        check(await recv_json(ws) == {"type": "hello"}, "no hello")
+        await ws.send('{"type":"ping","id":1}')
+        check(await recv_json(ws) == {"type": "pong"}, "no pong for a JSON ping")
+        pong = await ws.ping(b"are you there")
+        try:
+            await asyncio.wait_for(pong, 0.5)
+            check(False, "a WebSocket ping was answered")
+        except asyncio.TimeoutError:
+            pass
+        await ws.send("bye")
+        try:
+            await asyncio.wait_for(ws.recv(), TIMEOUT)
+            check(False, "a message after bye")
+        except websockets.ConnectionClosed as closed:
+            check(closed.rcvd is not None and closed.rcvd.code == 4001 and closed.rcvd.reason == "bye", f"closed with {closed.rcvd}")
+    async with websockets.connect(url, ping_interval=None) as ws:
+        check(ws.subprotocol is None, "a subprotocol chosen though none was offered")
+        await recv_json(ws)
+        for text in ["one", "two", "three"]:
+            await ws.send(text)
+        try:
+            await asyncio.wait_for(ws.recv(), TIMEOUT)
+            check(False, "a message after the third")
+        except websockets.ConnectionClosed as closed:
+            check(closed.rcvd is None, f"a close frame came ({closed.rcvd}); the script drops")
+    print("scripted /feed: hello, JSON ping to pong, close 4001 on bye, no pong, drop at the third message")
+
+
 if __name__ == "__main__":
     asyncio.run(globals()[sys.argv[2]](int(sys.argv[1])))

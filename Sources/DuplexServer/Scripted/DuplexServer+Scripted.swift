@@ -47,9 +47,12 @@ extension DuplexServer {
         json(status: .forbidden, #"{"error":"the journal answers loopback peers only"}"#)
     }
 
-    /// Refuses scripted routes that clash with a built-in route (the same method, and a path the
-    /// built-in pattern matches) or with each other, and those whose path or method is unusable.
-    func validateRoutes() throws(DuplexServerError) {
+    /// Refuses scripted routes (``DuplexServerConfiguration/routes``) that clash with a built-in
+    /// route (the same method, and a path the built-in pattern matches) or with each other, and
+    /// those whose path or method no route can have. ``run()`` checks this before it listens;
+    /// call it to check a configuration without starting a server.
+    /// - Throws: ``DuplexServerError/invalidRoutes(_:)`` saying which route and why.
+    public func validateRoutes() throws(DuplexServerError) {
         var builtIn = RouteTable()
         builtIn.add(builtInRoutes())
         builtIn.add(healthRoutes())

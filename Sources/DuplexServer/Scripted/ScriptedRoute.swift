@@ -24,6 +24,10 @@ public struct ScriptedRoute: Sendable, CustomStringConvertible {
     /// The method: `GET` for a WebSocket (or HTTP/2's `CONNECT`), `GET` or another for SSE.
     public let method: String
     let kind: Kind
+    /// The script a declarative WebSocket route follows; nil for one served by handlers.
+    public private(set) var webSocketScript: WebSocketScript?
+    /// The script of an SSE route that streams the same script to every request; nil otherwise.
+    public private(set) var sseScript: SSEScript?
 
     enum Kind: Sendable {
         case webSocket(WebSocketRouteHandler)
@@ -82,7 +86,7 @@ public struct ScriptedRoute: Sendable, CustomStringConvertible {
     /// that matches each message, its refusals and faults.
     public static func webSocket(_ path: String, script: WebSocketScript) -> ScriptedRoute {
         let refusals = RefusalCounter(script.refuse)
-        return .webSocket(
+        var route = ScriptedRoute.webSocket(
             path,
             subprotocols: script.subprotocols,
             faults: script.faults,
@@ -95,6 +99,8 @@ public struct ScriptedRoute: Sendable, CustomStringConvertible {
             },
             accept: { _ in refusals.next() }
         )
+        route.webSocketScript = script
+        return route
     }
 
     /// An SSE route that streams `script`, the same for every request it accepts.
@@ -108,7 +114,9 @@ public struct ScriptedRoute: Sendable, CustomStringConvertible {
         accept: @escaping @Sendable (ScriptedRequest) -> UpgradeDecision = { _ in .accept },
         script: SSEScript
     ) -> ScriptedRoute {
-        .sse(path, method: method, accept: accept) { _ in script }
+        var route = ScriptedRoute.sse(path, method: method, accept: accept) { _ in script }
+        route.sseScript = script
+        return route
     }
 
     /// An SSE route that streams, for each request it accepts, the script `respond` makes of it

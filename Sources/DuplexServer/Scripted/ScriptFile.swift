@@ -1,0 +1,310 @@
+import DuplexSchema
+public import Foundation
+
+/// Scripted routes from a JSON file, as `duplex-server --script FILE` reads it. The format is
+/// documented in `docs/scripts.md`:
+///
+/// ```json
+/// {"routes": [
+///   {"path": "/feed", "websocket": {"onConnect": [{"send": "hello"}],
+///                                   "onMessage": [{"match": {"text": "bye"}, "do": [{"close": 4001}]}]}},
+///   {"path": "/orders", "sse": {"events": [{"id": "1", "data": "a"}], "everyMs": 50, "then": "drop"}}
+/// ]}
+/// ```
+///
+/// A file that cannot be used is refused whole, with where and why
+/// (`routes[1].websocket.onMessage[0].match: unknown key "jsn"`): unknown keys, wrong types,
+/// values out of range and missing members are all errors, never ignored.
+public enum ScriptFile {
+    /// The routes of the script at `path`.
+    /// - Throws: ``ScriptError`` naming the file when it cannot be read, or the place in it
+    ///   that is wrong.
+    public static func load(path: String) throws(ScriptError) -> [ScriptedRoute] {
+        let data: Data
+        do {
+            data = try Data(contentsOf: URL(fileURLWithPath: path))
+        } catch {
+            throw ScriptError(path: "", "cannot read \(path): \((error as NSError).localizedDescription)")
+        }
+        do {
+            return try routes(from: data)
+        } catch {
+            throw ScriptError(path: error.path, "\(error.reason) (in \(path))")
+        }
+    }
+
+    /// The routes of a script.
+    public static func routes(from data: Data) throws(ScriptError) -> [ScriptedRoute] {
+        let root: JSONValue
+        do {
+            root = try JSONDecoder().decode(JSONValue.self, from: data)
+        } catch {
+            throw ScriptError(path: "", "not JSON: \(Self.reason(error))")
+        }
+        let top = try Reader(root, at: "").object(keys: ["routes"])
+        guard let routes = top["routes"] else { throw ScriptError(path: "", #"a script is an object with "routes", an array"#) }
+        return try routes.array().enumerated().map { index, route throws(ScriptError) in try Self.route(route, index: index) }
+    }
+
+    private static func route(_ value: Reader, index: Int) throws(ScriptError) -> ScriptedRoute {
+        let members = try value.object(keys: ["path", "method", "websocket", "sse"])
+        guard let pathValue = members["path"] else { throw value.error(#"a route needs a "path""#) }
+        let path = try pathValue.string()
+        guard path.hasPrefix("/") else { throw pathValue.error("a path starts with / (got \(path.debugDescription))") }
+        let method = try members["method"]?.string().uppercased() ?? "GET"
+        switch (members["websocket"], members["sse"]) {
+        case (let script?, nil):
+            guard method == "GET" else { throw members["method"]!.error("a WebSocket route's method is GET") }
+            return .webSocket(path, script: try webSocket(script))
+        case (nil, let script?):
+            let (sse, refuse) = try self.sse(script)
+            return .sse(path, method: method, script: sse, refuse: refuse)
+        case (nil, nil):
+            throw value.error(#"a route needs "websocket" or "sse""#)
+        case (_?, _?):
+            throw value.error(#"a route has "websocket" or "sse", not both"#)
+        }
+    }
+
+    private static func webSocket(_ value: Reader) throws(ScriptError) -> WebSocketScript {
+        let members = try value.object(keys: ["subprotocols", "onConnect", "onMessage", "pongs", "faults", "refuse"])
+        var script = WebSocketScript()
+        script.subprotocols = try members["subprotocols"]?.array().map { item throws(ScriptError) in try item.string() } ?? []
+        script.onConnect = try members["onConnect"]?.array().map { item throws(ScriptError) in try action(item) } ?? []
+        script.onMessage = try members["onMessage"]?.array().map { item throws(ScriptError) in try rule(item) } ?? []
+        script.answersPings = try members["pongs"]?.bool() ?? true
+        if let faults = members["faults"] { script.faults = try self.faults(faults) }
+        script.refuse = try members["refuse"].map { value throws(ScriptError) in try refusal(value) }
+        return script
+    }
+
+    private static func rule(_ value: Reader) throws(ScriptError) -> ScriptRule {
+        let members = try value.object(keys: ["match", "do"])
+        guard let match = members["match"] else { throw value.error(#"a rule needs "match""#) }
+        guard let actions = members["do"] else { throw value.error(#"a rule needs "do", a list of actions"#) }
+        return ScriptRule(try self.match(match), try actions.array().map { item throws(ScriptError) in try action(item) })
+    }
+
+    private static func match(_ value: Reader) throws(ScriptError) -> MessageMatch {
+        let members = try value.object(keys: ["text", "contains", "json", "nth", "any"])
+        guard !members.isEmpty else { throw value.error(#"a match needs one of "text", "contains", "json", "nth" or "any""#) }
+        var match = MessageMatch.any
+        if let text = members["text"] { match = match.and(.text(try text.string())) }
+        if let contains = members["contains"] { match = match.and(.contains(try contains.string())) }
+        if let json = members["json"] {
+            guard case .object = json.value else { throw json.error("must be an object: the members a JSON message must have") }
+            match = match.and(MessageMatch(json: json.value))
+        }
+        if let nth = members["nth"] { match = match.and(.nth(try nth.integer(in: 1...Int(Int32.max)))) }
+        if let any = members["any"], try !any.bool() { throw any.error(#""any" is true, or left out"#) }
+        return match
+    }
+
+    private static let actionKeys = ["send", "sendBinary", "sendJSON", "delayMs", "close", "drop", "ping", "pongs", "fragment", "fault"]
+
+    private static func action(_ value: Reader) throws(ScriptError) -> ScriptAction {
+        let members = try value.object(keys: actionKeys + ["reason", "frames"])
+        let named = actionKeys.filter { members[$0] != nil }
+        guard named.count == 1, let key = named.first, let argument = members[key] else {
+            throw value.error(
+                "an action has exactly one of \(actionKeys.joined(separator: ", ")) (got \(named.isEmpty ? "none" : named.joined(separator: ", ")))")
+        }
+        if let reason = members["reason"], key != "close" { throw reason.error(#""reason" goes with "close""#) }
+        if let frames = members["frames"], key != "fragment" { throw frames.error(#""frames" goes with "fragment""#) }
+        switch key {
+        case "send":
+            return .send(try argument.string())
+        case "sendBinary":
+            guard let data = Data(base64Encoded: try argument.string()) else { throw argument.error("must be base64") }
+            return .sendBinary(data)
+        case "sendJSON":
+            return .send(argument.value.jsonText)
+        case "delayMs":
+            return .delay(.milliseconds(try argument.integer(in: 0...86_400_000)))
+        case "close":
+            let code = try argument.integer(in: 1000...4999)
+            guard ![1004, 1005, 1006, 1015].contains(code) else {
+                throw argument.error("\(code) cannot be sent in a close frame (RFC 6455 section 7.4)")
+            }
+            let reason = try members["reason"]?.string() ?? ""
+            guard reason.utf8.count <= 123 else { throw members["reason"]!.error("a close reason is at most 123 bytes") }
+            return .close(code: UInt16(code), reason: reason)
+        case "drop":
+            guard try argument.bool() else { throw argument.error(#""drop" is true"#) }
+            return .drop
+        case "ping":
+            let payload = try argument.string()
+            guard payload.utf8.count <= 125 else { throw argument.error("a ping's payload is at most 125 bytes") }
+            return .ping(payload)
+        case "pongs":
+            return .answerPings(try argument.bool())
+        case "fragment":
+            return .fragment(try argument.string(), frames: try members["frames"]?.integer(in: 1...1024) ?? 2)
+        default:
+            let name = try argument.string()
+            guard let fault = FrameFault(rawValue: name) else {
+                throw argument.error("unknown fault \(name.debugDescription) (known: \(FrameFault.allCases.map(\.rawValue).joined(separator: ", ")))")
+            }
+            return .fault(fault)
+        }
+    }
+
+    private static func faults(_ value: Reader) throws(ScriptError) -> WebSocketFaults {
+        let members = try value.object(keys: ["delaySendsMs", "reorderSends", "duplicateSends", "fragmentSends", "dropAfterSending"])
+        return WebSocketFaults(
+            delaySends: try members["delaySendsMs"].map { value throws(ScriptError) in .milliseconds(try value.integer(in: 0...86_400_000)) },
+            reorderSends: try members["reorderSends"]?.bool() ?? false,
+            duplicateSends: try members["duplicateSends"]?.bool() ?? false,
+            fragmentSends: try members["fragmentSends"]?.integer(in: 1...1024),
+            dropAfterSending: try members["dropAfterSending"]?.integer(in: 1...Int(Int32.max))
+        )
+    }
+
+    private static func refusal(_ value: Reader) throws(ScriptError) -> ScriptRefusal {
+        let members = try value.object(keys: ["status", "headers", "body", "times"])
+        guard let status = members["status"] else { throw value.error(#"a refusal needs "status""#) }
+        var headers: [String: String] = [:]
+        if let fields = members["headers"] {
+            for (name, field) in try fields.object(keys: nil) {
+                guard HTTPToken.isToken(name) else { throw field.error("\(name.debugDescription) is not a header name") }
+                headers[name] = try field.string()
+            }
+        }
+        return ScriptRefusal(
+            status: try status.integer(in: 400...599),
+            headers: headers,
+            body: try members["body"]?.string() ?? "",
+            times: try members["times"]?.integer(in: 1...Int(Int32.max))
+        )
+    }
+
+    private static func sse(_ value: Reader) throws(ScriptError) -> (SSEScript, ScriptRefusal?) {
+        let members = try value.object(keys: ["events", "everyMs", "then", "retryMs", "refuse"])
+        var script = SSEScript(events: [])
+        script.events = try members["events"]?.array().map { item throws(ScriptError) in try event(item) } ?? []
+        script.every = .milliseconds(try members["everyMs"]?.integer(in: 0...86_400_000) ?? 0)
+        if let then = members["then"] {
+            let name = try then.string()
+            guard let ending = SSEEnding(rawValue: name) else {
+                throw then.error("unknown ending \(name.debugDescription) (known: \(SSEEnding.allCases.map(\.rawValue).joined(separator: ", ")))")
+            }
+            script.then = ending
+        }
+        script.retryMilliseconds = try members["retryMs"]?.integer(in: 0...86_400_000)
+        return (script, try members["refuse"].map { value throws(ScriptError) in try refusal(value) })
+    }
+
+    private static func event(_ value: Reader) throws(ScriptError) -> SSEScriptEvent {
+        let members = try value.object(keys: ["id", "event", "data", "retry", "comment", "raw"])
+        guard !members.isEmpty else { throw value.error(#"an event needs "data", "id", "event", "retry", "comment" or "raw""#) }
+        for key in ["comment", "raw"] where members[key] != nil && members.count > 1 {
+            throw value.error(#""\#(key)" stands alone in an event"#)
+        }
+        if let comment = members["comment"] { return .comment(try comment.string()) }
+        if let raw = members["raw"] { return .raw(try raw.string()) }
+        for key in ["id", "event"] {
+            if let field = members[key], try field.string().contains(where: { $0 == "\n" || $0 == "\r" }) {
+                throw field.error("an event's \(key) is one line")
+            }
+        }
+        return SSEScriptEvent(
+            id: try members["id"]?.string(),
+            event: try members["event"]?.string(),
+            data: try members["data"]?.string(),
+            retry: try members["retry"]?.integer(in: 0...86_400_000)
+        )
+    }
+
+    private static func reason(_ error: any Error) -> String {
+        guard let error = error as? DecodingError else { return "\(error)" }
+        switch error {
+        case .dataCorrupted(let context): return context.underlyingError.map { "\($0)" } ?? context.debugDescription
+        default: return "\(error)"
+        }
+    }
+
+    /// A value of the script and where it is.
+    struct Reader {
+        let value: JSONValue
+        let at: String
+
+        init(_ value: JSONValue, at: String) {
+            self.value = value
+            self.at = at
+        }
+
+        func error(_ reason: String) -> ScriptError {
+            ScriptError(path: at, reason)
+        }
+
+        /// The members of an object, each with its place; a key not in `keys` is an error.
+        func object(keys: [String]?) throws(ScriptError) -> [String: Reader] {
+            guard case .object(let members) = value else { throw error("must be an object (got \(value.kind))") }
+            var readers: [String: Reader] = [:]
+            for (key, member) in members {
+                if let keys, !keys.contains(key) {
+                    throw error("unknown key \(key.debugDescription) (known: \(keys.sorted().joined(separator: ", ")))")
+                }
+                readers[key] = Reader(member, at: at.isEmpty ? key : "\(at).\(key)")
+            }
+            return readers
+        }
+
+        func array() throws(ScriptError) -> [Reader] {
+            guard case .array(let items) = value else { throw error("must be an array (got \(value.kind))") }
+            return items.enumerated().map { Reader($1, at: "\(at)[\($0)]") }
+        }
+
+        func string() throws(ScriptError) -> String {
+            guard case .string(let text) = value else { throw error("must be a string (got \(value.kind))") }
+            return text
+        }
+
+        func bool() throws(ScriptError) -> Bool {
+            guard case .bool(let flag) = value else { throw error("must be true or false (got \(value.kind))") }
+            return flag
+        }
+
+        func integer(in range: ClosedRange<Int>) throws(ScriptError) -> Int {
+            guard case .number(let number) = value, number.rounded() == number, let integer = Int(exactly: number), range.contains(integer) else {
+                throw error("must be a whole number from \(range.lowerBound) to \(range.upperBound) (got \(value.kind))")
+            }
+            return integer
+        }
+    }
+}
+
+extension JSONValue {
+    /// What kind of value it is, for an error message.
+    var kind: String {
+        switch self {
+        case .null: "null"
+        case .bool(let flag): "\(flag)"
+        case .number(let number): number.rounded() == number && abs(number) < 1e15 ? "\(Int(number))" : "\(number)"
+        case .string(let text): "a string, \(ScriptJournal.excerpt(text).debugDescription)"
+        case .array: "an array"
+        case .object: "an object"
+        }
+    }
+
+    /// The value as compact JSON text, object members sorted by key.
+    var jsonText: String {
+        switch self {
+        case .null: return "null"
+        case .bool(let flag): return flag ? "true" : "false"
+        case .number(let number):
+            return number.rounded() == number && abs(number) < 1e15 ? String(Int(number)) : "\(number)"
+        case .string(let text): return Self.quoted(text)
+        case .array(let items): return "[" + items.map(\.jsonText).joined(separator: ",") + "]"
+        case .object(let members):
+            return "{" + members.sorted { $0.key < $1.key }.map { Self.quoted($0.key) + ":" + $0.value.jsonText }.joined(separator: ",") + "}"
+        }
+    }
+
+    private static func quoted(_ text: String) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .withoutEscapingSlashes
+        let data = (try? encoder.encode(text)) ?? Data("\"\"".utf8)
+        return String(decoding: data, as: UTF8.self)
+    }
+}

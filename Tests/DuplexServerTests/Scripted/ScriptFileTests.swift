@@ -1,0 +1,145 @@
+import DuplexServer
+import Foundation
+import Testing
+
+/// Script files: every action and fault of `docs/scripts.md` reads into its value, and a wrong
+/// file is refused with the place and the reason.
+@Suite("Script files")
+struct ScriptFileTests {
+    func routes(_ json: String) throws(ScriptError) -> [ScriptedRoute] {
+        try ScriptFile.routes(from: Data(json.utf8))
+    }
+
+    func error(_ json: String) -> String? {
+        do {
+            _ = try routes(json)
+            return nil
+        } catch {
+            return error.description
+        }
+    }
+
+    @Test("docs/examples/feed.json reads into a WebSocket and an SSE route")
+    func example() throws {
+        let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../../docs/examples/feed.json").path
+        let routes = try ScriptFile.load(path: file)
+        #expect(routes.map(\.description) == ["WebSocket /feed", "SSE GET /orders"])
+    }
+
+    @Test("every action, match, fault and ending of docs/scripts.md is accepted")
+    func everything() throws {
+        let json = """
+            {"routes": [
+              {"path": "/all", "websocket": {
+                "subprotocols": ["a.v1", "b.v1"],
+                "onConnect": [
+                  {"send": "hi"}, {"sendBinary": "AAEC"}, {"sendJSON": {"type": "hello", "n": 1, "ok": true, "list": [1, null]}},
+                  {"delayMs": 10}, {"ping": "p"}, {"pongs": false}, {"fragment": "abcdef", "frames": 3},
+                  {"fault": "invalidUTF8"}, {"fault": "reservedOpcode"}, {"fault": "longControlFrame"}, {"fault": "maskedFrame"},
+                  {"close": 4001, "reason": "bye"}, {"drop": true}
+                ],
+                "onMessage": [
+                  {"match": {"text": "a"}, "do": []}, {"match": {"contains": "b"}, "do": []},
+                  {"match": {"json": {"type": "ping", "nested": {"k": 1}}}, "do": []}, {"match": {"nth": 2}, "do": []},
+                  {"match": {"any": true}, "do": [{"send": "x"}]}
+                ],
+                "pongs": true,
+                "faults": {"delaySendsMs": 5, "reorderSends": true, "duplicateSends": true, "fragmentSends": 2, "dropAfterSending": 9},
+                "refuse": {"status": 429, "headers": {"Retry-After": "1"}, "body": "{}", "times": 2}
+              }},
+              {"path": "/s", "method": "post", "sse": {
+                "events": [{"id": "1", "event": "e", "data": "d", "retry": 100}, {"comment": "c"}, {"raw": "data: hal"}],
+                "everyMs": 0, "then": "comments", "retryMs": 500, "refuse": {"status": 503}
+              }}
+            ]}
+            """
+        let routes = try routes(json)
+        #expect(routes.map(\.description) == ["WebSocket /all", "SSE POST /s"])
+        let script = try #require(routes[0].webSocketScript)
+        #expect(script.subprotocols == ["a.v1", "b.v1"])
+        #expect(
+            script.onConnect == [
+                .send("hi"), .sendBinary(Data([0, 1, 2])), .send(#"{"list":[1,null],"n":1,"ok":true,"type":"hello"}"#),
+                .delay(.milliseconds(10)), .ping("p"), .answerPings(false), .fragment("abcdef", frames: 3),
+                .fault(.invalidUTF8), .fault(.reservedOpcode), .fault(.longControlFrame), .fault(.maskedFrame),
+                .close(code: 4001, reason: "bye"), .drop,
+            ])
+        #expect(script.onMessage.map(\.match) == [.text("a"), .contains("b"), try .json(#"{"type":"ping","nested":{"k":1}}"#), .nth(2), .any])
+        #expect(script.onMessage.last?.actions == [.send("x")])
+        #expect(script.answersPings)
+        #expect(
+            script.faults
+                == WebSocketFaults(delaySends: .milliseconds(5), reorderSends: true, duplicateSends: true, fragmentSends: 2, dropAfterSending: 9))
+        #expect(script.refuse == ScriptRefusal(status: 429, headers: ["Retry-After": "1"], body: "{}", times: 2))
+        let sse = try #require(routes[1].sseScript)
+        #expect(
+            sse.events == [SSEScriptEvent(id: "1", event: "e", data: "d", retry: 100), .comment("c"), .raw("data: hal")])
+        #expect(sse.then == .comments)
+        #expect(sse.retryMilliseconds == 500)
+    }
+
+    @Test(
+        "a wrong script is refused with the place and the reason",
+        arguments: [
+            (
+                #"{"routes":[{"path":"/f","websocket":{"onMessage":[{"match":{"jsn":{}},"do":[]}]}}]}"#,
+                #"routes[0].websocket.onMessage[0].match: unknown key "jsn" (known: any, contains, json, nth, text)"#
+            ),
+            (#"{"routes":[{"path":"/f"}]}"#, #"routes[0]: a route needs "websocket" or "sse""#),
+            (#"{"routes":[{"websocket":{}}]}"#, #"routes[0]: a route needs a "path""#),
+            (#"{"routes":[{"path":"f","websocket":{}}]}"#, #"routes[0].path: a path starts with / (got "f")"#),
+            (#"{"routes":[{"path":"/f","websocket":{},"sse":{}}]}"#, #"routes[0]: a route has "websocket" or "sse", not both"#),
+            (#"{"routes":[{"path":"/f","method":"POST","websocket":{}}]}"#, #"routes[0].method: a WebSocket route's method is GET"#),
+            (
+                #"{"routes":[{"path":"/f","websocket":{"onConnect":[{"close":1005}]}}]}"#,
+                "routes[0].websocket.onConnect[0].close: 1005 cannot be sent in a close frame (RFC 6455 section 7.4)"
+            ),
+            (
+                #"{"routes":[{"path":"/f","websocket":{"onConnect":[{"send":"a","drop":true}]}}]}"#,
+                "routes[0].websocket.onConnect[0]: an action has exactly one of send, sendBinary, sendJSON, delayMs, close, drop, ping, pongs, fragment, fault (got send, drop)"
+            ),
+            (
+                #"{"routes":[{"path":"/f","websocket":{"onConnect":[{"fault":"loud"}]}}]}"#,
+                #"routes[0].websocket.onConnect[0].fault: unknown fault "loud" (known: invalidUTF8, reservedOpcode, longControlFrame, maskedFrame)"#
+            ),
+            (
+                #"{"routes":[{"path":"/f","websocket":{"onConnect":[{"sendBinary":"%%"}]}}]}"#,
+                "routes[0].websocket.onConnect[0].sendBinary: must be base64"
+            ),
+            (
+                #"{"routes":[{"path":"/f","websocket":{"onConnect":[{"delayMs":1.5}]}}]}"#,
+                "routes[0].websocket.onConnect[0].delayMs: must be a whole number from 0 to 86400000 (got 1.5)"
+            ),
+            (#"{"routes":[{"path":"/f","websocket":{"pongs":"no"}}]}"#, #"routes[0].websocket.pongs: must be true or false (got a string, "no")"#),
+            (
+                #"{"routes":[{"path":"/f","websocket":{"refuse":{"status":200}}}]}"#,
+                "routes[0].websocket.refuse.status: must be a whole number from 400 to 599 (got 200)"
+            ),
+            (
+                #"{"routes":[{"path":"/f","sse":{"then":"later"}}]}"#,
+                #"routes[0].sse.then: unknown ending "later" (known: end, drop, hang, comments)"#
+            ),
+            (
+                #"{"routes":[{"path":"/f","sse":{"events":[{"comment":"c","data":"d"}]}}]}"#,
+                #"routes[0].sse.events[0]: "comment" stands alone in an event"#
+            ),
+            (#"{"routes":[{"path":"/f","sse":{"events":[{"id":"a\nb"}]}}]}"#, "routes[0].sse.events[0].id: an event's id is one line"),
+            (#"{"route":[]}"#, #"unknown key "route" (known: routes)"#),
+            (#"[1]"#, "must be an object (got an array)"),
+            ("{", "not JSON"),
+        ])
+    func refused(_ json: String, _ expected: String) {
+        let said = error(json)
+        #expect(said?.hasPrefix(expected) == true, "said: \(said ?? "nothing")")
+    }
+
+    @Test("a file that cannot be read is named")
+    func unreadable() {
+        #expect(throws: ScriptError.self) { try ScriptFile.load(path: "/nonexistent/script.json") }
+        do {
+            _ = try ScriptFile.load(path: "/nonexistent/script.json")
+        } catch {
+            #expect(error.description.contains("/nonexistent/script.json"))
+        }
+    }
+}
