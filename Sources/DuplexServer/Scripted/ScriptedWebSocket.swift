@@ -157,12 +157,12 @@ public final class ScriptedWebSocket: Sendable {
         try take(.closedByServer, "close")
         onLoop { socket in
             guard let (handler, context) = socket.current else { return }
-            socket.record(.out, .close, code: Int(code), reason: reason)
             handler.close(code: WebSocketCloseCode(code), reason: reason, context: context)
         }
     }
 
-    /// Closes TCP at once, with no close frame: the client sees the connection lost.
+    /// Closes TCP at once (over HTTP/2, resets the stream), with no close frame, after what was
+    /// sent before: the client sees the connection lost.
     public func drop() throws(ScriptedWebSocketError) {
         try take(.closedByServer, "drop")
         onLoop { socket in
@@ -317,7 +317,6 @@ public final class ScriptedWebSocket: Sendable {
             }
             served.value.sent += 1
             if let limit = faults.dropAfterSending, served.value.sent >= limit {
-                handler.flush(context: context)
                 state.withLockedValue { $0.phase = .closedByServer }
                 record(.out, .drop)
                 handler.drop(context: context)
@@ -430,6 +429,10 @@ final class ScriptedWebSocketService: EventLoopWebSocketService {
 
     func closing() {
         socket.closedByServer()
+    }
+
+    func sentClose(code: WebSocketCloseCode?, reason: String) {
+        socket.record(.out, .close, code: code.map { Int($0.rawValue) }, reason: reason)
     }
 
     func stall(for duration: Duration) {}

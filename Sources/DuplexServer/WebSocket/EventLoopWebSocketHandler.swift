@@ -27,6 +27,9 @@ protocol EventLoopWebSocketService: AnyObject {
     func pinged(_ payload: ByteBuffer) -> Bool
     /// The client sent a pong.
     func ponged(_ payload: ByteBuffer)
+    /// The server wrote a close frame with `code` (nil: none) and `reason`: its own, an answer
+    /// to the client's, or a failure's (1002, 1007, 1009).
+    func sentClose(code: WebSocketCloseCode?, reason: String)
     /// The connection is gone.
     func end()
 }
@@ -36,6 +39,7 @@ extension EventLoopWebSocketService {
     func writable() {}
     func pinged(_ payload: ByteBuffer) -> Bool { true }
     func ponged(_ payload: ByteBuffer) {}
+    func sentClose(code: WebSocketCloseCode?, reason: String) {}
 }
 
 /// A WebSocket connection served on its event loop: no task, no stream, no actor per connection.
@@ -326,9 +330,18 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         needsFlush = true
     }
 
-    /// Closes TCP at once, with no close frame (a reset where the platform allows).
+    /// Closes TCP at once, with no close frame (a reset where the platform allows), once what
+    /// was written before is on its way: over HTTP/2, a stream reset at once would discard the
+    /// DATA frames still buffered for it.
     func drop(context: ChannelHandlerContext) {
-        deliver(.drop, context: context)
+        flushIfNeeded(context: context)
+        let written = context.eventLoop.makePromise(of: Void.self)
+        (wire ?? context).writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(capacity: 0)), promise: written)
+        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        written.futureResult.whenComplete { _ in
+            let (handler, context) = bound.value
+            handler.deliver(.drop, context: context)
+        }
     }
 
     /// Starts the close handshake with `code` (the reason cut to fit a control frame), and
@@ -341,6 +354,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     private func writeClose(_ code: WebSocketCloseCode?, reason: String, context: ChannelHandlerContext) -> EventLoopFuture<Void> {
         metrics.sentClose(code)
         trace?.sentClose(code)
+        service.sentClose(code: code, reason: reason)
         registry.logger.debug(
             "close frame sent",
             metadata: trace.metadata(route: service.connectionInfo.route).merging([

@@ -234,6 +234,28 @@ struct ScriptedWebSocketRouteTests {
             ])
     }
 
+    @Test("a client that breaks RFC 6455 or the message limit on a scripted route gets its close code, journaled")
+    func hostileClients() async throws {
+        let route = ScriptedRoute.webSocket("/strict", script: WebSocketScript(onMessage: [ScriptRule(.any, [.send("ok")])]))
+        try await withTimeout {
+            try await withDuplexServer(configuration: .init(maxMessageBytes: 1024), routes: [route]) { server in
+                try await TestWebSocket.with(port: server.port, path: "/strict") { socket in
+                    try await socket.sendFrame(opcode: 0x1, payload: Array("plain".utf8), masked: false)
+                    #expect(try await socket.receiveClose().code == 1002)
+                }
+                try await TestWebSocket.with(port: server.port, path: "/strict") { socket in
+                    try await socket.sendBinary(Array(repeating: 1, count: 2048))
+                    #expect(try await socket.receiveClose().code == 1009)
+                }
+                let first = try await server.journal.first(within: .seconds(5)) { $0.kind == .close && $0.code == 1002 }
+                #expect(first.direction == .out)
+                let second = try await server.journal.first(within: .seconds(5)) { $0.kind == .close && $0.code == 1009 }
+                #expect(second.direction == .out)
+                #expect(!server.journal.entries.contains { $0.kind == .text && $0.direction == .out }, "nothing was served to either")
+            }
+        }
+    }
+
     @Test("a scripted route on a built-in path is refused at start, with the path")
     func clashIsRefused() async throws {
         let clash = ScriptedRoute.webSocket("/echo", script: WebSocketScript())

@@ -154,4 +154,62 @@ struct ScriptedProtocolTests {
             }
         }
     }
+
+    @Test(
+        "over TLS and HTTP/2: a scripted WebSocket (RFC 8441) refuses with 429 then serves, and a POST stream reads its body",
+        arguments: [HTTPVersionPreference.http2, .http1])
+    func overTLS(_ version: HTTPVersionPreference) async throws {
+        let upgrades = Mutex(0)
+        let feed = ScriptedRoute.webSocket("/feed") { socket in
+            try socket.send("hello")
+        } onMessage: { message, socket in
+            try socket.send("got \(message.text ?? "")")
+            try socket.drop()
+        } accept: { _ in
+            upgrades.withLock {
+                $0 += 1; return $0
+            } == 1 ? .refuse(status: 429, headers: ["Retry-After": "0"]) : .accept
+        }
+        let echoBody = ScriptedRoute.sse("/body", method: "POST") { request in
+            SSEScript(events: [SSEScriptEvent(data: request.body ?? "none"), SSEScriptEvent(data: "[DONE]")], then: .hang)
+        }
+        var tls = DuplexServerConfiguration(port: 0)
+        tls.tls = try .selfSigned()
+        let configuration = tls
+        let trust = TLSTrust.certificateAuthority(pem: configuration.tls!.certificateAuthorityPEM!)
+        try await withTimeout {
+            try await withDuplexServer(configuration: configuration, routes: [feed, echoBody]) { server in
+                var client = WebSocketConfiguration(tlsTrust: trust)
+                client.httpVersion = version
+                let refused = WebSocket(url: server.webSocketURL("/feed"), configuration: client)
+                await #expect(throws: WebSocketError.self) { try await refused.connect() }
+                let socket = WebSocket(url: server.webSocketURL("/feed"), configuration: client)
+                let messages = socket.messages
+                try await socket.connect()
+                var iterator = messages.makeAsyncIterator()
+                #expect(await iterator.next() == .string("hello"))
+                try await socket.send(.string("x"))
+                let reply = await iterator.next()
+                #expect(reply == .string("got x"))
+                let drop = try await server.journal.first(within: .seconds(10)) { $0.kind == .drop }
+                #expect(drop.direction == .out)
+                await socket.terminate()
+
+                var sseClient = SSEConfiguration(tlsTrust: trust)
+                sseClient.httpVersion = version
+                let sse = ServerSentEventManager(
+                    request: SSERequest(url: server.httpURL("/body"), method: .post, body: Data("prompt".utf8), terminalEvent: .done),
+                    configuration: sseClient
+                )
+                let events = sse.events
+                try await sse.connect()
+                var received: [String] = []
+                for await event in events { received.append(event.data) }
+                #expect(received == ["prompt", "[DONE]"])
+                let opens = server.journal.entries.filter { $0.kind == .open }
+                #expect(opens.map { $0.request?.method } == [version == .http2 ? "CONNECT" : "GET", "POST"])
+                #expect(server.journal.entries.first { $0.kind == .refused }?.code == 429)
+            }
+        }
+    }
 }
