@@ -12,7 +12,7 @@ public struct RunningDuplexServer: Sendable {
     /// The port it listens on.
     public let port: Int
 
-    /// What the server's scripted routes served and received (``DuplexServer/journal``).
+    /// What the server's scripted routes served and received (the server's `journal`).
     public var journal: ScriptJournal { server.journal }
 
     /// `ws://host:port/path`, or `wss://` when the server serves TLS.

@@ -106,6 +106,25 @@ struct ReadmeExamplesTests {
         await socket.terminate()
     }
 
+    @Test("README, first screen: a scripted route says hello, and the journal has what the client sent")
+    func readmeScriptedRoute() async throws {
+        try await withTimeout {
+            // README: the first screen, as written, with a client where its comment is
+            let feed = ScriptedRoute.webSocket("/feed") { socket in try socket.send("hello") }
+            try await withDuplexServer(routes: [feed]) { server in
+                let client = WebSocket(url: server.webSocketURL("/feed"))
+                let messages = client.messages
+                try await client.connect()
+                var iterator = messages.makeAsyncIterator()
+                #expect(await iterator.next() == .string("hello"))
+                try await client.send("hi back")
+                let sent = try await server.journal.first(within: .seconds(5)) { $0.direction == .in && $0.kind == .text }
+                #expect(sent.data == "hi back")
+                await client.terminate()
+            }
+        }
+    }
+
     @Test("README, The libraries: a socket with pings and reconnection echoes")
     func readmeInShort() async throws {
         try await withTimeout {

@@ -84,6 +84,9 @@ public struct ScriptedRoute: Sendable, CustomStringConvertible {
 
     /// A WebSocket route that answers as `script` says: its actions on connect, the first rule
     /// that matches each message, its refusals and faults.
+    /// - Parameters:
+    ///   - path: the route's path.
+    ///   - script: what the route does.
     public static func webSocket(_ path: String, script: WebSocketScript) -> ScriptedRoute {
         let refusals = RefusalCounter(script.refuse)
         var route = ScriptedRoute.webSocket(
@@ -105,9 +108,11 @@ public struct ScriptedRoute: Sendable, CustomStringConvertible {
 
     /// An SSE route that streams `script`, the same for every request it accepts.
     /// - Parameters:
+    ///   - path: the route's path.
     ///   - method: the request method, `GET` by default; a `POST` (or any method but `GET`)
     ///     route reads the request's body, journaled with the request.
     ///   - accept: decides the request: ``UpgradeDecision/accept`` or a refusal.
+    ///   - script: the events, their pace, and the stream's ending.
     public static func sse(
         _ path: String,
         method: String = "GET",
@@ -121,6 +126,11 @@ public struct ScriptedRoute: Sendable, CustomStringConvertible {
 
     /// An SSE route that streams, for each request it accepts, the script `respond` makes of it
     /// (from its body, say).
+    /// - Parameters:
+    ///   - path: the route's path.
+    ///   - method: the request method, `GET` by default.
+    ///   - accept: decides the request: ``UpgradeDecision/accept`` or a refusal.
+    ///   - respond: the script for an accepted request.
     public static func sse(
         _ path: String,
         method: String = "GET",
