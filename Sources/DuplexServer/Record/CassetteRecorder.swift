@@ -93,6 +93,11 @@ final class SessionRecording: Sendable {
     /// Records what happened now; nothing once the session ended (a close or a disconnect
     /// was recorded).
     func record(_ action: Cassette.Step.Action) {
+        record(action, at: .now)
+    }
+
+    /// Records what happened at `instant` (a step kept until the session began).
+    func record(_ action: Cassette.Step.Action, at instant: ContinuousClock.Instant) {
         let ends: Bool
         switch action {
         case .close, .disconnect: ends = true
@@ -104,6 +109,6 @@ final class SessionRecording: Sendable {
             return true
         }
         guard recorded else { return }
-        recorder.record(Cassette.Step(at: max(.zero, ContinuousClock.now - start), action), session: number)
+        recorder.record(Cassette.Step(at: max(.zero, instant - start), action), session: number)
     }
 }

@@ -30,6 +30,9 @@ protocol EventLoopWebSocketService: AnyObject {
     /// The server wrote a close frame with `code` (nil: none) and `reason`: its own, an answer
     /// to the client's, or a failure's (1002, 1007, 1009).
     func sentClose(code: WebSocketCloseCode?, reason: String)
+    /// A message the service held back (``EventLoopWebSocketHandler/hold()``) will not be
+    /// served: a close began. It arrived before the client's close frame, if the client closed.
+    func discarded(_ message: ByteBuffer, opcode: WebSocketOpcode)
     /// The connection is gone.
     func end()
 }
@@ -40,6 +43,7 @@ extension EventLoopWebSocketService {
     func pinged(_ payload: ByteBuffer) -> Bool { true }
     func ponged(_ payload: ByteBuffer) {}
     func sentClose(code: WebSocketCloseCode?, reason: String) {}
+    func discarded(_ message: ByteBuffer, opcode: WebSocketOpcode) {}
 }
 
 /// A WebSocket connection served on its event loop: no task, no stream, no actor per connection.
@@ -171,7 +175,7 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
     /// The close handshake began: nothing kept is handed over, and reading resumes for the
     /// client's close frame.
     private func dropHeld(context: ChannelHandlerContext) {
-        held.removeAll()
+        while let next = held.popFirst() { service.discarded(next.message, opcode: next.opcode) }
         guard isHeld else { return }
         isHeld = false
         resumeReading(context: context)
@@ -261,6 +265,8 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
         case .replyToClose(let code, let reason):
             metrics.receivedClose(code)
             trace?.receivedClose(code)
+            // What the client sent before its close frame, then the close.
+            dropHeld(context: context)
             service.peerClosed(code: code, reason: reason)
             closing(context: context)
             closeAfter(writeClose(code, reason: "", context: context), context: context)

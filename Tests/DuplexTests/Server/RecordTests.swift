@@ -120,6 +120,31 @@ struct RecordTests {
         }
     }
 
+    @Test("a client that sends and closes at once, before the upstream answered: every session keeps its messages and its close")
+    func sendAndCloseAtOnce() async throws {
+        try await withTimeout(Self.wait) {
+            try await withDuplexServer { upstream in
+                try await Self.withRecorder(upstream: upstream.webSocketURL("/")) { recorderServer, recorder in
+                    for _ in 0..<6 {
+                        let socket = WebSocket(url: recorderServer.webSocketURL("/echo"))
+                        try await socket.connect()
+                        try await socket.send("a")
+                        try await socket.send("b")
+                        await socket.disconnect(code: .normalClosure, reason: "bye")
+                    }
+                    let sessions = try recorder.cassette().sessions
+                    #expect(sessions.count == 6)
+                    for session in sessions {
+                        let actions = session.steps.map(\.action)
+                        let fromClient = actions.compactMap { if case .message(.client, let message) = $0 { message } else { nil } }
+                        #expect(fromClient == [.text("a"), .text("b")], "\(actions)")
+                        #expect(actions.contains(.close(.client, code: 1000, reason: "bye")), "\(actions)")
+                    }
+                }
+            }
+        }
+    }
+
     @Test("an SSE stream through the recorder: its query and events recorded; replayed, the client gets the same events")
     func eventStreamRecordAndReplay() async throws {
         try await withTimeout(Self.wait) {
