@@ -5,8 +5,12 @@ import NIOConcurrencyHelpers
 
 /// An in-memory WebSocket for testing code written against `WebSocketProtocol`, with no sockets.
 ///
-/// `pair()` makes two connected ends: what one sends, the other receives, in order; closing
-/// one disconnects both, and `connect()` on either joins them again.
+/// `pair()` makes two connected ends, a client and a server: what one sends, the other
+/// receives, in order; closing one disconnects both, and `connect()` on either joins them again.
+/// The client end behaves as ``Duplex/WebSocket`` does: its streams stay open across a close,
+/// for the next connection. The server end behaves as a connection a server serves: when the
+/// connection closes (or drops, ``drop()``), its `messages` and `events` streams end, so that a
+/// server loop over them ends too; after a `connect()` its new streams get the new connection's.
 ///
 /// ```swift
 /// let (client, server) = MockWebSocket.pair()
@@ -22,8 +26,17 @@ public final class MockWebSocket: WebSocketProtocol {
         var terminated = false
     }
 
-    private let events_: Broadcaster<WebSocketEvent>
-    private let messages_: Broadcaster<WebSocketMessage>
+    private struct Streams {
+        var events: Broadcaster<WebSocketEvent>
+        var messages: Broadcaster<WebSocketMessage>
+    }
+
+    /// The streams of the current connection (for the server end, they end with it).
+    private let streams: NIOLockedValueBox<Streams>
+    private var events_: Broadcaster<WebSocketEvent> { streams.withLockedValue { $0.events } }
+    private var messages_: Broadcaster<WebSocketMessage> { streams.withLockedValue { $0.messages } }
+    /// Whether this is the server end, whose streams end with each connection.
+    private let isServerEnd: Bool
     private let states: Broadcaster<WebSocketState>
     private let current: NIOLockedValueBox<WebSocketState>
     private let link: NIOLockedValueBox<Link>
@@ -35,22 +48,30 @@ public final class MockWebSocket: WebSocketProtocol {
     private let peerBox = NIOLockedValueBox(WeakPeer())
     private var peer: MockWebSocket? { peerBox.withLockedValue { $0.value } }
 
-    private init(link: NIOLockedValueBox<Link>) {
+    private init(link: NIOLockedValueBox<Link>, isServerEnd: Bool) {
         let logger = Logger(label: "duplex.mock")
-        // What arrives before anyone listens is kept for the first listener, as a socket's
-        // receive buffer would: seed code sends, then reads `events`.
-        self.events_ = Broadcaster(limit: 65_536, label: "events", logger: logger, keepsForFirstConsumer: 1_024)
-        self.messages_ = Broadcaster(limit: 65_536, label: "messages", logger: logger, keepsForFirstConsumer: 1_024)
+        self.isServerEnd = isServerEnd
+        self.streams = NIOLockedValueBox(Self.makeStreams())
         self.states = Broadcaster(limit: 65_536, buffering: .newest(65_536), label: "stateEvents", logger: logger)
         self.current = NIOLockedValueBox(.connected(protocol: nil))
         self.link = link
     }
 
-    /// Two connected ends of one in-memory connection.
-    public static func pair() -> (MockWebSocket, MockWebSocket) {
+    /// What arrives before anyone listens is kept for the first listener, as a socket's receive
+    /// buffer would: seed code sends, then reads `events`.
+    private static func makeStreams() -> Streams {
+        let logger = Logger(label: "duplex.mock")
+        return Streams(
+            events: Broadcaster(limit: 65_536, label: "events", logger: logger, keepsForFirstConsumer: 1_024),
+            messages: Broadcaster(limit: 65_536, label: "messages", logger: logger, keepsForFirstConsumer: 1_024)
+        )
+    }
+
+    /// Two connected ends of one in-memory connection: the client end, then the server end.
+    public static func pair() -> (client: MockWebSocket, server: MockWebSocket) {
         let link = NIOLockedValueBox(Link())
-        let first = MockWebSocket(link: link)
-        let second = MockWebSocket(link: link)
+        let first = MockWebSocket(link: link, isServerEnd: false)
+        let second = MockWebSocket(link: link, isServerEnd: true)
         first.peerBox.withLockedValue { $0.value = second }
         second.peerBox.withLockedValue { $0.value = first }
         return (first, second)
@@ -102,6 +123,33 @@ public final class MockWebSocket: WebSocketProtocol {
             peer.events_.yield(.disconnected(code: code, reason: reason))
             peer.set(.disconnected(.closed(code: code, reason: reason)))
         }
+        for end in [self, peer].compactMap({ $0 }) { end.connectionEnded() }
+    }
+
+    /// Loses the connection with no close frame, as a network does: both ends see it closed
+    /// abnormally (no close code; their state says 1006). Does nothing when disconnected.
+    public func drop() {
+        let wasConnected = link.withLockedValue { link in
+            defer { link.connected = false }
+            return link.connected
+        }
+        guard wasConnected else { return }
+        for end in [self, peer].compactMap({ $0 }) {
+            end.events_.yield(.disconnected(code: nil, reason: nil))
+            end.set(.disconnected(.closed(code: .abnormalClosure, reason: "")))
+            end.connectionEnded()
+        }
+    }
+
+    /// The server end's streams end with the connection; the next connection gets new ones.
+    private func connectionEnded() {
+        guard isServerEnd else { return }
+        let ended = streams.withLockedValue { streams in
+            defer { streams = Self.makeStreams() }
+            return streams
+        }
+        ended.events.finish()
+        ended.messages.finish()
     }
 
     /// Disconnects both ends and finishes this end's streams.

@@ -111,4 +111,38 @@ struct AdapterTests {
             await #expect(throws: WebSocketError.self) { try await client.connect() }
         }
     }
+
+    @Test("a mock server loop ends when the client closes or the connection drops; the client's streams stay open, as a WebSocket's do")
+    func mockServerLoopEnds() async throws {
+        try await withTimeout {
+            let (client, server) = MockWebSocket.pair()
+            let atServer = server.messages
+            let loop = Task {
+                var seen: [String] = []
+                for await message in atServer { seen.append(message.text ?? "") }
+                return seen
+            }
+            try await client.send("one")
+            try await client.send("two")
+            await client.disconnect(code: .normalClosure, reason: "done")
+            #expect(await loop.value == ["one", "two"], "the loop ended at the close")
+
+            let clientMessages = client.messages
+            try await client.connect()
+            let againAtServer = server.messages
+            let second = Task {
+                var count = 0
+                for await _ in againAtServer { count += 1 }
+                return count
+            }
+            try await server.send("to the client")
+            #expect(try await clientMessages.first(within: .seconds(5)).text == "to the client")
+            try await client.send("again")
+            server.drop()
+            #expect(await second.value <= 1, "the second loop ended at the drop")
+            #expect(client.state == .disconnected(.closed(code: .abnormalClosure, reason: "")))
+            #expect(server.state == .disconnected(.closed(code: .abnormalClosure, reason: "")))
+            await client.terminate()
+        }
+    }
 }
