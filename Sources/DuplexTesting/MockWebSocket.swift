@@ -41,6 +41,7 @@ public final class MockWebSocket: WebSocketProtocol {
     private let current: NIOLockedValueBox<WebSocketState>
     private let link: NIOLockedValueBox<Link>
     private let sent = NIOLockedValueBox<[WebSocketMessage]>([])
+    private let pingState = NIOLockedValueBox<(roundTrip: Duration, onPingFailed: (@Sendable (WebSocketError) -> Void)?)>((.zero, nil))
     private struct WeakPeer {
         weak var value: MockWebSocket?
     }
@@ -160,6 +161,49 @@ public final class MockWebSocket: WebSocketProtocol {
         events_.finish()
         messages_.finish()
         states.finish()
+    }
+
+    /// The round trip ``ping(timeout:)`` reports; `.zero` by default.
+    public var pingRoundTrip: Duration {
+        get { pingState.withLockedValue { $0.roundTrip } }
+        set { pingState.withLockedValue { $0.roundTrip = newValue } }
+    }
+
+    public var onPingFailed: (@Sendable (WebSocketError) -> Void)? {
+        get { pingState.withLockedValue { $0.onPingFailed } }
+        set { pingState.withLockedValue { $0.onPingFailed = newValue } }
+    }
+
+    /// Answers at once with ``pingRoundTrip`` while connected.
+    /// - Throws: `WebSocketError` with code `notConnected` when disconnected.
+    public func ping(timeout: Duration = .seconds(10)) async throws -> Duration {
+        guard link.withLockedValue({ $0.connected }) else { throw WebSocketError(.notConnected, "the mock is disconnected") }
+        return pingRoundTrip
+    }
+
+    /// Nothing is buffered: returns at once while connected.
+    /// - Throws: `WebSocketError` with code `notConnected` when disconnected.
+    public func flush() async throws {
+        guard link.withLockedValue({ $0.connected }) else { throw WebSocketError(.notConnected, "the mock is disconnected") }
+    }
+
+    /// Acts as if `missedPings` keep-alive pings in a row went unanswered: ``onPingFailed`` is
+    /// called, and the connection is dropped, this end's state saying
+    /// `.disconnected(.pingFailed(missedPings:))`, as ``Duplex/WebSocket``'s does.
+    public func failPings(missedPings: Int = 2) {
+        let wasConnected = link.withLockedValue { link in
+            defer { link.connected = false }
+            return link.connected
+        }
+        guard wasConnected else { return }
+        onPingFailed?(WebSocketError(.pingFailed, "\(missedPings) pings in a row went unanswered"))
+        events_.yield(.disconnected(code: nil, reason: nil))
+        set(.disconnected(.pingFailed(missedPings: missedPings)))
+        if let peer {
+            peer.events_.yield(.disconnected(code: nil, reason: nil))
+            peer.set(.disconnected(.closed(code: .abnormalClosure, reason: "")))
+        }
+        for end in [self, peer].compactMap({ $0 }) { end.connectionEnded() }
     }
 
     /// Delivers `message` to the other end.

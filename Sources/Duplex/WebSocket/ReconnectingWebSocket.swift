@@ -137,6 +137,23 @@ public final class ReconnectingWebSocket: WebSocketProtocol {
         await core.checkConnection(within: deadline)
     }
 
+    /// Sends one ping now and returns the time until its pong; see ``WebSocket/ping(timeout:)``.
+    public func ping(timeout: Duration = .seconds(10)) async throws -> Duration {
+        try await core.ping(timeout: timeout)
+    }
+
+    /// Waits until every message sent so far is written; see ``WebSocket/flush()``.
+    public func flush() async throws {
+        try await core.flush()
+    }
+
+    /// Called when the keep-alive pings failed and the connection was dropped for it; see
+    /// ``WebSocket/onPingFailed``.
+    public var onPingFailed: (@Sendable (WebSocketError) -> Void)? {
+        get { core.onPingFailed }
+        set { core.onPingFailed = newValue }
+    }
+
     /// Sends on the current connection, or queues the message while reconnecting.
     /// - Throws: ``WebSocketError``: ``WebSocketError/Code/sendQueueFull`` when the queue is
     ///   full, ``WebSocketError/Code/notConnected`` when stopped or never started.

@@ -24,9 +24,31 @@ public protocol WebSocketProtocol: AnyObject, Sendable {
     /// Starts closing with a close frame and returns at once, as seed 001's `close` does; the
     /// close goes on in the background. ``disconnect(code:reason:)`` is the same, awaited.
     func close(code: WebSocketCloseCode, reason: String)
+    /// Sends one ping now and returns the time until its pong (``WebSocket/ping(timeout:)``).
+    func ping(timeout: Duration) async throws -> Duration
+    /// Waits until every message sent so far is written (``WebSocket/flush()``).
+    func flush() async throws
+    /// Called when the keep-alive pings failed and the connection was dropped for it
+    /// (``WebSocket/onPingFailed``).
+    var onPingFailed: (@Sendable (WebSocketError) -> Void)? { get set }
 }
 
 extension WebSocketProtocol {
+    /// A conformance of its own that does not ping: fails with
+    /// ``WebSocketError/Code/pingFailed``, saying so.
+    public func ping(timeout: Duration) async throws -> Duration {
+        throw WebSocketError(.pingFailed, "\(Self.self) does not send pings")
+    }
+
+    /// A conformance of its own that does not buffer: nothing to wait for.
+    public func flush() async throws {}
+
+    /// A conformance of its own that does not ping never reports a ping failure.
+    public var onPingFailed: (@Sendable (WebSocketError) -> Void)? {
+        get { nil }
+        set {}
+    }
+
     /// Closes with 1000 (normal closure) and no reason.
     public func disconnect() async {
         await disconnect(code: .normalClosure, reason: "")

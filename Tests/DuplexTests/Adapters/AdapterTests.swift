@@ -145,4 +145,42 @@ struct AdapterTests {
             await client.terminate()
         }
     }
+
+    /// App code written against the protocol: pings, flushes, and reports ping failures.
+    static func keepAlive(_ socket: some WebSocketProtocol, failures: NIOLockedValueBox<[String]>) async throws -> Duration {
+        socket.onPingFailed = { error in failures.withLockedValue { $0.append(error.code.description) } }
+        try await socket.send("state")
+        try await socket.flush()
+        return try await socket.ping(timeout: .seconds(5))
+    }
+
+    @Test("WebSocketProtocol has ping, flush and ping failures: a mock and a real socket against a scripted route answer alike")
+    func protocolPingAndFlush() async throws {
+        try await withTimeout {
+            let (client, server) = MockWebSocket.pair()
+            client.pingRoundTrip = .milliseconds(7)
+            let mockFailures = NIOLockedValueBox<[String]>([])
+            #expect(try await Self.keepAlive(client, failures: mockFailures) == .milliseconds(7))
+            client.failPings(missedPings: 3)
+            #expect(client.state == .disconnected(.pingFailed(missedPings: 3)))
+            #expect(server.state == .disconnected(.closed(code: .abnormalClosure, reason: "")))
+            #expect(mockFailures.withLockedValue { $0 } == ["pingFailed"])
+            await #expect(throws: WebSocketError.self) { try await client.ping(timeout: .seconds(1)) }
+
+            let quiet = ScriptedRoute.webSocket("/quiet", script: WebSocketScript(answersPings: false))
+            try await withDuplexServer(routes: [quiet]) { running in
+                let socket = WebSocket(
+                    url: running.webSocketURL("/quiet"),
+                    configuration: .init(ping: PingConfig(pingInterval: .milliseconds(100), maxPingFailures: 2, pongTimeout: .milliseconds(100)))
+                )
+                let states = socket.stateEvents
+                try await socket.connect()
+                let failures = NIOLockedValueBox<[String]>([])
+                await #expect(throws: WebSocketError.self) { try await Self.keepAlive(socket, failures: failures) }
+                _ = try await states.first(within: .seconds(10)) { if case .disconnected(.pingFailed) = $0 { true } else { false } }
+                #expect(failures.withLockedValue { $0 } == ["pingFailed"])
+                await socket.terminate()
+            }
+        }
+    }
 }
