@@ -161,6 +161,12 @@ struct DuplexServerCommand: AsyncParsableCommand {
             valueName: "file"))
     var script: String?
 
+    @Option(
+        help: ArgumentHelp(
+            #"Faults on what /echo sends back, as a script's "faults" object: '{"dropAfterSending":3,"delaySendsMs":50}' (docs/scripts.md)."#,
+            valueName: "json"))
+    var echoFaults: String?
+
     func validate() throws {
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
@@ -194,6 +200,13 @@ struct DuplexServerCommand: AsyncParsableCommand {
             throw ValidationError("--tls-client-ca needs TLS: --tls-self-signed, or --tls-cert and --tls-key")
         }
         if tlsDirectory != nil, !tlsSelfSigned { throw ValidationError("--tls-directory goes with --tls-self-signed") }
+        if let echoFaults {
+            do {
+                _ = try ScriptFile.faults(from: echoFaults)
+            } catch {
+                throw ValidationError("--echo-faults: \(error)")
+            }
+        }
         if script != nil {
             do {
                 var configuration = DuplexServerConfiguration()
@@ -253,6 +266,7 @@ struct DuplexServerCommand: AsyncParsableCommand {
                 : PerMessageDeflate(
                     minimumBytes: compressionThreshold, maxWindowBits: compressionWindowBits, peerMaxWindowBits: compressionWindowBits)
         )
+        configuration.echoFaults = echoFaults.flatMap { try? ScriptFile.faults(from: $0) } ?? WebSocketFaults()
         configuration.http2.enabled = !noHttp2
         configuration.http2.maxConcurrentStreams = http2MaxStreams
         switch (try? storeConfiguration)?.postgres {

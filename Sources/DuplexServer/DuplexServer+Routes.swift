@@ -104,8 +104,24 @@ extension DuplexServer {
     /// connection, so that its answer comes after theirs.
     static let refusedPath = "/.duplex-refused"
 
-    /// `/echo`, decided and served on the connection's event loop, with no task.
+    /// `/echo`, decided and served on the connection's event loop, with no task; with
+    /// ``DuplexServerConfiguration/echoFaults``, served as a scripted route that echoes, so that
+    /// the faults apply to what it sends.
     func echoService(for request: Request) -> UpgradeAnswer {
+        if configuration.echoFaults != WebSocketFaults() {
+            let echo = ScriptedRoute.webSocket(
+                "/echo",
+                subprotocols: configuration.echoSubprotocols ?? Self.offeredSubprotocols(request),
+                faults: configuration.echoFaults,
+                onMessage: { message, socket in
+                    switch message {
+                    case .text(let text): try socket.send(text)
+                    case .binary(let data): try socket.send(binary: data)
+                    }
+                }
+            )
+            if case .webSocket(let handler) = echo.kind { return scriptedUpgrade(handler, request) }
+        }
         let requestHeaders = request.headers
         let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: configuration.echoSubprotocols)
         return .accept(

@@ -80,6 +80,10 @@ public struct DuplexServerConfiguration: Sendable {
     /// the client's first; a list takes the first of the list that the client offered, and
     /// none when it offered none of them. A client that offers none gets none.
     public var echoSubprotocols: [String]?
+    /// Faults on every message `/echo` sends back (a delay, swapped pairs, duplicates,
+    /// fragments, a drop after the Nth), as on a scripted route; echo connections are then
+    /// journaled in ``DuplexServer/journal`` too. Default: none.
+    public var echoFaults = WebSocketFaults()
     /// permessage-deflate (RFC 7692), negotiated with clients that offer it (browsers always
     /// do); nil turns it off. Default: on, messages of 256 bytes or more, 12-bit windows. A
     /// connection's zlib streams (about 35 KiB, measured) are made when its first compressed

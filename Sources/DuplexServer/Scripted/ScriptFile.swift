@@ -46,6 +46,18 @@ public enum ScriptFile {
         return try routes.array().enumerated().map { index, route throws(ScriptError) in try Self.route(route, index: index) }
     }
 
+    /// Faults on sends as a script's `faults` object writes them, such as
+    /// `{"dropAfterSending": 3, "delaySendsMs": 50}` (`duplex-server --echo-faults`).
+    public static func faults(from json: String) throws(ScriptError) -> WebSocketFaults {
+        let value: JSONValue
+        do {
+            value = try JSONDecoder().decode(JSONValue.self, from: Data(json.utf8))
+        } catch {
+            throw ScriptError(path: "", "not JSON: \(Self.reason(error))")
+        }
+        return try faults(Reader(value, at: ""))
+    }
+
     private static func route(_ value: Reader, index: Int) throws(ScriptError) -> ScriptedRoute {
         let members = try value.object(keys: ["path", "method", "websocket", "sse"])
         guard let pathValue = members["path"] else { throw value.error(#"a route needs a "path""#) }

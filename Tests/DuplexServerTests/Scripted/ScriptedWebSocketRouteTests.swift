@@ -256,6 +256,33 @@ struct ScriptedWebSocketRouteTests {
         }
     }
 
+    @Test("faults on /echo: each echo twice, then a drop after the third message sent, journaled as a scripted route's")
+    func echoFaults() async throws {
+        var faulty = DuplexServerConfiguration()
+        faulty.echoFaults = try ScriptFile.faults(from: #"{"duplicateSends":true,"dropAfterSending":3}"#)
+        #expect(faulty.echoFaults == WebSocketFaults(duplicateSends: true, dropAfterSending: 3))
+        let configuration = faulty
+        try await withTimeout {
+            try await withDuplexServer(configuration: configuration) { server in
+                try await TestWebSocket.with(port: server.port, path: "/echo") { socket in
+                    try await socket.sendText("a")
+                    try await socket.sendText("b")
+                    var texts: [String] = []
+                    do {
+                        while true {
+                            let frame = try await socket.receiveFrame()
+                            #expect(frame.close == nil)
+                            texts.append(frame.text ?? "?")
+                        }
+                    } catch is TestWebSocket.UnexpectedEnd {}
+                    #expect(texts == ["a", "a", "b"])
+                }
+                let drop = try await server.journal.first(within: .seconds(5)) { $0.kind == .drop }
+                #expect(drop.path == "/echo" && drop.direction == .out)
+            }
+        }
+    }
+
     @Test("a scripted route on a built-in path is refused at start, with the path")
     func clashIsRefused() async throws {
         let clash = ScriptedRoute.webSocket("/echo", script: WebSocketScript())
