@@ -25,10 +25,11 @@ extension Cassette {
         var event: ServerSentEvent?
         var close: Close?
         var end: Bool?
+        var pongs: Bool?
 
         enum CodingKeys: String, CodingKey {
             case version = "duplex-cassette"
-            case session, open, at, from, text, binary, event, close, end
+            case session, open, at, from, text, binary, event, close, end, pongs
         }
     }
 
@@ -113,6 +114,9 @@ extension Cassette {
         case .disconnect(let side):
             line.from = side
             line.end = true
+        case .pongs(let answers):
+            line.from = .server
+            line.pongs = answers
         }
         return line
     }
@@ -242,15 +246,22 @@ extension Cassette {
         if let last = session.steps.last, seconds(last.at) > at {
             throw FormatError(line: lineNumber, "session \(number)'s steps go back in time (\(at) s after \(seconds(last.at)) s)")
         }
-        let kinds = [line.text != nil, line.binary != nil, line.event != nil, line.close != nil, line.end == true].filter { $0 }.count
+        let kinds = [line.text != nil, line.binary != nil, line.event != nil, line.close != nil, line.end == true, line.pongs != nil]
+            .filter { $0 }.count
         guard kinds == 1 else {
-            throw FormatError(line: lineNumber, #"a step has exactly one of "text", "binary", "event", "close" or "end": true"#)
+            throw FormatError(line: lineNumber, #"a step has exactly one of "text", "binary", "event", "close", "end": true or "pongs""#)
         }
         guard let side = line.from ?? (line.event != nil ? .server : nil) else {
             throw FormatError(line: lineNumber, #"a step needs "from": "client" or "server""#)
         }
         let action: Step.Action
-        if let event = line.event {
+        if let pongs = line.pongs {
+            guard session.kind == .webSocket, side == .server else {
+                throw FormatError(
+                    line: lineNumber, #""pongs" is a WebSocket session's step, from the server (session \#(number) is \#(session.kind.rawValue))"#)
+            }
+            action = .pongs(pongs)
+        } else if let event = line.event {
             guard session.kind == .eventStream, side == .server else {
                 throw FormatError(
                     line: lineNumber, "an SSE event belongs to an SSE session, from the server (session \(number) is \(session.kind.rawValue))")

@@ -139,6 +139,11 @@ public struct Cassette: Sendable, Hashable {
             case close(Side, code: UInt16?, reason: String)
             /// `side` ended the connection (TCP, or the SSE response) without a close frame.
             case disconnect(Side)
+            /// From here on the server answers the client's pings (true) or withholds its pongs
+            /// (false), so that a client's keep-alive fails as it did against the recorded server.
+            /// A WebSocket session's, from the server. A silence needs no step: it is the time
+            /// between two steps, replayed as recorded (scaled by the replay's speed).
+            case pongs(Bool)
         }
 
         /// How long after the session began.
@@ -175,6 +180,11 @@ public struct Cassette: Sendable, Hashable {
         /// `side` ended the connection without a close frame.
         public static func disconnect(by side: Side, at: Duration = .zero) -> Step {
             Step(at: at, .disconnect(side))
+        }
+
+        /// From `at` on, the server answers (true) or withholds (false) the client's pings.
+        public static func pongs(_ answers: Bool, at: Duration = .zero) -> Step {
+            Step(at: at, .pongs(answers))
         }
     }
 

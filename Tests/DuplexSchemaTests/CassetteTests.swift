@@ -17,6 +17,7 @@ struct CassetteTests {
                 .client(.text(#"{"type":"say","text":"hi"}"#), at: .milliseconds(12)),
                 .server(.text("line one\nline two"), at: .milliseconds(13)),
                 .server(.binary(Data([0, 1, 2, 255])), at: .milliseconds(14)),
+                Cassette.Step(at: .milliseconds(15), .pongs(false)),
                 .close(code: 4000, reason: "bye", by: .server, at: .milliseconds(20)),
                 .close(code: nil, by: .client, at: .milliseconds(21)),
             ]
@@ -42,7 +43,8 @@ struct CassetteTests {
         let text = Self.sample.encoded()
         let lines = text.split(separator: "\n")
         #expect(lines.first == #"{"duplex-cassette":1}"#)
-        #expect(lines.count == 1 + 4 + 5 + 2 + 2, "a header, an open line per session, a line per step")
+        #expect(lines.count == 1 + 4 + 6 + 2 + 2, "a header, an open line per session, a line per step")
+        #expect(lines.contains(#"{"at":0.015,"from":"server","pongs":false,"session":1}"#))
         #expect(lines.contains(#"{"open":{"body":"{\"prompt\":\"hi\"}","kind":"sse","method":"POST","path":"/v1/completions"},"session":3}"#))
         #expect(
             lines.contains(#"{"open":{"bodyBinary":"/wA=","kind":"sse","method":"PUT","path":"/upload"},"session":4}"#),
@@ -83,6 +85,7 @@ struct CassetteTests {
             "line 3: messages and close frames belong to a WebSocket session"
         ),
         (webSocket(#"{"at":0,"binary":"%%%","from":"server","session":1}"#), #"line 3: "binary" is not base64"#),
+        (webSocket(#"{"at":0,"from":"client","pongs":false,"session":1}"#), #"line 3: "pongs" is a WebSocket session's step, from the server"#),
         (header + #"{"open":{"kind":"websocket","method":"POST","path":"/"},"session":1}"#, #"line 2: "method" and "body" belong to an SSE session"#),
         (header + #"{"open":{"kind":"sse","method":"PO ST","path":"/"},"session":1}"#, #"line 2: session 1's method "PO ST" is not an HTTP token"#),
         (

@@ -101,7 +101,7 @@ final class SessionRecording: Sendable {
         let ends: Bool
         switch action {
         case .close, .disconnect: ends = true
-        case .message, .event: ends = false
+        case .message, .event, .pongs: ends = false
         }
         let recorded = ended.withLockedValue { ended -> Bool in
             guard !ended else { return false }

@@ -64,7 +64,7 @@ final class ReplayEventSource: Sendable {
             case .disconnect(.server):
                 sink.finish()
                 return
-            case .disconnect(.client), .message, .close:
+            case .disconnect(.client), .message, .close, .pongs:
                 // The client left here, or a step an SSE session does not have: the stream
                 // stays open until the client goes.
                 return

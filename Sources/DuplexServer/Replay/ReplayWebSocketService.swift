@@ -31,6 +31,8 @@ final class ReplayWebSocketService: EventLoopWebSocketService {
     private var stalledUntil: NIODeadline?
     /// Whether the replay is over (a mismatch, the server's close, or the connection's end).
     private var over = false
+    /// Whether the client's pings are answered (a `pongs` step withholds them).
+    private var answersPings = true
 
     init(session: Cassette.Session, number: Int, replay: ReplayConfiguration, logger: Logger) {
         self.session = session
@@ -107,7 +109,7 @@ final class ReplayWebSocketService: EventLoopWebSocketService {
             case .event:
                 // Not in a WebSocket session (a cassette read from a file has none).
                 done(step, at: doneAt)
-            case .message(.server, _), .close(.server, _, _), .disconnect(.server):
+            case .message(.server, _), .close(.server, _, _), .disconnect(.server), .pongs:
                 var due = doneAt + TimeAmount(replay.scaled(step.at - recordedAt))
                 if let stalledUntil, stalledUntil > due { due = stalledUntil }
                 guard due <= .now() else {
@@ -141,9 +143,15 @@ final class ReplayWebSocketService: EventLoopWebSocketService {
         case .disconnect:
             over = true
             context.close(promise: nil)
+        case .pongs(let answers):
+            answersPings = answers
         case .event:
             break
         }
+    }
+
+    func pinged(_ payload: ByteBuffer) -> Bool {
+        answersPings
     }
 
     /// Reports a client message the recording does not have there, and closes with 1008.

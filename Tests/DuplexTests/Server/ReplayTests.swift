@@ -214,4 +214,32 @@ struct ReplayTests {
             }
         }
     }
+
+    @Test("a pongs step withholds the replayed server's pongs from there on: the client's keep-alive fails as it did when recorded")
+    func withheldPongs() async throws {
+        let cassette = Cassette(sessions: [
+            Cassette.Session(
+                kind: .webSocket,
+                path: "/feed",
+                steps: [.server(.text("hello"), at: .zero), .pongs(false, at: .milliseconds(1))]
+            )
+        ])
+        let text = cassette.encoded()
+        #expect(try Cassette(jsonLines: text) == cassette)
+        try await withTimeout {
+            try await withReplayServer(cassette) { server in
+                let socket = WebSocket(
+                    url: server.webSocketURL("/feed"),
+                    configuration: .init(ping: PingConfig(pingInterval: .milliseconds(100), maxPingFailures: 2, pongTimeout: .milliseconds(100)))
+                )
+                let messages = socket.messages
+                let states = socket.stateEvents
+                try await socket.connect()
+                #expect(try await messages.first(within: .seconds(5)) == .string("hello"))
+                let lost = try await states.first(within: .seconds(10)) { if case .disconnected(.pingFailed) = $0 { true } else { false } }
+                #expect(lost == .disconnected(.pingFailed(missedPings: 2)))
+                await socket.terminate()
+            }
+        }
+    }
 }
