@@ -44,6 +44,9 @@ public final class ScriptJournal: Sendable {
             case event
             /// A request refused with ``code``; ``request`` holds it.
             case refused
+            /// The client did not answer the server's close frame within the close timeout; TCP
+            /// was closed.
+            case timeout
             /// The route's handler threw (``data`` holds the error); the connection closed with 1011.
             case error
         }

@@ -437,6 +437,10 @@ final class ScriptedWebSocketService: EventLoopWebSocketService {
 
     func stall(for duration: Duration) {}
 
+    func closeTimedOut() {
+        socket.record(.in, .timeout)
+    }
+
     func end() {
         let phase = socket.isClosed
         if !sawClose, !phase {

@@ -30,6 +30,9 @@ protocol EventLoopWebSocketService: AnyObject {
     /// The server wrote a close frame with `code` (nil: none) and `reason`: its own, an answer
     /// to the client's, or a failure's (1002, 1007, 1009).
     func sentClose(code: WebSocketCloseCode?, reason: String)
+    /// The client did not answer the server's close frame within the close timeout: TCP is
+    /// closed now.
+    func closeTimedOut()
     /// A message the service held back (``EventLoopWebSocketHandler/hold()``) will not be
     /// served: a close began. It arrived before the client's close frame, if the client closed.
     func discarded(_ message: ByteBuffer, opcode: WebSocketOpcode)
@@ -44,6 +47,7 @@ extension EventLoopWebSocketService {
     func ponged(_ payload: ByteBuffer) {}
     func sentClose(code: WebSocketCloseCode?, reason: String) {}
     func discarded(_ message: ByteBuffer, opcode: WebSocketOpcode) {}
+    func closeTimedOut() {}
 }
 
 /// A WebSocket connection served on its event loop: no task, no stream, no actor per connection.
@@ -278,8 +282,12 @@ final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableChannelHan
             closing(context: context)
             writeClose(code, reason: reason, context: context)
             let timeout = TimeAmount(configuration.closeTimeout)
-            let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
-            closeDeadline = context.eventLoop.scheduleTask(in: timeout) { bound.value.close(promise: nil) }
+            let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            closeDeadline = context.eventLoop.scheduleTask(in: timeout) {
+                let (handler, context) = bound.value
+                handler.service.closeTimedOut()
+                context.close(promise: nil)
+            }
         case .fail(let code, let reason, let sendCloseFrame):
             // The server fails at once: nothing more is sent after its close frame.
             engine.failed()

@@ -283,6 +283,24 @@ struct ScriptedWebSocketRouteTests {
         }
     }
 
+    @Test("a client that never answers the route's close frame: TCP closes at the close timeout, journaled as a timeout")
+    func closeTimeout() async throws {
+        let route = ScriptedRoute.webSocket("/closing", script: WebSocketScript(onConnect: [.close(code: 4002, reason: "go")]))
+        try await withTimeout {
+            try await withDuplexServer(configuration: .init(closeTimeout: .milliseconds(200)), routes: [route]) { server in
+                try await TestWebSocket.with(port: server.port, path: "/closing") { socket in
+                    #expect(try await socket.receiveClose().code == 4002)
+                    // No answer: the server closes TCP once its close timeout passes.
+                    try await socket.waitForEndOfStream()
+                }
+                let timeout = try await server.journal.first(within: .seconds(5)) { $0.kind == .timeout }
+                #expect(timeout.direction == .in)
+                let kinds = server.journal.entries.filter { $0.connection == timeout.connection }.map(\.kind)
+                #expect(kinds == [.open, .close, .timeout])
+            }
+        }
+    }
+
     @Test("a scripted route on a built-in path is refused at start, with the path")
     func clashIsRefused() async throws {
         let clash = ScriptedRoute.webSocket("/echo", script: WebSocketScript())
