@@ -7,7 +7,7 @@ import NIOConcurrencyHelpers
 ///
 /// `pair()` makes two connected ends, a client and a server: what one sends, the other
 /// receives, in order; closing one disconnects both, and `connect()` on either joins them again.
-/// The client end behaves as ``Duplex/WebSocket`` does: its streams stay open across a close,
+/// The client end behaves as `WebSocket` does: its streams stay open across a close,
 /// for the next connection. The server end behaves as a connection a server serves: when the
 /// connection closes (or drops, ``drop()``), its `messages` and `events` streams end, so that a
 /// server loop over them ends too; after a `connect()` its new streams get the new connection's.
@@ -189,7 +189,7 @@ public final class MockWebSocket: WebSocketProtocol {
 
     /// Acts as if `missedPings` keep-alive pings in a row went unanswered: ``onPingFailed`` is
     /// called, and the connection is dropped, this end's state saying
-    /// `.disconnected(.pingFailed(missedPings:))`, as ``Duplex/WebSocket``'s does.
+    /// `.disconnected(.pingFailed(missedPings:))`, as `WebSocket`'s does.
     public func failPings(missedPings: Int = 2) {
         let wasConnected = link.withLockedValue { link in
             defer { link.connected = false }

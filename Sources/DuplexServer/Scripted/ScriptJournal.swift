@@ -182,13 +182,16 @@ public final class ScriptJournal: Sendable {
         let key = state.withLockedValue { $0.waiters.reserveKey() }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                let found: Entry? = state.withLockedValue { state in
-                    if let found = state.entries.first(where: matches) { return found }
+                let found: Result<Entry, any Error>? = state.withLockedValue { state in
+                    if let found = state.entries.first(where: matches) { return .success(found) }
+                    // Cancelled before it could wait (the limit passed meanwhile): the
+                    // cancellation handler found no waiter to resume, so it must not wait.
+                    if Task.isCancelled { return .failure(CancellationError()) }
                     state.waiters.add(continuation, key: key)
                     state.matchers[key] = matches
                     return nil
                 }
-                if let found { continuation.resume(returning: found) }
+                if let found { continuation.resume(with: found) }
             }
         } onCancel: {
             let waiter = state.withLockedValue { state in
