@@ -33,6 +33,8 @@ extension DuplexServer {
                 guard Self.isLoopback(context.channel.remoteAddress) else { return Self.journalForbidden }
                 var headers = HTTPFields()
                 headers[.contentType] = "application/json; charset=utf-8"
+                // Entries let go past the journal's limits are counted, not hidden.
+                headers[HTTPField.Name("Duplex-Journal-Dropped")!] = String(self.journal.droppedCount)
                 return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: self.journal.json())))
             },
             .on(.delete, "/_journal") { _, context in
@@ -71,6 +73,11 @@ extension DuplexServer {
             let probe = route.path.replacingOccurrences(of: "/:", with: "/x").replacingOccurrences(of: "*", with: "x")
             for existing in builtIn.routes where existing.method.rawValue == route.method && existing.pattern.match(probe) != nil {
                 throw .invalidRoutes("\(place) clashes with the built-in route \(existing.method.rawValue) \(existing.pattern): choose another path")
+            }
+            do {
+                try route.sseScript?.validate()
+            } catch {
+                throw .invalidRoutes("\(place): \(error)")
             }
             if seen.contains(where: { $0.method == route.method && $0.pattern == pattern }) {
                 throw .invalidRoutes("\(place): another scripted route has the same method and path")
@@ -151,6 +158,13 @@ extension DuplexServer {
         }
         let script = handler.respond(scripted)
         let connection = journal.newConnection()
+        do {
+            try script.validate()
+        } catch {
+            journal.append(.init(connection: connection, path: scripted.path, direction: .out, kind: .error, data: "\(error)", request: scripted))
+            // The error is this library's own text (a place and a rule), with nothing from the request.
+            return counted(Self.json(status: .internalServerError, #"{"error":"the route's script cannot be written: \#(error)"}"#))
+        }
         let journal = self.journal
         let path = scripted.path
         journal.append(.init(connection: connection, path: path, direction: .in, kind: .open, request: scripted))

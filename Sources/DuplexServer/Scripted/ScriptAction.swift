@@ -1,3 +1,4 @@
+import DuplexSchema
 public import Foundation
 
 /// One step a scripted WebSocket takes: on connect, or when a message matches a rule. A script
@@ -240,6 +241,19 @@ public struct SSEScript: Sendable, Equatable {
         self.retryMilliseconds = retryMilliseconds
     }
 
+    /// Checks that every event can be written: an id or event name with CR, LF or NUL, or a
+    /// negative retry, would be a field a client reads as another (``ScriptedRoute`` refuses a
+    /// declared script at start; a script made per request is answered 500, journaled).
+    /// - Throws: ``ScriptError`` naming the event.
+    public func validate() throws(ScriptError) {
+        if let retryMilliseconds, retryMilliseconds < 0 {
+            throw ScriptError(path: "retryMilliseconds", "must not be negative (got \(retryMilliseconds))")
+        }
+        for (index, event) in events.enumerated() where event.raw == nil && event.comment == nil && event.encoded == nil {
+            throw ScriptError(path: "events[\(index)]", "an id or event name must not contain CR, LF or NUL, and a retry must not be negative")
+        }
+    }
+
     /// The events a request with `lastEventID` gets.
     func events(after lastEventID: String?) -> ArraySlice<SSEScriptEvent> {
         guard let lastEventID, let index = events.lastIndex(where: { $0.id == lastEventID }) else { return events[...] }
@@ -283,18 +297,21 @@ public struct SSEScriptEvent: Sendable, Equatable {
         return item
     }
 
+    /// The event as DuplexSchema's encoder writes it (an event with no `data` only sets its
+    /// fields: no `data` line, so the client dispatches nothing). Nil when the id or the event
+    /// name holds CR, LF or NUL, or the retry is negative: ``SSEScript/validate()`` refuses those.
+    var encoded: String? {
+        let event = ServerSentEvent(id: id, event: self.event, data: data ?? "", retry: retry)
+        guard let text = try? event.encoded() else { return nil }
+        // An empty payload is encoded as a "data" line; an event with no data has none.
+        return data == nil ? String(text.dropLast("data\n\n".count)) + "\n" : text
+    }
+
     /// The text written for it.
     var wireText: String {
         if let raw { return raw }
-        if let comment { return comment.split(separator: "\n", omittingEmptySubsequences: false).map { ": \($0)\n" }.joined() + "\n" }
-        var text = ""
-        if let id { text += "id: \(id)\n" }
-        if let event { text += "event: \(event)\n" }
-        if let retry { text += "retry: \(retry)\n" }
-        if let data {
-            for line in data.split(separator: "\n", omittingEmptySubsequences: false) { text += "data: \(line)\n" }
-        }
-        return text + "\n"
+        if let comment { return ServerSentEvent.comment(comment) + "\n" }
+        return encoded ?? ""
     }
 }
 

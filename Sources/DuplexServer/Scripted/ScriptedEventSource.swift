@@ -1,3 +1,4 @@
+import DuplexSchema
 import NIOConcurrencyHelpers
 import NIOCore
 
@@ -46,7 +47,7 @@ final class ScriptedEventSource: Sendable {
 
     /// Writes the `retry:` field, then sets the events going.
     func start() {
-        if let retry = script.retryMilliseconds { _ = sink.offer("retry: \(retry)\n\n") }
+        if let retry = script.retryMilliseconds { _ = sink.offer(ServerSentEvent.retryDirective(milliseconds: retry)) }
         eventLoop.execute { self.step() }
     }
 

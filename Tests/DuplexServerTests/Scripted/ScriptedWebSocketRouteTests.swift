@@ -326,6 +326,7 @@ struct ScriptedWebSocketRouteTests {
                 }
                 let body = try await TestHTTPResponse.get(port: server.port, "/_journal") { response in
                     #expect(response.status == 200)
+                    #expect(response.headers.first(name: "Duplex-Journal-Dropped") == "0")
                     return try await response.readBody()
                 }
                 let entries = try #require(try JSONSerialization.jsonObject(with: Data(body.utf8)) as? [[String: Any]])

@@ -129,6 +129,29 @@ struct ScriptedProtocolTests {
         }
     }
 
+    @Test("an SSE script is written by DuplexSchema's encoder: CR in data splits lines, a field that would inject another is refused")
+    func sseFieldsAreEncoded() async throws {
+        let lines = ScriptedRoute.sse("/lines", script: SSEScript(events: [SSEScriptEvent(id: "1", data: "a\rb")]))
+        let injecting = ScriptedRoute.sse("/inject") { _ in SSEScript(events: [SSEScriptEvent(id: "1\nevent: admin", data: "x")]) }
+        try await withTimeout {
+            try await withDuplexServer(routes: [lines, injecting]) { server in
+                let sse = ServerSentEventManager(request: SSERequest(url: server.httpURL("/lines")), retryPolicy: .disabled)
+                let events = sse.events
+                try await sse.connect()
+                let event = try await events.first(within: .seconds(5))
+                #expect(event.data == "a\nb" && event.id == "1")
+                await sse.terminate()
+                let refused = ServerSentEventManager(request: SSERequest(url: server.httpURL("/inject")), retryPolicy: .disabled)
+                await #expect { try await refused.connect() } throws: { ($0 as? SSEError)?.status == 500 }
+                await refused.terminate()
+                let error = try await server.journal.first(within: .seconds(5)) { $0.kind == .error }
+                #expect(error.data?.contains("events[0]") == true)
+            }
+        }
+        let declared = ScriptedRoute.sse("/bad", script: SSEScript(events: [SSEScriptEvent(event: "a\rb", data: "x")]))
+        await #expect(throws: DuplexServerError.self) { try await withDuplexServer(routes: [declared]) { _ in } }
+    }
+
     @Test("a streaming POST route reads the body, streams tokens and [DONE], and journals the body")
     func streamingPost() async throws {
         struct Prompt: Codable, Sendable { var prompt: String }
