@@ -3,7 +3,8 @@
 DUPLEX_RSS_KIND says which connections: `websocket` (the default, on /echo), `chat` (members of
 chat rooms of 100, each welcomed; then silent, as the presence frames settle), `tcp` (silent TCP
 connections that never send a request head: measured before the request head timeout closes
-them), or `sse` (subscribers of a room's event stream, GET /chat/rss/events, which stays silent).
+them), or `sse` (subscribers of a room's event stream, GET /chat/rss/events, which stays silent;
+DUPLEX_RSS_SSE_PATH streams another path, such as /events?interval=3600000).
 
 DUPLEX_RSS_DEFLATE=0 makes the WebSocket clients offer no permessage-deflate (as curl, the
 Duplex client by default and many native clients do); by default they offer it, as browsers,
@@ -73,13 +74,17 @@ async def main(binary, count, flags):
         kind = os.environ.get("DUPLEX_RSS_KIND", "websocket")
         if kind in ("tcp", "sse"):
             streams = []
+            path = os.environ.get("DUPLEX_RSS_SSE_PATH", "/chat/rss/events").encode()
             for start in range(0, count, 100):
-                streams += await asyncio.wait_for(asyncio.gather(*(open_stream() for _ in range(start, min(count, start + 100)))), 60)
-            if kind == "sse":
-                for _, writer in streams:
-                    writer.write(b"GET /chat/rss/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n")
-                heads = await asyncio.wait_for(asyncio.gather(*(reader.readuntil(b"\r\n\r\n") for reader, _ in streams)), 30)
-                assert all(head.startswith(b"HTTP/1.1 200") for head in heads), heads[0]
+                batch = await asyncio.wait_for(asyncio.gather(*(open_stream() for _ in range(start, min(count, start + 100)))), 60)
+                if kind == "sse":
+                    # each subscriber asks at once, as a client does: at most a batch waits
+                    # for its request at any time
+                    for _, writer in batch:
+                        writer.write(b"GET " + path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n")
+                    heads = await asyncio.wait_for(asyncio.gather(*(reader.readuntil(b"\r\n\r\n") for reader, _ in batch)), 30)
+                    assert all(head.startswith(b"HTTP/1.1 200") for head in heads), heads[0]
+                streams += batch
             await asyncio.sleep(1)
             loaded = rss_kib(server.pid)
             for _, writer in streams:

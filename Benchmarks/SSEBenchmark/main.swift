@@ -1,7 +1,10 @@
 // Events per second one SSE client parses: through the parser alone, and end to end from the
 // Duplex server on loopback.
 //
-//   swift run -c release sse-benchmark
+//   swift run -c release sse-benchmark [EVENTS]
+//
+// EVENTS is how many ticks the end-to-end part replays (100,000 by default); it checks that each
+// arrives once, in order (a burst far past the server's outbound queue goes out whole).
 import Duplex
 import DuplexSchema
 import DuplexServer
@@ -38,7 +41,7 @@ print(String(format: "  %.0f events/s (%.0f MB/s)", parserRate, parserRate * Dou
 
 // 2. End to end: the server replays 100,000 ticks already due, as fast as it can write them,
 //    to a ServerSentEventManager resuming from an old Last-Event-ID.
-let replay = 100_000
+let replay = CommandLine.arguments.dropFirst().first.flatMap { Int($0) } ?? 100_000
 var configuration = DuplexServerConfiguration()
 configuration.historyLimit = replay
 try await withDuplexServer(configuration: configuration) { server in
@@ -54,16 +57,22 @@ try await withDuplexServer(configuration: configuration) { server in
     let start = ContinuousClock.now
     try await sse.connect()
     // consume off the main actor, as an app's background task would
-    let received = await Task.detached {
+    let (received, inOrder) = await Task.detached {
         var received = 0
-        for await _ in events {
+        var inOrder = true
+        var previous: Int64?
+        for await event in events {
             received += 1
+            let id = event.id.flatMap { Int64($0) }
+            if id == nil || previous.map({ id != $0 + 1 }) == true { inOrder = false }
+            previous = id
             if received == replay { break }
         }
-        return received
+        return (received, inOrder)
     }.value
     let rate = Double(received) / seconds(ContinuousClock.now - start)
-    print("SSE end to end: \(received) tick events (about 90 bytes) replayed by duplex-server on 127.0.0.1")
+    let order = inOrder ? "each once, in order" : "NOT each once in order"
+    print("SSE end to end: \(received) tick events (about 90 bytes) replayed by duplex-server on 127.0.0.1, \(order)")
     print(String(format: "  %.0f events/s", rate))
     await sse.terminate()
 }

@@ -40,7 +40,7 @@ extension DuplexServer {
     func builtInRoutes() -> [RouteTable.Route] {
         [
             .get("/") { _, _ in DemoPage.response() },
-            .get("/metrics/live") { request, context in self.liveMetricsStream(request, context) },
+            .stream("/metrics/live") { request in self.liveMetricsStream(request) },
             .get("/tls-faults") { _, _ in self.tlsFaultsResponse() },
             .webSocket("/echo", upgrade: { request, _ in self.echoService(for: request) }, plain: { _, _ in self.upgradeRequired() }),
             .webSocket(
@@ -53,8 +53,8 @@ extension DuplexServer {
                     }
                 }
             ),
-            .get("/events") { request, context in self.tickStream(request, context) },
-            .get("/chat/:room/events") { request, context in self.roomEventStream(request, context) },
+            .stream("/events") { request in self.tickStream(request) },
+            .stream("/chat/:room/events") { request in self.roomEventStream(request) },
             .get("\(Self.refusedPath)/:status") { _, context in
                 let status = context.parameters.get("status").flatMap { Int($0) } ?? 400
                 let known: [Int: String] = [
@@ -217,6 +217,11 @@ extension DuplexServer {
 
         var response: Response {
             DuplexServer.json(status: status, frameJSON)
+        }
+
+        /// The same refusal, as a stream route answers it.
+        var answer: StreamAnswer {
+            .json(status, frameJSON)
         }
     }
 

@@ -298,6 +298,15 @@ public final class DuplexServer: Service, Sendable {
         let table = makeRouteTable()
         refusal.exempting(table.servesWhileRefusing)
         let router = table.router(middleware: RequestTracingMiddleware { [weak self] in self?.activeTracer })
+        let streams = EventStreamServing(
+            route: table.stream(for:),
+            registry: connections,
+            metrics: metrics,
+            maxBodyBytes: configuration.maxMessageBytes,
+            queueLimit: (configuration.outboundQueueLimit, configuration.outboundQueueBytes),
+            heartbeatInterval: configuration.heartbeatInterval,
+            retryMilliseconds: configuration.sseRetryMilliseconds
+        )
         // The server counts as listening once every listener does.
         let startup = NIOLockedValueBox((waiting: listeners.count, port: port))
         let applications: [any Service] = listeners.map { listener in
@@ -321,6 +330,7 @@ public final class DuplexServer: Service, Sendable {
                                     connections: self.http2Connections
                                 )
                                 : nil,
+                            streams: streams,
                             route: table.webSocket(for:)
                         ),
                         limits: guardLimits,

@@ -54,6 +54,9 @@ package final class ChatRoom: Sendable {
         var acceptedMessages: [String: Int] = [:]
         /// In the order they subscribed: a fan-out reaches the earliest members first.
         var subscribers: OrderedDictionary<UInt64, Slot> = [:]
+        /// How many of them are SSE observers (no member): an event's SSE text is made only
+        /// when there is one.
+        var observers = 0
         var nextSubscriberID: UInt64 = 0
         /// When the room last changed: the least recently used empty room is evicted first.
         var lastActive = ContinuousClock.now
@@ -210,6 +213,7 @@ package final class ChatRoom: Sendable {
                 backlog = []
             }
             state.subscribers[id] = slot
+            if subscriber.member == nil { state.observers += 1 }
             var subscription = Subscription(
                 id: id,
                 backlog: backlog,
@@ -233,6 +237,7 @@ package final class ChatRoom: Sendable {
     package func unsubscribe(_ id: UInt64) {
         let claimed = state.withLockedValue { state -> Bool in
             guard let removed = state.subscribers.removeValue(forKey: id) else { return false }
+            if removed.subscriber.member == nil { state.observers -= 1 }
             state.lastActive = .now
             guard let member = removed.subscriber.member, sequencing == .local else { return false }
             append(presence: "left", name: member.name, session: member.session, to: &state)
@@ -332,6 +337,7 @@ package final class ChatRoom: Sendable {
         var live = event
         live.frame = ServerTextFrame.encode(event.json)
         live.deflated = DeflatedFrameCache()
+        if state.observers > 0 { live.sse = live.sseText }
         state.outbox.append(.event(live, state.subscribers.values.elements))
     }
 

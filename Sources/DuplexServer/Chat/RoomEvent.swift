@@ -2,8 +2,8 @@ package import DuplexSchema
 package import Foundation
 import NIOCore
 
-/// One room event as the server keeps and sends it: encoded once, as a WebSocket frame and as
-/// an SSE event, and shared by every subscriber.
+/// One room event as the server keeps and sends it: encoded once, as a WebSocket frame and, when
+/// the room has SSE observers, as an SSE event, and shared by every subscriber.
 package struct RoomEvent: Sendable {
     /// The event's place in the room sequence.
     package var seq: Int
@@ -11,8 +11,8 @@ package struct RoomEvent: Sendable {
     var type: String
     /// The frame as JSON text.
     var json: String
-    /// The event as SSE text (`id: EPOCH:SEQ`, `event`, `data`), for room streams.
-    var sse: String
+    /// The room's epoch when the event was numbered: its SSE id is `EPOCH:SEQ`.
+    var epoch: String
     /// For a message: the keys that make a repeated `say` idempotent (by token, and by name).
     var dedupeKeys: [String]
     /// For a `left` event sequenced by a shared store: whose connection ended, and why. A room
@@ -24,6 +24,9 @@ package struct RoomEvent: Sendable {
     /// Its compressed frame, made once for the members that negotiated permessage-deflate; nil
     /// in history.
     var deflated: DeflatedFrameCache?
+    /// The event as SSE text (``sseText``), made once for the live fan-out when the room has SSE
+    /// observers and shared by them; nil in history, and where no one observes.
+    var sse: ByteBuffer?
 
     /// Why a member left, as a shared store records it.
     package struct Departure: Sendable, Equatable {
@@ -42,13 +45,22 @@ package struct RoomEvent: Sendable {
         self.seq = seq
         self.type = type
         self.json = json
-        self.sse = (try? ServerSentEvent(id: RoomStreamID(epoch: epoch, seq: seq).description, event: type, data: json).encoded()) ?? ""
+        self.epoch = epoch
         self.dedupeKeys = dedupeKeys
         self.departure = departure
     }
 
-    /// What the event costs to keep: both encodings.
-    var bytes: Int { json.utf8.count + sse.utf8.count }
+    /// What the event costs to keep: its JSON (the SSE text is made only for the live fan-out
+    /// to observers, or for a backlog).
+    var bytes: Int { json.utf8.count }
+
+    /// The event as SSE text (`id: EPOCH:SEQ`, `event`, `data`), for room streams: the shared
+    /// bytes of the live fan-out, or made now (a backlog).
+    var sseText: ByteBuffer {
+        sse
+            ?? ByteBuffer(
+                string: (try? ServerSentEvent(id: RoomStreamID(epoch: epoch, seq: seq).description, event: type, data: json).encoded()) ?? "")
+    }
 }
 
 extension RoomEvent {

@@ -32,34 +32,38 @@ enum UpgradeAnswer: Sendable {
     case accept(HTTPFields, WebSocketService)
     /// Answer `status` with `headers` and `body` instead, and close the connection (HTTP/1.1)
     /// or the stream (HTTP/2).
-    case refuse(UpgradeRefusal)
+    case refuse(RouteRefusal)
 }
 
-/// A WebSocket upgrade refused with a status of the route's choosing.
-struct UpgradeRefusal: Sendable {
+/// A plain answer a route gives on the event loop: a refused WebSocket upgrade, or a stream
+/// route's refusal (``StreamAnswer/respond(_:)``), with a status of the route's choosing.
+struct RouteRefusal: Sendable {
     var status: HTTPResponse.Status
     var headers: HTTPFields = [:]
     /// The body, sent as is; its type is `headers`' `Content-Type`, JSON when it names none.
     var body: String
 
     /// The refusal of a path that serves no WebSocket.
-    static let noRoute = UpgradeRefusal(status: .badRequest, body: #"{"error":"no WebSocket is served at this path"}"#)
+    static let noRoute = RouteRefusal(status: .badRequest, body: #"{"error":"no WebSocket is served at this path"}"#)
 
-    /// The response head, with the body's length and `Connection: close` (for HTTP/1.1; an
-    /// HTTP/2 head drops it).
-    func head(http2: Bool) -> HTTPResponse {
+    /// The response head, with the body's length and, where `closes`, `Connection: close` (for
+    /// HTTP/1.1; an HTTP/2 head drops it).
+    func head(http2: Bool, closes: Bool = true) -> HTTPResponse {
         var fields = headers
         if fields[.contentType] == nil { fields[.contentType] = "application/json" }
         fields[.contentLength] = String(body.utf8.count)
-        if !http2 { fields[.connection] = "close" }
+        if !http2 && closes { fields[.connection] = "close" }
         return HTTPResponse(status: status, headerFields: fields)
     }
 }
 
 /// Each connection of the server: HTTP/1.1 through Hummingbird's responder, or a WebSocket
-/// upgrade. It does what hummingbird-websocket's `HTTP1WebSocketUpgradeChannel` does, except
-/// that every upgraded connection is served on its event loop (``WebSocketService``): the
-/// route is chosen there, `handle(value:)` returns at once, and no task stays behind for it.
+/// upgrade, or an SSE stream. It does what hummingbird-websocket's
+/// `HTTP1WebSocketUpgradeChannel` does, except that every upgraded connection is served on its
+/// event loop (``WebSocketService``): the route is chosen there, `handle(value:)` returns at
+/// once, and no task stays behind for it. So is a connection whose first request is an SSE
+/// stream (``EventStreamHandler``); on any other, the same handler takes stream requests in
+/// front of Hummingbird.
 ///
 /// On a TLS listener that offers HTTP/2 (``DuplexServerHTTP2``), ALPN chooses first: a
 /// connection that negotiated `h2` is served by ``HTTP2Connection``, whose WebSocket streams
@@ -71,7 +75,7 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
     enum UpgradeResult: Sendable {
         case servedOnEventLoop
         case notUpgraded(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>)
-        case failedUpgrade(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>, Logger, UpgradeRefusal)
+        case failedUpgrade(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>, Logger, RouteRefusal)
         case http2(HTTP2Streams)
     }
 
@@ -109,6 +113,8 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
     let secure: Bool
     /// HTTP/2, when the listener's ALPN offers `h2`.
     let http2: HTTP2Serving?
+    /// The SSE streams' routes and limits.
+    let streams: EventStreamServing
 
     init(
         responder: @escaping HTTPChannelHandler.Responder,
@@ -116,10 +122,12 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
         compression: PerMessageDeflate?,
         secure: Bool,
         http2: HTTP2Serving? = nil,
+        streams: EventStreamServing,
         route: @escaping Router
     ) {
         self.secure = secure
         self.http2 = http2
+        self.streams = streams
         self.responder = Self.upgradeRedirecting(responder)
         self.configuration = configuration
         self.compression = compression
@@ -142,6 +150,7 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
                             settings: http2.settings,
                             firstStreamTimeout: http2.firstStreamTimeout,
                             route: route,
+                            eventStreams: streams,
                             compression: compression,
                             refusal: http2.refusal,
                             metrics: http2.metrics,
@@ -168,8 +177,10 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
     /// - Returns: what becomes of the connection once its first request head is read.
     private func setupHTTP1(channel: any Channel, logger: Logger) throws -> EventLoopFuture<UpgradeResult> {
         let upgradeAttempted = NIOLoopBoundBox(false, eventLoop: channel.eventLoop)
-        let refused = NIOLoopBoundBox(UpgradeRefusal.noRoute, eventLoop: channel.eventLoop)
+        let refused = NIOLoopBoundBox(RouteRefusal.noRoute, eventLoop: channel.eventLoop)
         let chosen = NIOLoopBoundBox<(service: WebSocketService, deflate: DeflateAgreement?)?>(nil, eventLoop: channel.eventLoop)
+        let firstHead = NIOLoopBoundBox<HTTPRequestHead?>(nil, eventLoop: channel.eventLoop)
+        let streams = self.streams
         let configuration = self.configuration
         let compression = self.compression
         let route = self.route
@@ -218,9 +229,17 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(HTTP1ToHTTPServerCodec(secure: secure))
                     try channel.pipeline.syncOperations.addHandlers(configuration.http1.additionalChannelHandlers())
+                    // A connection whose first request is a stream is served on the event loop,
+                    // and closes when the stream ends.
+                    let first = firstHead.value.flatMap { try? HTTPRequest($0, secure: secure, splitCookie: false) }
+                    if !upgradeAttempted.value, let first, streams.route(first) != nil {
+                        try channel.pipeline.syncOperations.addHandler(EventStreamHandler(serving: streams, placement: .streamOnly))
+                        return .servedOnEventLoop
+                    }
                     try channel.pipeline.syncOperations.addHandler(
                         HTTPConnectionStateHandler(idleTimeout: configuration.http1.idleTimeout.map { .init($0) }, logger: logger)
                     )
+                    try channel.pipeline.syncOperations.addHandler(EventStreamHandler(serving: streams, placement: .keepAlive))
                     let asyncChannel = try NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>(
                         wrappingChannelSynchronously: channel,
                         configuration: .init(isOutboundHalfClosureEnabled: true)
@@ -236,7 +255,10 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
         pipeline.decoderConfiguration.maxHeaderFieldSize = configuration.http1.httpDecoder.maxHeaderFieldSize
         pipeline.decoderConfiguration.maxHeaderListSize = configuration.http1.httpDecoder.maxHeaderListSize
         pipeline.decoderConfiguration.maxHeaderFieldCount = configuration.http1.httpDecoder.maxHeaderFieldCount
-        return try channel.pipeline.syncOperations.configureUpgradableHTTPServerPipeline(configuration: pipeline)
+        let result = try channel.pipeline.syncOperations.configureUpgradableHTTPServerPipeline(configuration: pipeline)
+        let upgradeHandler = try channel.pipeline.syncOperations.handler(type: NIOTypedHTTPServerUpgradeHandler<UpgradeResult>.self)
+        try channel.pipeline.syncOperations.addHandler(FirstRequestHead(firstHead), position: .before(upgradeHandler))
+        return result
     }
 
     func handle(value: Value, logger: Logger) async {
@@ -267,7 +289,7 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
 
     /// A refused upgrade: the route's status, headers and body (400 where no route serves a
     /// WebSocket), and the connection closes.
-    private func refuseUpgrade(_ asyncChannel: NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>, _ refusal: UpgradeRefusal) async {
+    private func refuseUpgrade(_ asyncChannel: NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>, _ refusal: RouteRefusal) async {
         try? await asyncChannel.executeThenClose { _, outbound in
             try await outbound.write(contentsOf: [.head(refusal.head(http2: false)), .body(ByteBuffer(string: refusal.body)), .end(nil)])
         }
@@ -287,5 +309,28 @@ struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
             try await writer.writeResponse(HTTPResponse(status: .temporaryRedirect, headerFields: [.connection: "close", .location: path]))
             throw RedirectClose()
         }
+    }
+}
+
+/// Notes a connection's first request head for ``DuplexChildChannel``, which chooses how to serve
+/// the connection by it, then steps aside.
+private final class FirstRequestHead: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundOut = HTTPServerRequestPart
+
+    private let head: NIOLoopBoundBox<HTTPRequestHead?>
+
+    init(_ head: NIOLoopBoundBox<HTTPRequestHead?>) {
+        self.head = head
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard case .head(let head) = unwrapInboundIn(data) else {
+            context.fireChannelRead(data)
+            return
+        }
+        self.head.value = head
+        context.fireChannelRead(data)
+        context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
     }
 }

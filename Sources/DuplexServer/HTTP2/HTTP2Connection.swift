@@ -17,6 +17,7 @@ typealias HTTP2Streams = AsyncStream<NIOAsyncChannel<HTTPRequestPart, HTTPRespon
 /// requests go (``HTTP2Streams``).
 struct HTTP2Connection: Sendable {
     let route: DuplexChildChannel.Router
+    let eventStreams: EventStreamServing
     let compression: PerMessageDeflate?
     let refusal: RefusalGate
     let metrics: ServerMetrics
@@ -31,13 +32,15 @@ struct HTTP2Connection: Sendable {
         settings: DuplexServerHTTP2,
         firstStreamTimeout: Duration,
         route: @escaping DuplexChildChannel.Router,
+        eventStreams: EventStreamServing,
         compression: PerMessageDeflate?,
         refusal: RefusalGate,
         metrics: ServerMetrics,
         registry: HTTP2ConnectionSet
     ) throws -> HTTP2Streams {
         let (streams, continuation) = HTTP2Streams.makeStream()
-        let connection = HTTP2Connection(route: route, compression: compression, refusal: refusal, metrics: metrics, streams: continuation)
+        let connection = HTTP2Connection(
+            route: route, eventStreams: eventStreams, compression: compression, refusal: refusal, metrics: metrics, streams: continuation)
         var connectionConfiguration = NIOHTTP2Handler.ConnectionConfiguration()
         connectionConfiguration.initialSettings = [
             HTTP2Setting(parameter: .maxConcurrentStreams, value: settings.maxConcurrentStreams),

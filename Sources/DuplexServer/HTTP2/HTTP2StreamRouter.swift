@@ -12,6 +12,8 @@ import NIOHTTPTypes
 /// - an extended CONNECT with `:protocol = websocket` (RFC 8441) becomes a WebSocket served on
 ///   the event loop, by the same route and service as an HTTP/1.1 upgrade
 ///   (``HTTP2WebSocketStream`` carries its frames in DATA frames);
+/// - a request a stream route matches becomes an SSE stream served on the event loop
+///   (``EventStreamHandler``);
 /// - any other request goes to Hummingbird's responder, through the connection's task
 ///   (``HTTP2Streams``).
 ///
@@ -46,6 +48,8 @@ final class HTTP2StreamRouter: ChannelInboundHandler, RemovableChannelHandler {
             refuse(.serviceUnavailable, "the server is refusing new connections (chaos)", headers: [.retryAfter: "1"], context: context)
         } else if head.method == .connect {
             serveWebSocket(head, context: context)
+        } else if connection.eventStreams.route(head) != nil {
+            serveStream(data, context: context)
         } else {
             serveHTTP(data, context: context)
         }
@@ -88,6 +92,20 @@ final class HTTP2StreamRouter: ChannelInboundHandler, RemovableChannelHandler {
         }
     }
 
+    /// A stream route's request: served on the event loop by an ``EventStreamHandler``, which
+    /// takes its parts from here on.
+    private func serveStream(_ head: NIOAny, context: ChannelHandlerContext) {
+        do {
+            try context.pipeline.syncOperations.addHandler(
+                EventStreamHandler(serving: connection.eventStreams, placement: .http2Stream), position: .after(self))
+            connection.metrics.http2.served(.http)
+            context.fireChannelRead(head)
+            context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
+        } catch {
+            context.close(promise: nil)
+        }
+    }
+
     /// Any other request: its parts go to an async channel the connection's task serves.
     private func serveHTTP(_ head: NIOAny, context: ChannelHandlerContext) {
         do {
@@ -105,11 +123,11 @@ final class HTTP2StreamRouter: ChannelInboundHandler, RemovableChannelHandler {
 
     /// Answers with `status` and a JSON `error` body, and closes the stream.
     private func refuse(_ status: HTTPResponse.Status, _ message: String, headers: HTTPFields = [:], context: ChannelHandlerContext) {
-        refuse(UpgradeRefusal(status: status, headers: headers, body: #"{"error":"\#(message)"}"#), context: context)
+        refuse(RouteRefusal(status: status, headers: headers, body: #"{"error":"\#(message)"}"#), context: context)
     }
 
     /// Answers with the refusal's status, headers and body, and closes the stream.
-    private func refuse(_ refusal: UpgradeRefusal, context: ChannelHandlerContext) {
+    private func refuse(_ refusal: RouteRefusal, context: ChannelHandlerContext) {
         connection.metrics.refused(status: refusal.status.code)
         connection.metrics.http2.served(.refused)
         context.write(wrapOutboundOut(.head(refusal.head(http2: true))), promise: nil)

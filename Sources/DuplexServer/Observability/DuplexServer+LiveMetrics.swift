@@ -12,7 +12,8 @@ extension DuplexServer {
     /// interval (1,000 ms by default, 100 to 60,000), each series as `GET /metrics` writes it. The
     /// page computes rates from consecutive events. Subscribers of one interval share each
     /// rendering (``LiveMetricsFeed``).
-    func liveMetricsStream(_ request: Request, _ context: DuplexRequestContext) -> Response {
+    func liveMetricsStream(_ stream: StreamRequest) -> StreamAnswer {
+        let request = stream.request
         var interval = Self.liveMetricsInterval.default
         if let text = request.uri.queryParameters.get("interval") {
             guard let value = Int64(text), Self.liveMetricsInterval.range.contains(value) else {
@@ -23,13 +24,14 @@ extension DuplexServer {
                         .init("invalid_interval"),
                         "interval must be an integer number of milliseconds from \(range.lowerBound) to \(range.upperBound) (got \(text.debugDescription))"
                     )
-                ).response
+                ).answer
             }
             interval = value
         }
-        let (feed, eventLoop, period) = (liveMetrics, context.channel.eventLoop, interval)
-        return EventStreamResponse(server: self).response(info: .init(kind: .eventStream, route: "metrics-live"), channel: context.channel) { sink in
-            feed.subscribe(sink, every: period, on: eventLoop)
-        }
+        let (feed, eventLoop, period) = (liveMetrics, stream.eventLoop, interval)
+        return .stream(
+            EventStream(route: "metrics-live", headers: request.headers, tracer: activeTracer) { writer in
+                feed.subscribe(writer, every: period, on: eventLoop)
+            })
     }
 }

@@ -9,7 +9,7 @@ import NIOCore
 /// hundred. A subscriber's first event is rendered for it alone, when it subscribes. A timer runs
 /// while its interval has subscribers, on the event loop of the one that started it.
 final class LiveMetricsFeed: Sendable {
-    typealias Sink = EventStreamResponse.Sink
+    typealias Sink = EventStreamWriter
 
     private struct Interval {
         var sinks: [Int: Sink]
@@ -36,12 +36,12 @@ final class LiveMetricsFeed: Sendable {
 
     /// Gives `sink` the samples now and then every `milliseconds`, until the returned stop is
     /// called or the sink falls behind.
-    func subscribe(_ sink: Sink, every milliseconds: Int64, on eventLoop: any EventLoop) -> EventStreamResponse.Stop {
+    func subscribe(_ sink: Sink, every milliseconds: Int64, on eventLoop: any EventLoop) -> EventStream.Stop {
         guard let first = event() else {
             sink.finish()
             return {}
         }
-        _ = EventStreamResponse.yield(first, to: sink)
+        sink.send(first)
         let id = state.withLockedValue { state in
             defer { state.nextID += 1 }
             let id = state.nextID
@@ -70,7 +70,7 @@ final class LiveMetricsFeed: Sendable {
     private func tick(_ milliseconds: Int64) {
         let sinks = state.withLockedValue { $0.intervals[milliseconds]?.sinks } ?? [:]
         guard !sinks.isEmpty, let text = event() else { return }
-        for (id, sink) in sinks where !EventStreamResponse.yield(text, to: sink) {
+        for (id, sink) in sinks where !sink.send(text) {
             // Fell behind: its stream ends, and the client resumes.
             unsubscribe(id, from: milliseconds)
         }

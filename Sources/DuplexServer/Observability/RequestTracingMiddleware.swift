@@ -2,8 +2,8 @@ import HTTPTypes
 import Hummingbird
 import Tracing
 
-/// A span for each plain HTTP request (the demo page, `/health`, `/metrics`, `/metrics/live`,
-/// the chaos routes, refusals), reported to the server's tracer (``DuplexServer/activeTracer``),
+/// A span for each plain HTTP request (the demo page, `/health`, `/metrics`, the chaos routes,
+/// refusals), reported to the server's tracer (``DuplexServer/activeTracer``),
 /// where the connections' spans go.
 ///
 /// Hummingbird's `TracingMiddleware` does the same, but only to the bootstrapped
@@ -11,14 +11,11 @@ import Tracing
 /// server's connections and not its requests. The span has Hummingbird's name (the route's path,
 /// or `NotFound` when none matched) and attributes (`http.request.method`, `url.path`, `http.route`,
 /// `http.response.status_code`); the query is left out, since it can carry a token. It runs from
-/// the request to the end of the response body. The SSE routes that report a span of their own
-/// (``ConnectionTrace``) get none here; WebSocket upgrades do not pass through the router.
+/// the request to the end of the response body. SSE streams and WebSocket upgrades do not pass
+/// through the router: they report a span of their own (``ConnectionTrace``).
 /// Without a tracer, a request costs one look at the tracer.
 struct RequestTracingMiddleware: RouterMiddleware {
     typealias Context = DuplexRequestContext
-
-    /// The routes whose responses report their own span.
-    static let routesWithSpans: Set<String> = ["/events", "/chat/{room}/events"]
 
     let tracer: @Sendable () -> (any Tracer)?
 
@@ -29,7 +26,7 @@ struct RequestTracingMiddleware: RouterMiddleware {
         do {
             response = try await next(request, context)
         } catch {
-            guard let span = startSpan(tracer, request, context, at: start) else { throw error }
+            let span = startSpan(tracer, request, context, at: start)
             let status = (error as? any HTTPResponseError)?.status.code ?? 500
             span.attributes["http.response.status_code"] = status
             if status >= 500 { span.setStatus(.init(code: .error)) }
@@ -37,7 +34,7 @@ struct RequestTracingMiddleware: RouterMiddleware {
             span.end()
             throw error
         }
-        guard let span = startSpan(tracer, request, context, at: start) else { return response }
+        let span = startSpan(tracer, request, context, at: start)
         span.attributes["http.response.status_code"] = Int(response.status.code)
         if response.status.code >= 500 { span.setStatus(.init(code: .error)) }
         var ended = response
@@ -50,10 +47,9 @@ struct RequestTracingMiddleware: RouterMiddleware {
     }
 
     /// The request's span, begun at `start`, a child of the context the tracer reads from its
-    /// headers; nil for a route that reports its own.
-    private func startSpan(_ tracer: any Tracer, _ request: Request, _ context: Context, at start: DefaultTracerClock.Instant) -> (any Span)? {
+    /// headers.
+    private func startSpan(_ tracer: any Tracer, _ request: Request, _ context: Context, at start: DefaultTracerClock.Instant) -> any Span {
         let route = context.endpointPath
-        if let route, Self.routesWithSpans.contains(route) { return nil }
         var parent = ServiceContext.topLevel
         tracer.extract(request.headers, into: &parent, using: HTTPFieldsExtractor())
         let span = tracer.startSpan(route ?? "HTTP \(request.method.rawValue)", context: parent, ofKind: .server, at: start)

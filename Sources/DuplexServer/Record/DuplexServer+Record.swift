@@ -9,16 +9,18 @@ import NIOCore
 extension DuplexServer {
     /// The routes of a recording server: a WebSocket upgrade at any path is forwarded
     /// (``recordWebSocketService(_:for:)``), and so is every `GET` without one and every
-    /// `POST`, `PUT`, `PATCH` and `DELETE`, as an SSE stream (``recordStream(_:_:_:)``). The
+    /// `POST`, `PUT`, `PATCH` and `DELETE`, as an SSE stream (``recordStream(_:_:)``). The
     /// table serves `/health` and `/metrics` itself.
     func recordRoutes(_ record: RecordConfiguration) -> [RouteTable.Route] {
-        let stream: RouteTable.Handler = { request, context in await self.recordStream(record, request, context) }
+        let stream: RouteTable.Stream = { request in self.recordStream(record, request) }
         return healthRoutes() + [
-            .webSocket("/**", upgrade: { request, _ in self.recordWebSocketService(record, for: request) }, plain: stream),
-            .on(.post, "/**", stream),
-            .on(.put, "/**", stream),
-            .on(.patch, "/**", stream),
-            .on(.delete, "/**", stream),
+            .webSocket(
+                "/**", upgrade: { request, _ in self.recordWebSocketService(record, for: request) }, plain: { _, _ in self.upgradeRequired() }),
+            .stream("/**", method: .get, stream),
+            .stream("/**", method: .post, stream),
+            .stream("/**", method: .put, stream),
+            .stream("/**", method: .patch, stream),
+            .stream("/**", method: .delete, stream),
         ]
     }
 
@@ -63,23 +65,15 @@ extension DuplexServer {
 
     /// Any path: the upstream's SSE stream at the same path and query, for the same method and
     /// body (with the client's `Last-Event-ID`), forwarded and recorded. An upstream that cannot
-    /// be reached, or answers anything but a stream, is 502 with the reason; a body over the
-    /// server's message limit is 413.
-    func recordStream(_ record: RecordConfiguration, _ request: Request, _ context: DuplexRequestContext) async -> Response {
+    /// be reached, or answers anything but a stream, is 502 with the reason.
+    func recordStream(_ record: RecordConfiguration, _ stream: StreamRequest) -> StreamAnswer {
+        let request = stream.request
         let fields = Self.fields(of: request)
         guard let url = record.url(path: request.uri.path, query: request.uri.query, webSocket: false) else {
-            return Self.json(status: .badRequest, #"{"error":"the upstream URL of this path cannot be made"}"#)
+            return .json(.badRequest, #"{"error":"the upstream URL of this path cannot be made"}"#)
         }
         let method = request.method == .get ? nil : request.method.rawValue
-        var body: Data?
-        if method != nil {
-            do {
-                let bytes = try await request.body.collect(upTo: self.configuration.maxMessageBytes)
-                body = bytes.readableBytes == 0 ? nil : Data(bytes.readableBytesView)
-            } catch {
-                return Self.json(status: .contentTooLarge, #"{"error":"the request body is over the server's message limit (--max-message-bytes)"}"#)
-            }
-        }
+        let body = method == nil || stream.body.readableBytes == 0 ? nil : Data(stream.body.readableBytesView)
         let start = ContinuousClock.now
         var configuration = SSEConfiguration()
         configuration.tlsTrust = record.tlsTrust
@@ -90,48 +84,58 @@ extension DuplexServer {
             configuration: configuration,
             lastEventID: request.headers[HTTPField.Name("Last-Event-ID")!]
         )
-        let events = upstream.events
-        let states = upstream.stateEvents
-        do {
-            try await upstream.connect()
-        } catch {
-            await upstream.terminate()
-            let reason = (try? JSONEncoder().encode(["error": "the recorded server's stream could not be opened: \(error)"])).map {
-                String(decoding: $0, as: UTF8.self)
-            }
-            return Self.json(status: .badGateway, reason ?? "{}")
-        }
-        let recording = record.recorder.begin(
-            Cassette.Session(
-                kind: .eventStream, path: request.uri.path, query: request.uri.query, headers: record.recorded(fields), method: method, body: body),
-            at: start
-        )
-        return EventStreamResponse(server: self).response(
-            info: .init(kind: .eventStream, route: "record"),
-            channel: context.channel,
-            trace: ConnectionTrace(request.headers, route: "record", tracer: activeTracer)
-        ) { sink in
-            // Once the upstream's stream is over, its events stream is ended too: every event
-            // it delivered is read first.
-            Task {
-                for await state in states {
-                    if case .disconnected = state { break }
+        let (headers, tracer) = (request.headers, activeTracer)
+        let session = Cassette.Session(
+            kind: .eventStream, path: request.uri.path, query: request.uri.query, headers: record.recorded(fields), method: method, body: body)
+        // The upstream's stream opens first: the client's answer is the upstream's.
+        return .later(
+            stream.eventLoop.makeFutureWithTask { () -> StreamAnswer in
+                let events = upstream.events
+                let states = upstream.stateEvents
+                do {
+                    try await upstream.connect()
+                } catch {
+                    await upstream.terminate()
+                    let reason = (try? JSONEncoder().encode(["error": "the recorded server's stream could not be opened: \(error)"])).map {
+                        String(decoding: $0, as: UTF8.self)
+                    }
+                    return .json(.badGateway, reason ?? "{}")
                 }
-                await upstream.terminate()
-            }
-            Task {
-                for await event in events {
-                    recording.record(.event(event))
-                    guard EventStreamResponse.yield((try? event.encoded()) ?? "", to: sink) else { break }
-                }
-                // The upstream ended the stream; when the client left first, that was recorded.
-                recording.record(.disconnect(.server))
-                sink.finish()
-            }
-            return {
-                recording.record(.disconnect(.client))
-                Task { await upstream.terminate() }
-            }
-        }
+                let recording = record.recorder.begin(session, at: start)
+                return .stream(
+                    EventStream(
+                        route: "record",
+                        headers: headers,
+                        tracer: tracer,
+                        start: { writer in
+                            // The upstream client's events are read by a task of its own (the
+                            // client's API is async); once its stream is over, the events end too.
+                            Task {
+                                for await state in states {
+                                    if case .disconnected = state { break }
+                                }
+                                await upstream.terminate()
+                            }
+                            Task {
+                                for await event in events {
+                                    recording.record(.event(event))
+                                    guard writer.send((try? event.encoded()) ?? "") else { break }
+                                }
+                                // The upstream ended the stream; when the client left first, that was recorded.
+                                recording.record(.disconnect(.server))
+                                writer.finish()
+                            }
+                            return {
+                                recording.record(.disconnect(.client))
+                                Task { await upstream.terminate() }
+                            }
+                        },
+                        abandon: {
+                            recording.record(.disconnect(.client))
+                            Task { await upstream.terminate() }
+                        }
+                    )
+                )
+            })
     }
 }

@@ -12,20 +12,18 @@ extension DuplexServer {
     /// `/metrics` and the chaos routes where the cassette has no session; any other path is 404.
     func replayRoutes(_ book: ReplayBook) -> [RouteTable.Route] {
         var routes: [RouteTable.Route] = []
-        let streams = book.paths(.eventStream)
-        for path in streams {
+        for path in book.paths(.eventStream) {
             for method in book.methods(at: path) {
-                routes.append(.on(HTTPRequest.Method(method) ?? .get, path) { request, context in await self.replayStream(book, request, context) })
+                routes.append(.stream(path, method: HTTPRequest.Method(method) ?? .get) { request in self.replayStream(book, request) })
             }
         }
+        // A path recorded both ways answers a plain GET with its stream (a stream route at a
+        // WebSocket route's path takes its requests without an upgrade).
         for path in book.paths(.webSocket) {
-            // A path recorded both ways answers a plain GET with its stream.
-            let recordedBothWays = streams.contains(path)
-            let plain: RouteTable.Handler = { request, context in
-                recordedBothWays ? await self.replayStream(book, request, context) : self.upgradeRequired()
-            }
-            routes.removeAll { $0.method == .get && $0.pattern == RoutePattern(path) }
-            routes.append(.webSocket(path, upgrade: { request, _ in self.replayWebSocketService(book, for: request) }, plain: plain))
+            routes.append(
+                .webSocket(
+                    path, upgrade: { request, _ in self.replayWebSocketService(book, for: request) }, plain: { _, _ in self.upgradeRequired() })
+            )
         }
         return routes
     }
@@ -34,7 +32,7 @@ extension DuplexServer {
     /// recorded subprotocol when the client offers it. Refused (400) where none is left.
     func replayWebSocketService(_ book: ReplayBook, for request: Request) -> UpgradeAnswer {
         guard let (number, session) = book.take(.webSocket, path: request.uri.path) else {
-            return .refuse(UpgradeRefusal(status: .badRequest, body: #"{"error":"the cassette has no more WebSocket sessions at this path"}"#))
+            return .refuse(RouteRefusal(status: .badRequest, body: #"{"error":"the cassette has no more WebSocket sessions at this path"}"#))
         }
         let requestHeaders = request.headers
         var headers = HTTPFields()
@@ -55,16 +53,16 @@ extension DuplexServer {
     /// request's `Last-Event-ID` when the recording has that id. In strict mode the request's
     /// method and body must be the recorded ones (the body compared by the matcher): a request
     /// that differs is reported as a mismatch at step 0 and answered 400 with both sides.
-    func replayStream(_ book: ReplayBook, _ request: Request, _ context: DuplexRequestContext) async -> Response {
+    func replayStream(_ book: ReplayBook, _ stream: StreamRequest) -> StreamAnswer {
+        let request = stream.request
         guard let (number, session) = book.take(.eventStream, path: request.uri.path) else {
-            return Self.json(status: .notFound, #"{"error":"the cassette has no SSE session at this path"}"#)
+            return .json(.notFound, #"{"error":"the cassette has no SSE session at this path"}"#)
         }
         if book.configuration.strict {
-            let body = try? await request.body.collect(upTo: configuration.maxMessageBytes)
-            let received = body.map { $0.readableBytes == 0 ? nil : Data($0.readableBytesView) } ?? nil
+            let body = stream.body
+            let received = body.readableBytes == 0 ? nil : Data(body.readableBytesView)
             if let mismatch = Self.requestMismatch(
-                session, number: number, method: request.method.rawValue, body: received, bodyTooLarge: body == nil,
-                matcher: book.configuration.matcher)
+                session, number: number, method: request.method.rawValue, body: received, matcher: book.configuration.matcher)
             {
                 logger.error(
                     "replay mismatch",
@@ -74,20 +72,16 @@ extension DuplexServer {
                     ])
                 book.configuration.onMismatch?(mismatch)
                 let reason = (try? JSONEncoder().encode(["error": mismatch.description])).map { String(decoding: $0, as: UTF8.self) }
-                return Self.json(status: .badRequest, reason ?? "{}")
+                return .json(.badRequest, reason ?? "{}")
             }
         }
         let lastEventID = request.headers[HTTPField.Name("Last-Event-ID")!]
         let replay = book.configuration
-        let eventLoop = context.channel.eventLoop
-        return EventStreamResponse(server: self).response(
-            info: .init(kind: .eventStream, route: "replay"),
-            channel: context.channel,
-            trace: ConnectionTrace(request.headers, route: "replay", tracer: activeTracer)
-        ) { sink in
-            let source = ReplayEventSource(session: session, lastEventID: lastEventID, replay: replay, sink: sink, eventLoop: eventLoop)
-            return source.stop
-        }
+        let eventLoop = stream.eventLoop
+        return .stream(
+            EventStream(route: "replay", headers: request.headers, tracer: activeTracer) { writer in
+                ReplayEventSource(session: session, lastEventID: lastEventID, replay: replay, writer: writer, eventLoop: eventLoop).stop
+            })
     }
 
     /// How a request differs from the one `session` recorded, or nil when it does not.
@@ -96,7 +90,6 @@ extension DuplexServer {
         number: Int,
         method: String,
         body: Data?,
-        bodyTooLarge: Bool,
         matcher: ReplayMatcher
     ) -> ReplayMismatch? {
         let recordedMethod = session.method ?? "GET"
@@ -115,13 +108,13 @@ extension DuplexServer {
                 )
             default: false
             }
-        guard bodyTooLarge || method != recordedMethod || !sameBody else { return nil }
+        guard method != recordedMethod || !sameBody else { return nil }
         return ReplayMismatch(
             session: number,
             path: session.path,
             step: 0,
             recorded: show(recordedMethod, session.body),
-            received: bodyTooLarge ? "request \(method) with a body over the server's message limit" : show(method, body)
+            received: show(method, body)
         )
     }
 }

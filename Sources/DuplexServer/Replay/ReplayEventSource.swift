@@ -2,24 +2,24 @@ import DuplexSchema
 import NIOConcurrencyHelpers
 import NIOCore
 
-/// Replays one recorded SSE session into a stream's sink, from a timer on the connection's event
+/// Replays one recorded SSE session into a stream's writer, from a timer on the connection's event
 /// loop: each event at its recorded delay after the one before it (divided by the speed), from
 /// the event after the one `Last-Event-ID` names when the recording has it. The stream ends
 /// where the server ended it; where the client did, it stays open (with heartbeats).
 final class ReplayEventSource: Sendable {
     private let steps: [Cassette.Step]
     private let replay: ReplayConfiguration
-    private let sink: OutboundQueue
+    private let writer: EventStreamWriter
     private let eventLoop: any EventLoop
     private let state = NIOLockedValueBox((next: 0, timer: Scheduled<Void>?.none, stopped: false))
     /// When the replay began here, and the recorded time it began at.
     private let began = NIODeadline.now()
     private let base: Duration
 
-    init(session: Cassette.Session, lastEventID: String?, replay: ReplayConfiguration, sink: OutboundQueue, eventLoop: any EventLoop) {
+    init(session: Cassette.Session, lastEventID: String?, replay: ReplayConfiguration, writer: EventStreamWriter, eventLoop: any EventLoop) {
         self.steps = session.steps
         self.replay = replay
-        self.sink = sink
+        self.writer = writer
         self.eventLoop = eventLoop
         // After the event the client saw last, when the recording has it.
         let resumed = lastEventID.flatMap { id in
@@ -42,7 +42,7 @@ final class ReplayEventSource: Sendable {
         }
     }
 
-    /// Puts every step that is due in the sink, then waits for the next.
+    /// Gives the writer every step that is due, then waits for the next.
     private func fire() {
         while true {
             let next = state.withLockedValue { $0.stopped ? nil : $0.next }
@@ -56,13 +56,18 @@ final class ReplayEventSource: Sendable {
                 }
                 return
             }
+            // A recording replayed fast sends at the client's pace, with nothing dropped.
+            guard writer.hasRoom else {
+                writer.whenDrained { self.fire() }
+                return
+            }
             state.withLockedValue { $0.next = next + 1 }
             switch step.action {
             case .event(let event):
                 let text = (try? event.encoded()) ?? ""
-                guard EventStreamResponse.yield(text, to: sink) else { return }
+                guard writer.send(text) else { return }
             case .disconnect(.server):
-                sink.finish()
+                writer.finish()
                 return
             case .disconnect(.client), .message, .close, .pongs:
                 // The client left here, or a step an SSE session does not have: the stream

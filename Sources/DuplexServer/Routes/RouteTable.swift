@@ -3,8 +3,9 @@ import Hummingbird
 
 /// Every route a server serves, in one table: each entry a method, a path pattern and the service
 /// that answers it. It is the one place a path is matched to what serves it: WebSocket upgrades
-/// (over HTTP/1.1 and HTTP/2) are matched here, on the connection's event loop, and every other
-/// request through the Hummingbird router the table builds from the same entries.
+/// and SSE streams (over HTTP/1.1 and HTTP/2) are matched here, on the connection's event loop,
+/// and every other request through the Hummingbird router the table builds from the same
+/// entries.
 ///
 /// A server's table is made of route sets added in order (``DuplexServer/makeRouteTable()``):
 /// the built-in routes, a replayed cassette's, a recording server's. An entry whose method and
@@ -15,12 +16,17 @@ struct RouteTable: Sendable {
     /// Decides a WebSocket upgrade on the connection's event loop: the response headers to add
     /// (a subprotocol, say) and the service, or a refusal.
     typealias Upgrade = @Sendable (Request, [String: String]) -> UpgradeAnswer
+    /// Answers a stream request (its body read) on the connection's event loop: an SSE stream
+    /// served there with no task (``EventStreamHandler``), or a plain answer.
+    typealias Stream = @Sendable (StreamRequest) -> StreamAnswer
 
     /// What a route does.
     enum Service: Sendable {
         /// A WebSocket: `upgrade` decides an upgrade request; `plain` answers the same path
         /// asked without an upgrade (a 426, a validation error, or a stream of its own).
         case webSocket(upgrade: Upgrade, plain: Handler)
+        /// An SSE stream.
+        case stream(Stream)
         /// A request answered by a response.
         case http(Handler)
     }
@@ -33,6 +39,15 @@ struct RouteTable: Sendable {
         /// Whether it is served while the server refuses requests (a chaos fault): the chaos
         /// routes are, so that a script can still reach them.
         var servedWhileRefusing = false
+
+        /// Whether this route and `other`, at the same method and pattern, answer the same
+        /// requests: all do but a stream and a WebSocket.
+        func clashes(with other: Route) -> Bool {
+            switch (service, other.service) {
+            case (.stream, .webSocket), (.webSocket, .stream): false
+            default: true
+            }
+        }
 
         /// The same route, served while the server refuses requests.
         func servedWhileRefusing(_ served: Bool = true) -> Route {
@@ -49,6 +64,11 @@ struct RouteTable: Sendable {
         static func get(_ path: String, _ handler: @escaping Handler) -> Route { .on(.get, path, handler) }
         static func post(_ path: String, _ handler: @escaping Handler) -> Route { .on(.post, path, handler) }
 
+        /// An SSE route: a request with `method` at `path` is answered by `stream`.
+        static func stream(_ path: String, method: HTTPRequest.Method = .get, _ stream: @escaping Stream) -> Route {
+            Route(method: method, pattern: RoutePattern(path), service: .stream(stream))
+        }
+
         /// A WebSocket route: an upgrade at `path` is decided by `upgrade`; a `GET` without one
         /// is answered by `plain`.
         static func webSocket(_ path: String, upgrade: @escaping Upgrade, plain: @escaping Handler) -> Route {
@@ -59,9 +79,12 @@ struct RouteTable: Sendable {
     private(set) var routes: [Route] = []
 
     /// Adds `routes` after those in the table, leaving out any whose method and pattern the
-    /// table already has.
+    /// table already has. A stream route and a WebSocket route may share a path: upgrades go to
+    /// the WebSocket, and requests without one to the stream, instead of the WebSocket route's
+    /// `plain` handler.
     mutating func add(_ routes: [Route]) {
-        for route in routes where !self.routes.contains(where: { $0.method == route.method && $0.pattern == route.pattern }) {
+        for route in routes
+        where !self.routes.contains(where: { $0.method == route.method && $0.pattern == route.pattern && $0.clashes(with: route) }) {
             self.routes.append(route)
         }
     }
@@ -80,6 +103,25 @@ struct RouteTable: Sendable {
         return best.upgrade(request, best.captures)
     }
 
+    /// The stream route for a request head, and what its pattern captured: when the most
+    /// specific route whose method and pattern match is a stream (at a WebSocket route's own
+    /// pattern, the stream); nil otherwise.
+    func stream(for head: HTTPRequest) -> (Stream, [String: String])? {
+        let path = (head.path ?? "/").prefix { $0 != "?" }
+        var best: (route: Route, captures: [String: String])?
+        for route in routes where route.method == head.method {
+            guard let captures = route.pattern.match(path) else { continue }
+            if let current = best {
+                let moreSpecific = route.pattern.isMoreSpecific(than: current.route.pattern)
+                let sameAndStream = route.pattern == current.route.pattern && { if case .stream = route.service { true } else { false } }()
+                guard moreSpecific || sameAndStream else { continue }
+            }
+            best = (route, captures)
+        }
+        guard let best, case .stream(let stream) = best.route.service else { return nil }
+        return (stream, best.captures)
+    }
+
     /// Whether a request for `target` (a path, and maybe a query) is served while the server
     /// refuses requests (``Route/servedWhileRefusing``).
     func servesWhileRefusing(_ target: String) -> Bool {
@@ -88,16 +130,17 @@ struct RouteTable: Sendable {
     }
 
     /// Hummingbird's router for every plain request: each route at its method and pattern, a
-    /// WebSocket route's `plain` handler for its `GET`, behind `middleware`.
+    /// WebSocket route's `plain` handler for its `GET`, behind `middleware`. Stream routes are
+    /// not in it: their requests never reach it.
     func router(middleware: some RouterMiddleware<DuplexRequestContext>) -> Router<DuplexRequestContext> {
         let router = Router(context: DuplexRequestContext.self)
         router.add(middleware: middleware)
         for route in routes {
-            let handler: Handler =
-                switch route.service {
-                case .http(let handler): handler
-                case .webSocket(_, let plain): plain
-                }
+            let handler: Handler
+            switch route.service {
+            case .http(let plain), .webSocket(_, let plain): handler = plain
+            case .stream: continue
+            }
             router.on(RouterPath(route.pattern.description), method: route.method) { request, context -> Response in
                 try await handler(request, context)
             }

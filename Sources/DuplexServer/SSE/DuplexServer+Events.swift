@@ -9,7 +9,8 @@ import NIOCore
 extension DuplexServer {
     /// `GET /events[?interval=MS]`: `id: n`, `event: tick`, `data: {"n":n,"at":"…"}` every
     /// interval, resuming after `Last-Event-ID` (see ``TickClock``).
-    func tickStream(_ request: Request, _ context: DuplexRequestContext) -> Response {
+    func tickStream(_ stream: StreamRequest) -> StreamAnswer {
+        let request = stream.request
         let minimum = TickClock.milliseconds(configuration.minimumTickInterval)
         var interval = TickClock.milliseconds(configuration.tickInterval)
         if let text = request.uri.queryParameters.get("interval") {
@@ -19,7 +20,7 @@ extension DuplexServer {
                     error: ChatProtocolError(
                         .init("invalid_interval"),
                         "interval must be an integer number of milliseconds from \(minimum) to 86400000 (got \(text.debugDescription))")
-                ).response
+                ).answer
             }
             interval = value
         }
@@ -27,91 +28,118 @@ extension DuplexServer {
         let first = ticks.firstTick(after: lastEventID, intervalMilliseconds: interval, window: Int64(configuration.historyLimit))
         let ticks = self.ticks
         let period = interval
-        let eventLoop = context.channel.eventLoop
-        return EventStreamResponse(server: self).response(
-            info: .init(kind: .eventStream, route: "events"),
-            channel: context.channel,
-            trace: ConnectionTrace(request.headers, route: "events", tracer: activeTracer)
-        ) { sink in
-            let source = TickSource(ticks: ticks, intervalMilliseconds: period, first: first, sink: sink, eventLoop: eventLoop)
-            return source.stop
-        }
+        let eventLoop = stream.eventLoop
+        return .stream(
+            EventStream(route: "events", headers: request.headers, tracer: activeTracer) { writer in
+                TickSource(ticks: ticks, intervalMilliseconds: period, first: first, writer: writer, eventLoop: eventLoop).stop
+            })
     }
 
     /// `GET /chat/{room}/events`: the room's events as SSE (`id` = `EPOCH:SEQ`, `event` =
     /// `message`, `joined` or `left`, `data` = the frame JSON), resuming after `Last-Event-ID`.
     /// An id from another epoch gets a `reset` event, then the live stream; a bare integer id
     /// (from before epochs) counts as a seq of the current epoch.
-    func roomEventStream(_ request: Request, _ context: DuplexRequestContext) -> Response {
-        let roomName = context.parameters.get("room") ?? ""
+    func roomEventStream(_ stream: StreamRequest) -> StreamAnswer {
+        let request = stream.request
+        let roomName = stream.captures["room"] ?? ""
         do throws(ChatProtocolError) {
             try configuration.chatLimits.validate(room: roomName)
         } catch {
-            return Refusal(status: .badRequest, error: error).response
+            return Refusal(status: .badRequest, error: error).answer
         }
         let position = request.headers[HTTPField.Name("Last-Event-ID")!].flatMap(RoomStreamID.init)
         guard rooms.canHost(roomName) else {
-            return ChatFrames.refusal(.roomLimit, name: "", maxRooms: configuration.maxRooms).response
+            return ChatFrames.refusal(.roomLimit, name: "", maxRooms: configuration.maxRooms).answer
         }
         let rooms = self.rooms
-        return EventStreamResponse(server: self).response(
-            info: .init(kind: .eventStream, route: "chat-events", room: roomName),
-            channel: context.channel,
-            trace: ConnectionTrace(request.headers, route: "chat-events", tracer: activeTracer)
-        ) { sink -> EventStreamResponse.Stop in
-            let subscriber = RoomSubscriber(
-                member: nil,
-                deliver: { event in EventStreamResponse.yield(event.sse, to: sink) },
-                onOverflow: {}
-            )
-            // A position from another epoch: its history is gone. Say so, ahead of every event, with
-            // an id in the new epoch, so the client's Last-Event-ID moves on; then the new
-            // epoch's kept events follow from its start.
-            let prelude = { (recovered: Bool?, epoch: String, latestSeq: Int) in
-                guard recovered == false, let previous = position?.epoch else { return }
-                let reset = ChatHistoryReset(room: roomName, epoch: epoch, previousEpoch: previous, latestSeq: latestSeq)
-                let data = (try? ChatProtocol.makeEncoder().encode(reset)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
-                // Its id is the start of the new epoch: the kept events of the epoch follow.
-                let text = (try? ServerSentEvent(id: RoomStreamID(epoch: epoch, seq: 0).description, event: "reset", data: data).encoded()) ?? ""
-                _ = EventStreamResponse.yield(text, to: sink)
-            }
-            // Rooms filled up since the check, or the store is unavailable: the stream ends, and
-            // the client retries.
-            let subscribed = await rooms.subscribe(
-                room: roomName,
-                subscriber,
-                since: position?.seq,
-                epoch: position?.epoch,
-                deliverBacklog: true,
-                prelude: prelude
-            )
-            guard case .success(let (room, subscription)) = subscribed else {
-                if case .failure(.unavailable(let why)) = subscribed {
-                    self.logger.warning(
-                        "a room stream ended at once: the room store is unavailable", metadata: ["room": "\(roomName)", "error": "\(why)"])
+        let logger = self.logger
+        let eventLoop = stream.eventLoop
+        return .stream(
+            EventStream(route: "chat-events", room: roomName, headers: request.headers, tracer: activeTracer) { writer -> EventStream.Stop in
+                let subscriber = RoomSubscriber(
+                    member: nil,
+                    deliver: { event in writer.send(event.sseText) },
+                    onOverflow: {}
+                )
+                // A position from another epoch: its history is gone. Say so, ahead of every event, with
+                // an id in the new epoch, so the client's Last-Event-ID moves on; then the new
+                // epoch's kept events follow from its start.
+                let prelude = { @Sendable (recovered: Bool?, epoch: String, latestSeq: Int) in
+                    guard recovered == false, let previous = position?.epoch else { return }
+                    let reset = ChatHistoryReset(room: roomName, epoch: epoch, previousEpoch: previous, latestSeq: latestSeq)
+                    let data = (try? ChatProtocol.makeEncoder().encode(reset)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
+                    // Its id is the start of the new epoch: the kept events of the epoch follow.
+                    let text = (try? ServerSentEvent(id: RoomStreamID(epoch: epoch, seq: 0).description, event: "reset", data: data).encoded()) ?? ""
+                    writer.send(text)
                 }
-                sink.finish()
-                return {}
-            }
-            return { room.unsubscribe(subscription.id) }
-        }
+                // The store subscribes (a database may take a moment); the stream is stopped by
+                // whichever comes last, the subscription or the stop.
+                let stop = SubscriptionStop()
+                eventLoop.makeFutureWithTask {
+                    await rooms.subscribe(
+                        room: roomName,
+                        subscriber,
+                        since: position?.seq,
+                        epoch: position?.epoch,
+                        deliverBacklog: true,
+                        prelude: prelude
+                    )
+                }.whenSuccess { subscribed in
+                    // Rooms filled up since the check, or the store is unavailable: the stream ends,
+                    // and the client retries.
+                    guard case .success(let (room, subscription)) = subscribed else {
+                        if case .failure(.unavailable(let why)) = subscribed {
+                            logger.warning(
+                                "a room stream ended at once: the room store is unavailable", metadata: ["room": "\(roomName)", "error": "\(why)"])
+                        }
+                        writer.finish()
+                        return
+                    }
+                    stop.subscribed { room.unsubscribe(subscription.id) }
+                }
+                return stop.stop
+            })
     }
 }
 
-/// `/events`' ticks, put in a stream's sink by a timer on the connection's event loop, each at
+/// How a room stream stops: unsubscribes once subscribed, whichever of the two comes first.
+final class SubscriptionStop: Sendable {
+    private let state = NIOLockedValueBox((unsubscribe: (@Sendable () -> Void)?.none, stopped: false))
+
+    /// The subscription was made; `unsubscribe` ends it.
+    func subscribed(_ unsubscribe: @escaping @Sendable () -> Void) {
+        let stopped = state.withLockedValue { state in
+            if !state.stopped { state.unsubscribe = unsubscribe }
+            return state.stopped
+        }
+        if stopped { unsubscribe() }
+    }
+
+    /// The stream ended.
+    @Sendable func stop() {
+        let unsubscribe = state.withLockedValue { state in
+            state.stopped = true
+            defer { state.unsubscribe = nil }
+            return state.unsubscribe
+        }
+        unsubscribe?()
+    }
+}
+
+/// `/events`' ticks, put in a stream's writer by a timer on the connection's event loop, each at
 /// its instant on the server's tick clock: no task per stream.
 final class TickSource: Sendable {
     private let ticks: TickClock
     private let intervalMilliseconds: Int64
-    private let sink: OutboundQueue
+    private let writer: EventStreamWriter
     private let eventLoop: any EventLoop
     private let state = NIOLockedValueBox((timer: Scheduled<Void>?.none, stopped: false))
 
     /// Starts at tick `first`.
-    init(ticks: TickClock, intervalMilliseconds: Int64, first: Int64, sink: OutboundQueue, eventLoop: any EventLoop) {
+    init(ticks: TickClock, intervalMilliseconds: Int64, first: Int64, writer: EventStreamWriter, eventLoop: any EventLoop) {
         self.ticks = ticks
         self.intervalMilliseconds = intervalMilliseconds
-        self.sink = sink
+        self.writer = writer
         self.eventLoop = eventLoop
         schedule(first)
     }
@@ -125,7 +153,7 @@ final class TickSource: Sendable {
         }
     }
 
-    /// Puts tick `n`, and every tick already due after it, in the sink; then waits for the next.
+    /// Puts tick `n`, and every tick already due after it, to the writer; then waits for the next.
     private func schedule(_ n: Int64) {
         let delay = TimeAmount(max(ticks.instant(ofTick: n, intervalMilliseconds: intervalMilliseconds) - .now, .zero))
         state.withLockedValue { state in
@@ -135,11 +163,17 @@ final class TickSource: Sendable {
     }
 
     private func fire(_ n: Int64) {
+        guard !state.withLockedValue({ $0.stopped }) else { return }
         var n = n
-        // A tick replayed from `Last-Event-ID` is due at once: the backlog goes out in one go.
+        // A tick replayed from `Last-Event-ID` is due at once: the backlog goes out as fast as
+        // the client reads it, however long, with nothing dropped.
         while ticks.instant(ofTick: n, intervalMilliseconds: intervalMilliseconds) <= .now {
+            guard writer.hasRoom else {
+                writer.whenDrained { [n] in self.fire(n) }
+                return
+            }
             let text = (try? TickClock.event(tick: n, intervalMilliseconds: intervalMilliseconds).encoded()) ?? ""
-            guard EventStreamResponse.yield(text, to: sink) else { return }
+            guard writer.send(text) else { return }
             n += 1
         }
         schedule(n)

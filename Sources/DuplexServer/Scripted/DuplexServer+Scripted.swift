@@ -17,8 +17,8 @@ extension DuplexServer {
                     plain: { _, _ in self.upgradeRequired() }
                 )
             case .sse(let handler):
-                .on(HTTPRequest.Method(route.method) ?? .get, route.path) { request, context in
-                    await self.scriptedStream(handler, request, context)
+                .stream(route.path, method: HTTPRequest.Method(route.method) ?? .get) { request in
+                    self.scriptedStream(handler, request)
                 }
             }
         }
@@ -101,7 +101,7 @@ extension DuplexServer {
     }
 
     /// A refusal a handler decided, journaled, as the front door sends it.
-    func refusal(_ decision: UpgradeDecision, _ request: ScriptedRequest) -> UpgradeRefusal? {
+    func refusal(_ decision: UpgradeDecision, _ request: ScriptedRequest) -> RouteRefusal? {
         guard case .refuse(let status, let headers, let body) = decision else { return nil }
         journal.append(
             .init(connection: journal.newConnection(), path: request.path, direction: .out, kind: .refused, code: status, request: request))
@@ -110,7 +110,7 @@ extension DuplexServer {
             if let name = HTTPField.Name(name) { fields[name] = value }
         }
         metrics.refused(status: status)
-        return UpgradeRefusal(status: .init(code: (400..<600).contains(status) ? status : 500), headers: fields, body: body)
+        return RouteRefusal(status: .init(code: (400..<600).contains(status) ? status : 500), headers: fields, body: body)
     }
 
     /// A scripted WebSocket upgrade: refused as its handler decides, or served on the event loop.
@@ -139,23 +139,16 @@ extension DuplexServer {
         )
     }
 
-    /// A scripted SSE stream: the request's body read (within the message limit), refused as
-    /// its handler decides, or its script streamed.
-    func scriptedStream(_ handler: SSERouteHandler, _ request: Request, _ context: DuplexRequestContext) async -> Response {
+    /// A scripted SSE stream: the request's body (read within the message limit) given to its
+    /// handler, refused as the handler decides, or its script streamed.
+    func scriptedStream(_ handler: SSERouteHandler, _ stream: StreamRequest) -> StreamAnswer {
+        let request = stream.request
         var scripted = Self.scriptedRequest(request)
         if request.method != .get {
-            var request = request
-            guard let body = try? await request.collectBody(upTo: configuration.maxMessageBytes) else {
-                return counted(Self.json(status: .contentTooLarge, #"{"error":"the request body is over the server's message limit"}"#))
-            }
-            let data = Data(body.readableBytesView)
+            let data = Data(stream.body.readableBytesView)
             if let text = String(validating: data, as: UTF8.self) { scripted.body = text } else { scripted.bodyBase64 = data.base64EncodedString() }
         }
-        if let refusal = refusal(handler.accept(scripted), scripted) {
-            var headers = refusal.head(http2: true).headerFields
-            headers[.contentLength] = nil
-            return Response(status: refusal.status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: refusal.body)))
-        }
+        if let refusal = refusal(handler.accept(scripted), scripted) { return .respond(refusal) }
         let script = handler.respond(scripted)
         let connection = journal.newConnection()
         do {
@@ -163,7 +156,7 @@ extension DuplexServer {
         } catch {
             journal.append(.init(connection: connection, path: scripted.path, direction: .out, kind: .error, data: "\(error)", request: scripted))
             // The error is this library's own text (a place and a rule), with nothing from the request.
-            return counted(Self.json(status: .internalServerError, #"{"error":"the route's script cannot be written: \#(error)"}"#))
+            return .json(.internalServerError, #"{"error":"the route's script cannot be written: \#(error)"}"#)
         }
         let journal = self.journal
         let path = scripted.path
@@ -183,18 +176,19 @@ extension DuplexServer {
         }
         let source = NIOLockedValueBox<ScriptedEventSource?>(nil)
         let lastEventID = scripted.lastEventID
-        let eventLoop = context.channel.eventLoop
-        return EventStreamResponse(server: self).response(
-            info: .init(kind: .eventStream, route: "scripted"),
-            channel: context.channel,
-            trace: ConnectionTrace(request.headers, route: "scripted", tracer: activeTracer),
-            scripted: true,
-            dropsAtEnd: { source.withLockedValue { $0?.drops ?? false } }
-        ) { sink in
-            let feed = ScriptedEventSource(script: script, lastEventID: lastEventID, sink: sink, eventLoop: eventLoop, record: record)
-            source.withLockedValue { $0 = feed }
-            feed.start()
-            return feed.stop
-        }
+        let eventLoop = stream.eventLoop
+        return .stream(
+            EventStream(
+                route: "scripted",
+                headers: request.headers,
+                tracer: activeTracer,
+                scripted: true,
+                dropsAtEnd: { source.withLockedValue { $0?.drops ?? false } }
+            ) { writer in
+                let feed = ScriptedEventSource(script: script, lastEventID: lastEventID, writer: writer, eventLoop: eventLoop, record: record)
+                source.withLockedValue { $0 = feed }
+                feed.start()
+                return feed.stop
+            })
     }
 }

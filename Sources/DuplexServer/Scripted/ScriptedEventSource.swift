@@ -13,7 +13,7 @@ struct SSERouteHandler: Sendable {
 final class ScriptedEventSource: Sendable {
     private let script: SSEScript
     private let events: [SSEScriptEvent]
-    private let sink: OutboundQueue
+    private let writer: EventStreamWriter
     private let eventLoop: any EventLoop
     private let record: @Sendable (ScriptJournal.Entry.Kind, ScriptJournal.Entry.Direction, SSEScriptEvent?) -> Void
     private let state = NIOLockedValueBox(State())
@@ -29,13 +29,13 @@ final class ScriptedEventSource: Sendable {
     init(
         script: SSEScript,
         lastEventID: String?,
-        sink: OutboundQueue,
+        writer: EventStreamWriter,
         eventLoop: any EventLoop,
         record: @escaping @Sendable (ScriptJournal.Entry.Kind, ScriptJournal.Entry.Direction, SSEScriptEvent?) -> Void
     ) {
         self.script = script
         self.events = Array(script.events(after: lastEventID))
-        self.sink = sink
+        self.writer = writer
         self.eventLoop = eventLoop
         self.record = record
     }
@@ -47,7 +47,7 @@ final class ScriptedEventSource: Sendable {
 
     /// Writes the `retry:` field, then sets the events going.
     func start() {
-        if let retry = script.retryMilliseconds { _ = sink.offer(ServerSentEvent.retryDirective(milliseconds: retry)) }
+        if let retry = script.retryMilliseconds { writer.send(ServerSentEvent.retryDirective(milliseconds: retry)) }
         eventLoop.execute { self.step() }
     }
 
@@ -70,7 +70,7 @@ final class ScriptedEventSource: Sendable {
         guard !stopped else { return }
         if index < events.count {
             let event = events[index]
-            guard EventStreamResponse.yield(event.wireText, to: sink) else { return }
+            guard writer.send(event.wireText) else { return }
             record(.event, .out, event)
             if index + 1 < events.count || script.then == .comments {
                 schedule(after: script.every)
@@ -78,7 +78,7 @@ final class ScriptedEventSource: Sendable {
                 end()
             }
         } else if script.then == .comments {
-            guard EventStreamResponse.yield(": keep-alive\n\n", to: sink) else { return }
+            guard writer.send(": keep-alive\n\n") else { return }
             schedule(after: script.every > .zero ? script.every : .seconds(1))
         } else {
             end()
@@ -99,10 +99,10 @@ final class ScriptedEventSource: Sendable {
         switch ending {
         case .end:
             record(.close, .out, nil)
-            sink.finish()
+            writer.finish()
         case .drop:
             record(.drop, .out, nil)
-            sink.finish()
+            writer.finish()
         case .hang, .comments:
             break
         }

@@ -12,7 +12,7 @@ import NIOWebSocket
 /// by every member. They enter the pipeline just before swift-nio's frame encoder, through a
 /// ``RawFrameOutlet``, so that whatever sits nearer the socket still sees them.
 ///
-/// It keeps ``OutboundQueue``'s promises:
+/// Its promises (an SSE stream's ``EventStreamWriter`` keeps the same):
 /// - **Bounded.** Frames accepted but not yet handed to the channel count against `maxCount` and
 ///   `maxBytes` (text bytes); past either, ``offer(_:)`` refuses, and the member is closed. The
 ///   writer hands frames over only while the channel is writable: a reader that does not read

@@ -233,18 +233,6 @@ struct FrontDoorTests {
 /// Queues are bounded in bytes (issue 16: a room SSE watcher that never read held about 100 MB).
 @Suite("bounded queues")
 struct BoundedQueueTests {
-    @Test("an outbound queue refuses what would pass its count or its bytes")
-    func outboundQueueBounds() {
-        let queue = OutboundQueue(maxCount: 3, maxBytes: 100)
-        #expect(queue.offer(String(repeating: "a", count: 60)))
-        #expect(!queue.offer(String(repeating: "b", count: 60)), "120 bytes would pass 100")
-        #expect(queue.offer(String(repeating: "c", count: 40)))
-        queue.written(String(repeating: "a", count: 60))
-        #expect(queue.offer(String(repeating: "d", count: 50)))
-        #expect(queue.offer(""))
-        #expect(!queue.offer(""), "a fourth item would pass the count")
-    }
-
     @Test("a room SSE watcher that falls behind by more than outboundQueueBytes gets the end of its stream, not unbounded memory")
     func slowWatcherIsCut() async throws {
         try await withTimeout(.seconds(30)) {

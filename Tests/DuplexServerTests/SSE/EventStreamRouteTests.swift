@@ -61,6 +61,33 @@ struct EventStreamRouteTests {
         }
     }
 
+    @Test("a tick backlog far past the outbound queue's bounds goes out whole, at the reader's pace: every id once, in order")
+    func backlogPastTheBounds() async throws {
+        try await withTimeout(.seconds(60)) {
+            let backlog: Int64 = 20_000
+            // A queue of 16 events: the backlog is 1,250 times that, and far more than the
+            // socket and the channel's high watermark hold while the reader waits.
+            try await withDuplexServer(configuration: .init(historyLimit: Int(backlog), outboundQueueLimit: 16)) { server in
+                let nowTick = Int64(Date().timeIntervalSince1970 * 1000) / 10
+                let last = nowTick - backlog
+                try await TestHTTPResponse.get(port: server.port, "/events?interval=10", headers: [("Last-Event-ID", String(last))]) { response in
+                    let first = try #require(try await response.nextEvent()?.id.flatMap { Int64($0) })
+                    // The window is the history limit back from the server's now, a tick or two on.
+                    #expect(first > last && first <= last + 1_000, "the replay starts after Last-Event-ID: \(first) against \(last)")
+                    var expected = first + 1
+                    // The reader waits: the server's writes back up into its writer.
+                    try await Task.sleep(for: .milliseconds(300))
+                    while expected <= nowTick {
+                        let event = try #require(try await response.nextEvent(), "the stream ended at \(expected)")
+                        #expect(event.id == String(expected))
+                        guard event.id == String(expected) else { break }
+                        expected += 1
+                    }
+                }
+            }
+        }
+    }
+
     @Test("a non-integer Last-Event-ID gets the live stream")
     func nonIntegerLastEventID() async throws {
         try await withTimeout {
