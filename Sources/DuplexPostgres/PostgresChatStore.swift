@@ -194,13 +194,39 @@ final class PostgresChatStore: ChatStore {
 
     // MARK: ChatStore
 
-    func subscribe(
+    /// A join waits on the database (the room's replica, the member's row): the answer
+    /// completes on `loop`.
+    func join(
         room name: String,
         _ subscriber: RoomSubscriber,
         since: Int?,
         epoch: String?,
         deliverBacklog: Bool,
-        prelude: ((_ recovered: Bool?, _ epoch: String, _ latestSeq: Int) -> Void)?
+        prelude: Prelude?,
+        on loop: any EventLoop
+    ) -> StoreAnswer<Result<(ChatRoom, ChatRoom.Subscription), ChatStoreRefusal>> {
+        .later(
+            loop.makeFutureWithTask {
+                await self.subscribe(room: name, subscriber, since: since, epoch: epoch, deliverBacklog: deliverBacklog, prelude: prelude)
+            })
+    }
+
+    /// A connection leaves: no event reaches it after this returns; a member's departure is
+    /// recorded in the background (its queries have the store's deadline).
+    func leave(_ subscription: ChatRoom.Subscription, member: RoomSubscriber.Member?, from room: ChatRoom) {
+        room.unsubscribe(subscription.id)
+        guard let member else { return }
+        Task { await self.recordDeparture(of: member, from: room) }
+    }
+
+    /// Subscribes to the room's replica, loading it if need be; a member's join is recorded.
+    private func subscribe(
+        room name: String,
+        _ subscriber: RoomSubscriber,
+        since: Int?,
+        epoch: String?,
+        deliverBacklog: Bool,
+        prelude: Prelude?
     ) async -> Result<(ChatRoom, ChatRoom.Subscription), ChatStoreRefusal> {
         while true {
             let room: ChatRoom
@@ -238,9 +264,8 @@ final class PostgresChatStore: ChatStore {
         }
     }
 
-    func unsubscribe(_ subscription: ChatRoom.Subscription, member: RoomSubscriber.Member?, from room: ChatRoom) async {
-        room.unsubscribe(subscription.id)
-        guard let member else { return }
+    /// Records that `member` left `room`; a failure is logged, and the next heartbeat records it.
+    private func recordDeparture(of member: RoomSubscriber.Member, from room: ChatRoom) async {
         do {
             try await leave(room: room.name, name: member.name, session: member.session, cause: "left")
         } catch {

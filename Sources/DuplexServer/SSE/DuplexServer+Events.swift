@@ -72,19 +72,10 @@ extension DuplexServer {
                     let text = (try? ServerSentEvent(id: RoomStreamID(epoch: epoch, seq: 0).description, event: "reset", data: data).encoded()) ?? ""
                     writer.send(text)
                 }
-                // The store subscribes (a database may take a moment); the stream is stopped by
+                // The store subscribes, at once or once a database answers; the stream is stopped by
                 // whichever comes last, the subscription or the stop.
                 let stop = SubscriptionStop()
-                eventLoop.makeFutureWithTask {
-                    await rooms.subscribe(
-                        room: roomName,
-                        subscriber,
-                        since: position?.seq,
-                        epoch: position?.epoch,
-                        deliverBacklog: true,
-                        prelude: prelude
-                    )
-                }.whenSuccess { subscribed in
+                let subscribed: @Sendable (Result<(ChatRoom, ChatRoom.Subscription), ChatStoreRefusal>) -> Void = { subscribed in
                     // Rooms filled up since the check, or the store is unavailable: the stream ends,
                     // and the client retries.
                     guard case .success(let (room, subscription)) = subscribed else {
@@ -95,7 +86,13 @@ extension DuplexServer {
                         writer.finish()
                         return
                     }
-                    stop.subscribed { room.unsubscribe(subscription.id) }
+                    stop.subscribed { rooms.leave(subscription, member: nil, from: room) }
+                }
+                switch rooms.join(
+                    room: roomName, subscriber, since: position?.seq, epoch: position?.epoch, deliverBacklog: true, prelude: prelude, on: eventLoop)
+                {
+                case .now(let result): subscribed(result)
+                case .later(let future): future.whenSuccess(subscribed)
                 }
                 return stop.stop
             })

@@ -9,28 +9,23 @@ package import NIOCore
 /// Either way, a subscriber is served by a local ``ChatRoom`` (for the PostgreSQL store, a
 /// replica) that queues events to it in seq order.
 package protocol ChatStore: Sendable {
-    /// Adds a member or an observer to a room, creating the room if need be. See
-    /// ``ChatRoom/subscribe(_:since:epoch:deliverBacklog:prelude:)``.
-    func subscribe(
-        room name: String,
-        _ subscriber: RoomSubscriber,
-        since: Int?,
-        epoch: String?,
-        deliverBacklog: Bool,
-        prelude: ((_ recovered: Bool?, _ epoch: String, _ latestSeq: Int) -> Void)?
-    ) async -> Result<(ChatRoom, ChatRoom.Subscription), ChatStoreRefusal>
+    /// What a subscriber is told before the backlog, when it resumes: whether its position was
+    /// recovered (nil: it gave none), the room's epoch and its latest seq. Called under the
+    /// room's lock.
+    typealias Prelude = @Sendable (_ recovered: Bool?, _ epoch: String, _ latestSeq: Int) -> Void
 
-    /// Removes a subscriber; a member's departure is recorded as a `left` event.
-    func unsubscribe(_ subscription: ChatRoom.Subscription, member: RoomSubscriber.Member?, from room: ChatRoom) async
-
-    /// A member's join, for its connection's event loop: the answer at once (the memory store),
-    /// or later on `loop` (a store that waits on a database). The same refusals as
-    /// ``subscribe(room:_:since:epoch:deliverBacklog:prelude:)``.
+    /// Adds a member or an observer to a room, creating the room if need be, for the
+    /// subscriber's event loop: the answer at once (the memory store), or later on `loop` (a
+    /// store that waits on a database). See ``ChatRoom/subscribe(_:since:epoch:deliverBacklog:prelude:)``
+    /// for `since`, `epoch`, `deliverBacklog` and `prelude`. Refused when the room cannot be
+    /// hosted, the name is taken by another token, or the store is unavailable.
     func join(
         room name: String,
         _ subscriber: RoomSubscriber,
         since: Int?,
         epoch: String?,
+        deliverBacklog: Bool,
+        prelude: Prelude?,
         on loop: any EventLoop
     ) -> StoreAnswer<Result<(ChatRoom, ChatRoom.Subscription), ChatStoreRefusal>>
 
@@ -71,7 +66,7 @@ package protocol ChatStore: Sendable {
 }
 
 extension ChatStore {
-    /// A store that answers asynchronously: the answer completes a future on `loop`.
+    /// A member's join: the backlog comes in its welcome, not through its subscriber.
     package func join(
         room name: String,
         _ subscriber: RoomSubscriber,
@@ -79,16 +74,7 @@ extension ChatStore {
         epoch: String?,
         on loop: any EventLoop
     ) -> StoreAnswer<Result<(ChatRoom, ChatRoom.Subscription), ChatStoreRefusal>> {
-        .later(
-            loop.makeFutureWithTask { await self.subscribe(room: name, subscriber, since: since, epoch: epoch, deliverBacklog: false, prelude: nil) })
-    }
-
-    package func leave(_ subscription: ChatRoom.Subscription, member: RoomSubscriber.Member?, from room: ChatRoom) {
-        room.unsubscribe(subscription.id)
-        guard member != nil else { return }
-        // The connection is gone and waits for nothing: ends when the store has recorded the
-        // departure (its queries have the store's deadline).
-        Task { await self.unsubscribe(subscription, member: member, from: room) }
+        join(room: name, subscriber, since: since, epoch: epoch, deliverBacklog: false, prelude: nil, on: loop)
     }
 }
 

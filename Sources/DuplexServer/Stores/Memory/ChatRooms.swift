@@ -28,7 +28,7 @@ final class ChatRooms: Sendable {
         since: Int?,
         epoch: String? = nil,
         deliverBacklog: Bool = false,
-        prelude: ((_ recovered: Bool?, _ epoch: String, _ latestSeq: Int) -> Void)? = nil
+        prelude: Prelude? = nil
     ) -> Result<(ChatRoom, ChatRoom.Subscription), ChatStoreRefusal> {
         // The room is found (or made) under this lock, and joined outside it: the join's
         // presence event is delivered to the room by the joining thread, which must not hold up
@@ -88,31 +88,16 @@ final class ChatRooms: Sendable {
 }
 
 extension ChatRooms: ChatStore {
-    func subscribe(
-        room name: String,
-        _ subscriber: RoomSubscriber,
-        since: Int?,
-        epoch: String?,
-        deliverBacklog: Bool,
-        prelude: ((_ recovered: Bool?, _ epoch: String, _ latestSeq: Int) -> Void)?
-    ) async -> Result<(ChatRoom, ChatRoom.Subscription), ChatStoreRefusal> {
-        // The synchronous overload: a closure that is not async cannot call this one.
-        let subscribe = { self.subscribe(room: name, subscriber, since: since, epoch: epoch, deliverBacklog: deliverBacklog, prelude: prelude) }
-        return subscribe()
-    }
-
-    func unsubscribe(_ subscription: ChatRoom.Subscription, member: RoomSubscriber.Member?, from room: ChatRoom) async {
-        room.unsubscribe(subscription.id)
-    }
-
     func join(
         room name: String,
         _ subscriber: RoomSubscriber,
         since: Int?,
         epoch: String?,
+        deliverBacklog: Bool,
+        prelude: Prelude?,
         on loop: any EventLoop
     ) -> StoreAnswer<Result<(ChatRoom, ChatRoom.Subscription), ChatStoreRefusal>> {
-        .now(subscribe(room: name, subscriber, since: since, epoch: epoch))
+        .now(subscribe(room: name, subscriber, since: since, epoch: epoch, deliverBacklog: deliverBacklog, prelude: prelude))
     }
 
     func record(
