@@ -329,9 +329,10 @@ let package = Package(
                 "DuplexCombine",
                 "DuplexSchema",
                 "DuplexServer",
-                // PostgresStoreTests, and the store the CLI tests parse.
+                // The store the CLI tests parse.
                 "DuplexPostgres",
                 "DuplexTesting",
+                "TestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -394,12 +395,40 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Helpers the test targets share: a built program run as a child process, a throwaway
+        // PostgreSQL cluster, a port that refuses connections.
+        .target(
+            name: "TestSupport",
+            dependencies: [
+                "DuplexTesting",
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
+            path: "Tests/TestSupport",
+            swiftSettings: swiftSettings
+        ),
+        // The PostgreSQL store: its helpers (the seq template, the batcher, the database clock,
+        // the configuration it parses) and, on a throwaway cluster, several duplex-server
+        // processes sharing rooms (PostgresStoreTests).
+        .testTarget(
+            name: "DuplexPostgresTests",
+            dependencies: [
+                "DuplexPostgres",
+                "DuplexServer",
+                "DuplexSchema",
+                "DuplexTesting",
+                "Duplex",
+                "TestSupport",
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "DuplexServerTests",
             dependencies: [
                 "DuplexServer",
-                // The PostgreSQL store's own helpers (its seq template, its batcher).
-                "DuplexPostgres",
                 "DuplexWire",
                 "DuplexTesting",
                 "DuplexSchema",

@@ -3,7 +3,6 @@ import Foundation
 import NIOConcurrencyHelpers
 import Testing
 
-@testable import DuplexPostgres
 @testable import DuplexServer
 
 /// A room replica (the PostgreSQL store's local copy of a room): it applies events numbered
@@ -141,19 +140,5 @@ struct ChatRoomReplicaTests {
         room.restart(at: 900, with: [Self.event(899), Self.event(900)])
         #expect(watcher.overflows.withLockedValue { $0 } == 1 && room.subscriberCount == 0)
         #expect(room.latestSeq == 900 && room.historySize.events == 2)
-    }
-
-    @Test("PostgresChatStore.template splits a frame's JSON around its seq, once")
-    func template() throws {
-        let at = Date(timeIntervalSince1970: 0)
-        let (prefix, suffix) = try PostgresChatStore.template { seq in
-            .message(ChatMessage(room: "r", seq: seq, clientMessageID: "c", from: "a", text: #"a "seq":9007199254740991 b"#, sentAt: at))
-        }
-        let json = prefix + "42" + suffix
-        guard case .message(let message) = try ChatServerFrame.decode(Data(json.utf8)) else {
-            Issue.record("not a message: \(json)")
-            return
-        }
-        #expect(message.seq == 42 && message.text == #"a "seq":9007199254740991 b"#)
     }
 }

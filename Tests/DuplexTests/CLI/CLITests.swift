@@ -7,6 +7,7 @@ import NIOHTTP1
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+import TestSupport
 import Testing
 
 /// The built `duplex` binary against the in-process server and local peers: every subcommand,

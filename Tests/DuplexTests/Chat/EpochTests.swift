@@ -4,6 +4,7 @@ import DuplexServer
 import DuplexTesting
 import Foundation
 import NIOConcurrencyHelpers
+import TestSupport
 import Testing
 
 /// Resume across a server that lost its history (issue 10): seqs count within an epoch.

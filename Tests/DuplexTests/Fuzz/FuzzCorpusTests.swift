@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 /// The fuzz targets' checked-in corpora (`Tests/Fuzz/Corpus/TARGET`), replayed through the same

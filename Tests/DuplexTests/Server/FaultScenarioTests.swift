@@ -6,6 +6,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import NIOConcurrencyHelpers
+import TestSupport
 import Testing
 
 /// Scenario files: a timeline of faults for the proxy and the server behind it (issue 33).

@@ -6,6 +6,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import NIOConcurrencyHelpers
+import TestSupport
 import Testing
 
 /// The soak on real processes: two `duplex-server` processes on one PostgreSQL store, 40

@@ -3,6 +3,7 @@ import DuplexServer
 import DuplexTesting
 import Foundation
 import NIOHTTP1
+import TestSupport
 import Testing
 
 @testable import Duplex

@@ -3,6 +3,7 @@ import DuplexSchema
 import DuplexServer
 import DuplexTesting
 import Foundation
+import TestSupport
 import Testing
 
 /// Replay (issue 33): the Duplex clients against a cassette's recorded server side.

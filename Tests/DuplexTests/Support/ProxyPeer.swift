@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import NIOPosix
+import TestSupport
 import Testing
 
 /// A real proxy from Debian, started for one test on a free loopback port: tinyproxy (HTTP

@@ -3,6 +3,7 @@ import DuplexSchema
 @testable import DuplexServer
 import DuplexTesting
 import Foundation
+import TestSupport
 import Testing
 
 /// The server over TLS: its own made CA, client certificates, and the TLS fault listeners, each

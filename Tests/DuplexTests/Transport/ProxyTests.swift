@@ -3,6 +3,7 @@ import DuplexSchema
 import DuplexServer
 import DuplexTesting
 import Foundation
+import TestSupport
 import Testing
 
 /// WebSocket and SSE through real proxies started by the tests: tinyproxy (HTTP CONNECT, with

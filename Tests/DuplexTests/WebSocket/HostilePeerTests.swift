@@ -4,6 +4,7 @@ import DuplexTesting
 import Foundation
 import NIOCore
 import NIOWebSocket
+import TestSupport
 import Testing
 
 /// A hostile or broken server gets a specific error and exit status from the client, never a

@@ -3,11 +3,11 @@ import Glibc
 /// A loopback port that refuses every connection and that nothing else can take while it is
 /// held: a socket bound to it that does not listen. (A port that was merely free a moment ago
 /// can be taken by another test running in parallel.)
-final class RefusingPort: Sendable {
-    let port: Int
+package final class RefusingPort: Sendable {
+    package let port: Int
     private let descriptor: Int32
 
-    init() throws {
+    package init() throws {
         let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard descriptor >= 0 else { throw Failure(what: "socket") }
         var address = sockaddr_in()
@@ -37,7 +37,7 @@ final class RefusingPort: Sendable {
         close(descriptor)
     }
 
-    struct Failure: Error {
-        var what: String
+    package struct Failure: Error {
+        package var what: String
     }
 }

@@ -1,25 +1,25 @@
 import DuplexTesting
-import Foundation
+package import Foundation
 import NIOConcurrencyHelpers
 
 /// A built command-line program (`duplex`, `duplex-server`) run as a child process, with its
 /// stdin writable and its output collected, and waits on that output, always with a time limit.
-final class CLIProcess: Sendable {
-    struct Output: Sendable, CustomStringConvertible {
-        var stdout = ""
-        var stderr = ""
-        var status: Int32?
+package final class CLIProcess: Sendable {
+    package struct Output: Sendable, CustomStringConvertible {
+        package var stdout = ""
+        package var stderr = ""
+        package var status: Int32?
         /// How many of stdout and stderr reached end of file.
-        var endedStreams = 0
+        package var endedStreams = 0
 
-        var description: String { "status \(status.map(String.init) ?? "running")\n--- stdout:\n\(stdout)\n--- stderr:\n\(stderr)" }
+        package var description: String { "status \(status.map(String.init) ?? "running")\n--- stdout:\n\(stdout)\n--- stderr:\n\(stderr)" }
     }
 
     /// The output fell short of what a test waited for.
-    struct WaitFailed: Error, CustomStringConvertible {
-        var what: String
-        var output: Output
-        var description: String { "timed out waiting for \(what); \(output)" }
+    package struct WaitFailed: Error, CustomStringConvertible {
+        package var what: String
+        package var output: Output
+        package var description: String { "timed out waiting for \(what); \(output)" }
     }
 
     private struct State {
@@ -33,7 +33,7 @@ final class CLIProcess: Sendable {
     private let state = NIOLockedValueBox(State())
 
     /// The folder the test binary and the package's executables are built into.
-    static var binDirectory: URL {
+    package static var binDirectory: URL {
         if let override = ProcessInfo.processInfo.environment["DUPLEX_BIN_DIR"] { return URL(fileURLWithPath: override) }
         let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         var directory = executable.deletingLastPathComponent()
@@ -45,12 +45,12 @@ final class CLIProcess: Sendable {
     }
 
     /// Starts `program` (a product of this package) with `arguments`.
-    convenience init(_ program: String, _ arguments: [String], environment: [String: String] = [:]) throws {
+    package convenience init(_ program: String, _ arguments: [String], environment: [String: String] = [:]) throws {
         try self.init(executable: Self.binDirectory.appendingPathComponent(program), arguments, environment: environment)
     }
 
     /// Starts any executable, such as `/bin/bash` running a pipeline of this package's programs.
-    init(executable: URL, _ arguments: [String], environment: [String: String] = [:]) throws {
+    package init(executable: URL, _ arguments: [String], environment: [String: String] = [:]) throws {
         process = Process()
         process.executableURL = executable
         process.arguments = arguments
@@ -74,40 +74,40 @@ final class CLIProcess: Sendable {
     }
 
     /// Writes a line to the program's stdin.
-    func send(_ line: String) {
+    package func send(_ line: String) {
         input.fileHandleForWriting.write(Data((line + "\n").utf8))
     }
 
     /// Closes the program's stdin: end of input.
-    func closeInput() {
+    package func closeInput() {
         try? input.fileHandleForWriting.close()
     }
 
     /// Sends SIGINT, SIGTERM or another signal.
     /// The process's id.
-    var pid: Int32 { process.processIdentifier }
+    package var pid: Int32 { process.processIdentifier }
 
-    func signal(_ number: Int32) {
+    package func signal(_ number: Int32) {
         kill(process.processIdentifier, number)
     }
 
-    var output: Output { state.withLockedValue { $0.output } }
+    package var output: Output { state.withLockedValue { $0.output } }
 
     /// Waits until stdout contains `text`.
     @discardableResult
-    func waitForStdout(_ text: String, within limit: Duration = .seconds(20)) async throws -> Output {
+    package func waitForStdout(_ text: String, within limit: Duration = .seconds(20)) async throws -> Output {
         try await wait("stdout to contain \(text.debugDescription)", within: limit) { $0.stdout.contains(text) }
     }
 
     /// Waits until stderr contains `text`.
     @discardableResult
-    func waitForStderr(_ text: String, within limit: Duration = .seconds(20)) async throws -> Output {
+    package func waitForStderr(_ text: String, within limit: Duration = .seconds(20)) async throws -> Output {
         try await wait("stderr to contain \(text.debugDescription)", within: limit) { $0.stderr.contains(text) }
     }
 
     /// Waits for the program to exit; returns its output, with the status.
     @discardableResult
-    func waitForExit(within limit: Duration = .seconds(30)) async throws -> Output {
+    package func waitForExit(within limit: Duration = .seconds(30)) async throws -> Output {
         // The pipes may still hold the last bytes after the exit: wait for both to end too.
         try await wait("the program to exit", within: limit) { $0.status != nil && $0.endedStreams == 2 }
     }
@@ -116,12 +116,12 @@ final class CLIProcess: Sendable {
     /// children may hold its output open after it exits, as the PostgreSQL server's workers can.
     /// What it printed last may not have been read yet: to read output, use ``waitForExit(within:)``.
     @discardableResult
-    func waitForExitStatus(within limit: Duration = .seconds(30)) async throws -> Output {
+    package func waitForExitStatus(within limit: Duration = .seconds(30)) async throws -> Output {
         try await wait("the program to exit", within: limit) { $0.status != nil }
     }
 
     /// Waits until `ready` holds for the output so far.
-    func wait(_ what: String, within limit: Duration, until ready: @escaping @Sendable (Output) -> Bool) async throws -> Output {
+    package func wait(_ what: String, within limit: Duration, until ready: @escaping @Sendable (Output) -> Bool) async throws -> Output {
         let id = state.withLockedValue { state in
             state.nextWaiter += 1
             return state.nextWaiter
@@ -169,5 +169,24 @@ final class CLIProcess: Sendable {
             return ready
         }
         for (continuation, output) in ready { continuation.resume(returning: output) }
+    }
+}
+
+extension CLIProcess {
+    /// The listening line did not name a port.
+    package struct NoPort: Error, CustomStringConvertible {
+        package var output: Output
+        package var description: String { "duplex-server said no port: \(output)" }
+    }
+
+    /// Starts the built `duplex-server` on a free port (unless `arguments` name one); returns
+    /// it and the port from its listening line.
+    package static func server(_ arguments: [String] = []) async throws -> (CLIProcess, Int) {
+        let server = try CLIProcess("duplex-server", (arguments.contains("--port") ? [] : ["--port", "0"]) + arguments)
+        let output = try await server.waitForStdout("duplex-server listening on http://127.0.0.1:")
+        guard let line = output.stdout.split(separator: "\n").first(where: { $0.contains("listening on") }),
+            let port = Int(line.split(separator: ":").last ?? "")
+        else { throw NoPort(output: output) }
+        return (server, port)
     }
 }

@@ -5,6 +5,7 @@ import DuplexServer
 import DuplexTesting
 import Foundation
 import NIOConcurrencyHelpers
+import TestSupport
 import Testing
 
 /// Several `duplex-server` processes on one throwaway PostgreSQL cluster (issue 14): members
@@ -19,7 +20,11 @@ import Testing
 )
 struct PostgresStoreTests {
     /// Short intervals, so that reconnections are quick.
-    static let fast = EpochTests.fast
+    static let fast = WebSocketConfiguration(
+        ping: PingConfig(pingInterval: .milliseconds(500), maxPingFailures: 2),
+        reconnection: .fixedDelay(.milliseconds(50)),
+        connectTimeout: .seconds(10)
+    )
 
     /// A database of its own for one test, on the shared cluster.
     static func withDatabase(_ body: (PostgresCluster, String) async throws -> Void) async throws {
@@ -40,7 +45,7 @@ struct PostgresStoreTests {
 
     /// Starts a node on the database; returns it and its port.
     static func node(_ store: String, _ arguments: [String] = []) async throws -> (CLIProcess, Int) {
-        let (process, port) = try await ServerProcessTests.start(["--store", store, "--log-level", "notice"] + arguments)
+        let (process, port) = try await CLIProcess.server(["--store", store, "--log-level", "notice"] + arguments)
         return (process, port)
     }
 

@@ -1,5 +1,5 @@
 import DuplexTesting
-import Foundation
+package import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
@@ -12,9 +12,9 @@ import NIOPosix
 /// The server's programs come from `DUPLEX_PG_BIN`, else the newest `/usr/lib/postgresql/*/bin`
 /// (Debian's `postgresql` package). Without them, tests that need a cluster are skipped, unless
 /// `DUPLEX_REQUIRE_POSTGRES=1` (as `.ci/run` sets), when they fail.
-final class PostgresCluster: Sendable {
+package final class PostgresCluster: Sendable {
     /// Where `initdb`, `pg_ctl` and `psql` are, if PostgreSQL is installed.
-    static let binDirectory: URL? = {
+    package static let binDirectory: URL? = {
         if let path = ProcessInfo.processInfo.environment["DUPLEX_PG_BIN"] { return URL(fileURLWithPath: path) }
         let root = "/usr/lib/postgresql"
         let versions = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
@@ -23,46 +23,46 @@ final class PostgresCluster: Sendable {
     }()
 
     /// Whether PostgreSQL's programs are here.
-    static var isInstalled: Bool { binDirectory != nil }
+    package static var isInstalled: Bool { binDirectory != nil }
 
     /// Whether a missing PostgreSQL must fail the tests instead of skipping them (CI).
-    static var isRequired: Bool { ProcessInfo.processInfo.environment["DUPLEX_REQUIRE_POSTGRES"] == "1" }
+    package static var isRequired: Bool { ProcessInfo.processInfo.environment["DUPLEX_REQUIRE_POSTGRES"] == "1" }
 
     /// Whether this run leaves the cluster tests to a run of their own
     /// (`DUPLEX_POSTGRES_TESTS=separately`): `.ci/run` runs them after the rest, with
     /// `swift test --filter PostgresStoreTests`, so that their server processes do not starve the
     /// timing-sensitive tests on a two-core machine.
-    static var runsSeparately: Bool { ProcessInfo.processInfo.environment["DUPLEX_POSTGRES_TESTS"] == "separately" }
+    package static var runsSeparately: Bool { ProcessInfo.processInfo.environment["DUPLEX_POSTGRES_TESTS"] == "separately" }
 
     /// Whether tests that need a cluster run: PostgreSQL is installed, or it is required (so
     /// that they fail loudly); and they are not left to a run of their own.
-    static var testsEnabled: Bool { (isInstalled || isRequired) && !runsSeparately }
+    package static var testsEnabled: Bool { (isInstalled || isRequired) && !runsSeparately }
 
     /// Why they do not run.
-    static var disabledReason: String {
+    package static var disabledReason: String {
         runsSeparately ? "DUPLEX_POSTGRES_TESTS=separately: these run on their own (swift test --filter PostgresStoreTests)" : skipMessage
     }
 
     /// Why PostgreSQL tests are skipped.
-    static let skipMessage =
+    package static let skipMessage =
         "PostgreSQL is not installed (apt-get install postgresql, or set DUPLEX_PG_BIN); set DUPLEX_REQUIRE_POSTGRES=1 to fail instead of skipping"
 
     /// Its absence, when required.
-    struct Missing: Error, CustomStringConvertible {
-        var description: String {
+    package struct Missing: Error, CustomStringConvertible {
+        package var description: String {
             "PostgreSQL is required (DUPLEX_REQUIRE_POSTGRES=1) but its programs were not found: \(PostgresCluster.skipMessage)"
         }
     }
 
     /// A command that failed.
-    struct CommandFailed: Error, CustomStringConvertible {
-        var description: String
+    package struct CommandFailed: Error, CustomStringConvertible {
+        package var description: String
     }
 
-    let directory: URL
-    let port: Int
+    package let directory: URL
+    package let port: Int
     /// The superuser role, which every test connects as.
-    let role = "duplex"
+    package let role = "duplex"
     private let runAs: String?
     private let bin: URL
     /// The running server (`postgres` itself, in the foreground: `pg_ctl` would leave it holding
@@ -78,13 +78,13 @@ final class PostgresCluster: Sendable {
     }
 
     /// The data folder.
-    var dataDirectory: URL { directory.appendingPathComponent("data") }
+    package var dataDirectory: URL { directory.appendingPathComponent("data") }
 
     /// One cluster for the whole test run, made on first use (an `initdb` costs a second of CPU,
     /// which tests running beside it feel), stopped and removed when the test process exits.
     /// Tests that use it run one at a time (their suite is serialized), so one of them may
     /// restart it.
-    static var shared: PostgresCluster {
+    package static var shared: PostgresCluster {
         get async throws { try await sharedCluster.value }
     }
 
@@ -111,7 +111,7 @@ final class PostgresCluster: Sendable {
     }
 
     /// Creates and starts a cluster.
-    static func start() async throws -> PostgresCluster {
+    package static func start() async throws -> PostgresCluster {
         guard let bin = binDirectory else { throw Missing() }
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("duplex-pg-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -133,7 +133,7 @@ final class PostgresCluster: Sendable {
 
     /// Starts the server (after ``stop()``), on the same port, and waits until it accepts
     /// connections.
-    func startServer() async throws {
+    package func startServer() async throws {
         let arguments = [
             "-D", dataDirectory.path, "-p", String(port), "-k", directory.path,
             "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
@@ -152,7 +152,7 @@ final class PostgresCluster: Sendable {
 
     /// Stops the server at once (SIGQUIT, an immediate shutdown: connections are cut, as in a
     /// crash), and waits until it has exited.
-    func stop() async throws {
+    package func stop() async throws {
         guard
             let process = server.withLockedValue({ state in
                 defer { state = nil }; return state
@@ -168,20 +168,20 @@ final class PostgresCluster: Sendable {
     }
 
     /// Stops and removes the cluster.
-    func destroy() async {
+    package func destroy() async {
         try? await stop()
         try? FileManager.default.removeItem(at: directory)
     }
 
     /// Creates a database and returns its URL for `--store`.
-    func createDatabase(_ name: String = "d\(UUID().uuidString.prefix(8).lowercased())") async throws -> String {
+    package func createDatabase(_ name: String = "d\(UUID().uuidString.prefix(8).lowercased())") async throws -> String {
         try await psql("postgres", "CREATE DATABASE \(name)")
         return "postgres://\(role)@127.0.0.1:\(port)/\(name)"
     }
 
     /// Runs SQL with `psql`; returns its output (unaligned, tuples only).
     @discardableResult
-    func psql(_ database: String, _ sql: String) async throws -> String {
+    package func psql(_ database: String, _ sql: String) async throws -> String {
         try await Self.run(
             bin.appendingPathComponent("psql"),
             ["-h", "127.0.0.1", "-p", String(port), "-U", role, "-d", database, "-v", "ON_ERROR_STOP=1", "-At", "-c", sql], as: nil)
