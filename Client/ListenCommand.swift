@@ -91,21 +91,28 @@ struct ListenCommand: AsyncParsableCommand {
                     for await event in events {
                         printOut(json ? Self.json(event) : Self.line(event, terminal: terminal))
                         count += 1
-                        if let maxEvents, count >= maxEvents { break }
+                        if let maxEvents, count >= maxEvents { return .printedAll }
                     }
-                    return .printedAll
+                    return .eventsEnded
                 }
                 group.addTask { await Self.monitor(states, manager: manager, noRetry: noRetry) }
                 let first = await group.next() ?? .printedAll
-                if case .stopped = first {
+                switch first {
+                case .stopped:
                     // Let the printer write what arrived before the end, then stop it.
                     await manager.terminate()
                     _ = await group.next()
-                } else {
+                    return first
+                case .eventsEnded:
+                    // The events end when the stream stopped for good; how it stopped (a clean
+                    // end, or a drop that exits 7) is the states' to say, and they may come a
+                    // moment after the last event.
+                    return await group.next() ?? .stopped(nil)
+                case .printedAll:
                     group.cancelAll()
                     await manager.terminate()
+                    return first
                 }
-                return first
             }
             if case .stopped(let failure?) = outcome { throw failure }
         }
@@ -237,6 +244,8 @@ struct ListenCommand: AsyncParsableCommand {
 enum ListenOutcome: Sendable {
     /// It printed `--max-events` events.
     case printedAll
+    /// The events ended: the stream stopped, and the states say how.
+    case eventsEnded
     /// The stream stopped for good, with the failure if it failed.
     case stopped(Failure?)
 }
