@@ -44,6 +44,7 @@ final class ReplayEventSource: Sendable {
 
     /// Gives the writer every step that is due, then waits for the next.
     private func fire() {
+        var sent = 0
         while true {
             let next = state.withLockedValue { $0.stopped ? nil : $0.next }
             guard let next, steps.indices.contains(next) else { return }
@@ -56,11 +57,17 @@ final class ReplayEventSource: Sendable {
                 }
                 return
             }
-            // A recording replayed fast sends at the client's pace, with nothing dropped.
+            // A recording replayed fast sends at the client's pace, with nothing dropped, and a
+            // long one yields the event loop to its other connections between batches.
             guard writer.hasRoom else {
                 writer.whenDrained { self.fire() }
                 return
             }
+            guard sent < EventStreamWriter.burst else {
+                eventLoop.execute { self.fire() }
+                return
+            }
+            sent += 1
             state.withLockedValue { $0.next = next + 1 }
             switch step.action {
             case .event(let event):

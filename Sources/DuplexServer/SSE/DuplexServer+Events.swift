@@ -150,7 +150,7 @@ final class TickSource: Sendable {
         }
     }
 
-    /// Puts tick `n`, and every tick already due after it, to the writer; then waits for the next.
+    /// Gives the writer tick `n` at its instant, and every tick already due after it.
     private func schedule(_ n: Int64) {
         let delay = TimeAmount(max(ticks.instant(ofTick: n, intervalMilliseconds: intervalMilliseconds) - .now, .zero))
         state.withLockedValue { state in
@@ -161,18 +161,36 @@ final class TickSource: Sendable {
 
     private func fire(_ n: Int64) {
         guard !state.withLockedValue({ $0.stopped }) else { return }
-        var n = n
-        // A tick replayed from `Last-Event-ID` is due at once: the backlog goes out as fast as
-        // the client reads it, however long, with nothing dropped.
-        while ticks.instant(ofTick: n, intervalMilliseconds: intervalMilliseconds) <= .now {
-            guard writer.hasRoom else {
-                writer.whenDrained { [n] in self.fire(n) }
-                return
-            }
-            let text = (try? TickClock.event(tick: n, intervalMilliseconds: intervalMilliseconds).encoded()) ?? ""
-            guard writer.send(text) else { return }
-            n += 1
+        guard isDue(n) else {
+            schedule(n)
+            return
         }
-        schedule(n)
+        // A tick replayed from `Last-Event-ID` is due at once: the backlog goes out as fast as
+        // the client reads it, however long, with nothing dropped: a batch at a time (one write),
+        // each once the one before was handed to the channel, and each in a turn of the event
+        // loop of its own, so that a long backlog does not hold up the loop's other connections.
+        guard writer.hasRoom else {
+            writer.whenDrained { self.fire(n) }
+            return
+        }
+        var next = n
+        var batch: [ByteBuffer] = []
+        var bytes = 0
+        while isDue(next), batch.count < min(EventStreamWriter.burst, writer.maxCount) {
+            let event = ByteBuffer(string: (try? TickClock.event(tick: next, intervalMilliseconds: intervalMilliseconds).encoded()) ?? "")
+            // Within the writer's bounds: the batch goes to an empty queue, and all of it fits.
+            guard batch.isEmpty || bytes + event.readableBytes <= writer.maxBytes else { break }
+            bytes += event.readableBytes
+            batch.append(event)
+            next += 1
+        }
+        guard writer.send(batch) else { return }
+        let following = next
+        if isDue(following) { eventLoop.execute { self.fire(following) } } else { schedule(following) }
+    }
+
+    /// Whether tick `n`'s instant has come.
+    private func isDue(_ n: Int64) -> Bool {
+        ticks.instant(ofTick: n, intervalMilliseconds: intervalMilliseconds) <= .now
     }
 }

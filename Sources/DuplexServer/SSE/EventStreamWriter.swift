@@ -64,10 +64,21 @@ final class EventStreamWriter: Sendable {
     /// text is offered.
     @discardableResult
     func send(_ buffer: ByteBuffer) -> Bool {
-        if offer(buffer, counted: true) { return true }
+        send(CollectionOfOne(buffer))
+    }
+
+    /// Offers `buffers` in order, written together (one write); when one does not fit, ends the
+    /// stream after the ones before it.
+    /// - Returns: whether every one was accepted.
+    @discardableResult
+    func send(_ buffers: some Collection<ByteBuffer>) -> Bool {
+        if offer(buffers) { return true }
         finish()
         return false
     }
+
+    /// How many events a source with a backlog sends in one turn of the event loop (one batch).
+    static let burst = 256
 
     /// Accepts `text` for writing; false, accepting nothing, when that would pass either bound
     /// or the writer was finished. One piece larger than the whole bound still goes through
@@ -79,19 +90,30 @@ final class EventStreamWriter: Sendable {
     /// Accepts `buffer`; counted against the bounds unless `counted` is false (the `retry:`
     /// field the stream starts with).
     func offer(_ buffer: ByteBuffer, counted: Bool) -> Bool {
-        let size = buffer.readableBytes
+        guard counted else { return offer(CollectionOfOne(buffer), counted: false) }
+        return offer(CollectionOfOne(buffer))
+    }
+
+    /// Accepts `buffers` in order and drains once for them all; false at the first that would
+    /// pass a bound (the ones before it are accepted), or when the writer was finished.
+    private func offer(_ buffers: some Collection<ByteBuffer>, counted: Bool = true) -> Bool {
         let (accepted, schedule) = state.withLockedValue { state -> (Bool, Bool) in
             guard !state.finished else { return (false, false) }
-            if counted {
-                guard state.counted.count < maxCount, state.counted.count == 0 || state.counted.bytes + size <= maxBytes else {
-                    state.overflowed = true
-                    return (false, false)
+            var accepted = true
+            for buffer in buffers {
+                let size = buffer.readableBytes
+                if counted {
+                    guard state.counted.count < maxCount, state.counted.count == 0 || state.counted.bytes + size <= maxBytes else {
+                        state.overflowed = true
+                        accepted = false
+                        break
+                    }
+                    state.counted.count += 1
+                    state.counted.bytes += size
                 }
-                state.counted.count += 1
-                state.counted.bytes += size
+                state.pending.append(buffer)
             }
-            state.pending.append(buffer)
-            return (true, Self.claimDrain(&state))
+            return (accepted, !state.pending.isEmpty && Self.claimDrain(&state))
         }
         if schedule { drainSoon() }
         return accepted
