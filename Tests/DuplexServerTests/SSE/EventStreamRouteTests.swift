@@ -62,12 +62,13 @@ struct EventStreamRouteTests {
         }
     }
 
-    @Test("a tick backlog far past the outbound queue's bounds goes out whole, at the reader's pace: every id once, in order")
+    @Test("a tick backlog past the outbound queue's bounds goes out whole over loopback: every id once, in order")
     func backlogPastTheBounds() async throws {
         try await withTimeout(.seconds(60)) {
-            let backlog: Int64 = 20_000
-            // A queue of 16 events: the backlog is 1,250 times that, and far more than the
-            // socket and the channel's high watermark hold while the reader waits.
+            // A queue of 16 events and a backlog of 2,000 (EventStreamWriterTests checks the
+            // waiting itself, on a channel that is not writable; a backlog large enough to fill
+            // loopback's buffers here would be a load test that slows every other test).
+            let backlog: Int64 = 2_000
             try await withDuplexServer(configuration: .init(historyLimit: Int(backlog), outboundQueueLimit: 16)) { server in
                 let nowTick = Int64(Date().timeIntervalSince1970 * 1000) / 10
                 let last = nowTick - backlog

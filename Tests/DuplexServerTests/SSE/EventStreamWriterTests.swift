@@ -85,4 +85,31 @@ struct EventStreamWriterTests {
         writer.finish()
         #expect(output.finished == false, "finished by its source, not for falling behind")
     }
+
+    @Test("a tick backlog far past the writer's bounds waits for each batch to drain, and goes out whole and in order, a batch per turn of the loop")
+    func backlogWaitsForDrain() throws {
+        let loop = EmbeddedEventLoop()
+        let output = CollectingOutput()
+        output.isWritable = false
+        let writer = output.writer(on: loop, maxCount: 16)
+        let ticks = TickClock()
+        let interval: Int64 = 10
+        let first = ticks.currentTick(intervalMilliseconds: interval) - 1_000
+        let source = TickSource(ticks: ticks, intervalMilliseconds: interval, first: first, writer: writer, eventLoop: loop)
+        defer { source.stop() }
+        loop.run()
+        // One batch waits in the writer (at most its bound); nothing more is offered meanwhile.
+        #expect(output.written.isEmpty)
+        #expect(!writer.overflowed)
+        var ids: [Int64] = []
+        for _ in 0..<200 where (ids.last ?? first) < first + 999 {
+            output.isWritable = true
+            writer.drain()
+            loop.run()
+            ids = output.written.compactMap { $0.split(separator: "\n").first.flatMap { $0.hasPrefix("id: ") ? Int64($0.dropFirst(4)) : nil } }
+        }
+        #expect(ids.count >= 1_000, "every tick of the backlog: \(ids.count)")
+        #expect(ids.first == first && zip(ids, ids.dropFirst()).allSatisfy { $1 == $0 + 1 }, "each once, in order")
+        #expect(!writer.overflowed && output.finished == nil, "never past the bounds, never ended")
+    }
 }
