@@ -41,10 +41,8 @@ struct ConnectionInfo: Sendable, Equatable {
 final class ConnectionRegistry: Sendable {
     private struct Entry {
         var info: ConnectionInfo
-        /// Carries a command to the connection: into its task's stream, or onto its event loop.
+        /// Carries a command to the connection, onto its event loop.
         var deliver: @Sendable (ConnectionCommand) -> Void
-        /// Ends the task's stream; nothing for an event-loop connection.
-        var finish: @Sendable () -> Void
     }
 
     private struct State: DeferringWork {
@@ -71,32 +69,12 @@ final class ConnectionRegistry: Sendable {
     /// The number of live connections.
     var count: Int { state.withLockedValue { $0.entries.count } }
 
-    /// Runs `body` as a registered connection. `body` receives the commands meant for it.
-    /// A connection registered after shutdown began receives the shutdown's close at once.
-    func withConnection<Result: Sendable>(
-        _ info: ConnectionInfo,
-        _ body: (AsyncStream<ConnectionCommand>) async throws -> Result
-    ) async rethrows -> Result {
-        let (commands, continuation) = AsyncStream<ConnectionCommand>.makeStream()
-        let id = register(info, deliver: { continuation.yield($0) }, finish: { continuation.finish() })
-        defer { remove(id) }
-        return try await body(commands)
-    }
-
     /// Registers a connection served on its event loop, with no task: `deliver` receives its
     /// commands (on any thread). Call ``remove(_:)`` with the returned id once it has closed.
     func register(_ info: ConnectionInfo, deliver: @escaping @Sendable (ConnectionCommand) -> Void) -> UInt64 {
-        register(info, deliver: deliver, finish: {})
-    }
-
-    private func register(
-        _ info: ConnectionInfo,
-        deliver: @escaping @Sendable (ConnectionCommand) -> Void,
-        finish: @escaping @Sendable () -> Void
-    ) -> UInt64 {
         let (id, shutdown) = state.withLockedValue { state in
             state.nextID += 1
-            state.entries[state.nextID] = Entry(info: info, deliver: deliver, finish: finish)
+            state.entries[state.nextID] = Entry(info: info, deliver: deliver)
             return (state.nextID, state.shutdownReason)
         }
         metrics.opened(info)
@@ -141,10 +119,7 @@ final class ConnectionRegistry: Sendable {
             let entry = state.entries.removeValue(forKey: id)
             return (entry, state.entries.isEmpty ? state.drainWaiters.takeAll() : .none)
         }
-        if let entry {
-            metrics.closed(entry.info)
-            entry.finish()
-        }
+        if let entry { metrics.closed(entry.info) }
         // Once the connection is counted closed: who waited for the last one sees it counted.
         drained.resume()
     }

@@ -148,6 +148,8 @@ final class EventStreamHandler: ChannelDuplexHandler, RemovableChannelHandler, E
         case .reading(let head, let route, let captures, var body):
             switch part {
             case .head:
+                // A codec never does this; a connection that somehow did is cut, and says why.
+                serving.registry.logger.debug("a stream request's head came again before its end: connection closed")
                 close(context: context)
             case .body(var chunk):
                 guard body.readableBytes + chunk.readableBytes <= serving.maxBodyBytes else {
@@ -173,7 +175,12 @@ final class EventStreamHandler: ChannelDuplexHandler, RemovableChannelHandler, E
     private func hold(_ part: HTTPRequestPart, context: ChannelHandlerContext) {
         if case .body(let chunk) = part { heldBytes += chunk.readableBytes }
         held.append(part)
-        if held.count > 1_024 || heldBytes > serving.maxBodyBytes { close(context: context) }
+        if held.count > 1_024 || heldBytes > serving.maxBodyBytes {
+            serving.registry.logger.debug(
+                "a client sent more than a request's worth while its stream or answer was in progress: connection closed",
+                metadata: ["parts": "\(held.count)", "bytes": "\(heldBytes)"])
+            close(context: context)
+        }
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
@@ -190,7 +197,9 @@ final class EventStreamHandler: ChannelDuplexHandler, RemovableChannelHandler, E
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if case .streaming = state {
+        if case .streaming(let served) = state {
+            serving.registry.logger.debug(
+                "event stream failed", metadata: served.stream.trace.metadata(route: served.info.route).merging(["error": "\(error)"]) { $1 })
             close(context: context)
             return
         }
@@ -241,7 +250,8 @@ final class EventStreamHandler: ChannelDuplexHandler, RemovableChannelHandler, E
                 switch result {
                 case .success(let answer):
                     handler.answer(answer, unread: unread, context: context)
-                case .failure:
+                case .failure(let error):
+                    handler.serving.registry.logger.warning("a stream route failed to answer", metadata: ["error": "\(error)"])
                     handler.answer(.json(.internalServerError, #"{"error":"the stream could not be opened"}"#), unread: unread, context: context)
                 }
             }

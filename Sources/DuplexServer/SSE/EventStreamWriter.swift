@@ -132,9 +132,6 @@ final class EventStreamWriter: Sendable {
     /// Whether an offer was refused for passing a bound: the reader fell behind.
     var overflowed: Bool { state.withLockedValue { $0.overflowed } }
 
-    /// Whether nothing was offered that is not yet handed to the channel.
-    var isIdle: Bool { state.withLockedValue { $0.pending.isEmpty } }
-
     /// Whether everything offered so far was handed to the channel, and more is accepted: a
     /// source with a backlog to send at once (ticks or a recording replayed from an old
     /// `Last-Event-ID`) sends while this holds, then waits for ``whenDrained(_:)``, so that a

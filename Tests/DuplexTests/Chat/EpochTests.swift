@@ -195,7 +195,7 @@ struct ProcessRestartTests {
         old.signal(signal)
         let exit = try await old.waitForExit()
         #expect(signal == SIGKILL || exit.status == 0, "\(exit)")
-        let (new, newPort) = try await ServerProcessTests.start(["--port", String(port)])
+        let (new, newPort) = try await CLIProcess.server(["--port", String(port)])
         #expect(newPort == port)
         box.process.withLockedValue { $0 = new }
     }
@@ -206,7 +206,7 @@ struct ProcessRestartTests {
     func chatClients(signal: Int32) async throws {
         try await withTimeout(.seconds(90)) {
             let box = ServerBox()
-            let (server, port) = try await ServerProcessTests.start()
+            let (server, port) = try await CLIProcess.server()
             box.process.withLockedValue { $0 = server }
             let url = URL(string: "ws://127.0.0.1:\(port)/chat/restart")!
             try await EpochTests.chatAcrossLostHistory(url: url) {
@@ -220,7 +220,7 @@ struct ProcessRestartTests {
     func chatCLI() async throws {
         try await withTimeout(.seconds(90)) {
             let box = ServerBox()
-            let (server, port) = try await ServerProcessTests.start()
+            let (server, port) = try await CLIProcess.server()
             box.process.withLockedValue { $0 = server }
             let url = "ws://127.0.0.1:\(port)/chat/lobby"
             let alice = try CLIProcess("duplex", ["chat", url, "--name", "alice"])
@@ -252,7 +252,7 @@ struct ProcessRestartTests {
     func roomStream() async throws {
         try await withTimeout(.seconds(90)) {
             let box = ServerBox()
-            let (server, port) = try await ServerProcessTests.start()
+            let (server, port) = try await CLIProcess.server()
             box.process.withLockedValue { $0 = server }
             let sse = ServerSentEventManager(
                 url: URL(string: "http://127.0.0.1:\(port)/chat/watched/events")!,

@@ -43,7 +43,7 @@ struct ProcessSoakTests {
         }
 
         private static func launch(_ store: String) async throws -> (CLIProcess, Int) {
-            try await ServerProcessTests.start(["--store", store, "--chaos", "--log-level", "warning"])
+            try await CLIProcess.server(["--store", store, "--chaos", "--log-level", "warning"])
         }
 
         var process: CLIProcess { current.withLockedValue { $0.process } }

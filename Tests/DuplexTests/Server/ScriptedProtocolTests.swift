@@ -49,7 +49,7 @@ struct ScriptedProtocolTests {
                 let socket = WebSocket(
                     request: WebSocketRequest(url: server.webSocketURL("/feed"), protocols: ["feed.v1"]),
                     configuration: .init(
-                        ping: PingConfig(pingInterval: .milliseconds(200), maxPingFailures: 2, pongTimeout: .seconds(2)),
+                        ping: PingConfig(pingInterval: .seconds(1), maxPingFailures: 2),
                         reconnection: ReconnectionStrategy(initialDelay: .milliseconds(20), maxDelay: .seconds(5), backoffMultiplier: 1, jitter: 0)
                     )
                 )

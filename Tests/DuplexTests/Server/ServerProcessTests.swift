@@ -11,11 +11,6 @@ import Testing
 /// The built `duplex-server` binary, run as a process: what an operator sees.
 @Suite("duplex-server process")
 struct ServerProcessTests {
-    /// Starts the binary on a free port; returns it and the port from its listening line.
-    static func start(_ arguments: [String] = []) async throws -> (CLIProcess, Int) {
-        try await CLIProcess.server(arguments)
-    }
-
     /// A WebSocket peer that never reads: it upgrades on /echo, then sends `bytes` in masked
     /// binary frames, so the server's echoes back up.
     static func flood(port: Int, bytes: Int) async throws -> any Channel {
@@ -36,7 +31,7 @@ struct ServerProcessTests {
     @Test("--event-loops sets how many event-loop threads serve; 0 is refused")
     func eventLoops() async throws {
         try await withTimeout(.seconds(60)) {
-            let (server, port) = try await Self.start(["--event-loops", "1"])
+            let (server, port) = try await CLIProcess.server(["--event-loops", "1"])
             // Serve one request first, so the group surely exists.
             let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connect(host: "127.0.0.1", port: port).get()
             try await channel.close()
@@ -58,7 +53,7 @@ struct ServerProcessTests {
     )
     func jsonLogs() async throws {
         try await withTimeout(.seconds(60)) {
-            let (server, port) = try await Self.start(["--log-format", "json", "--log-level", "debug"])
+            let (server, port) = try await CLIProcess.server(["--log-format", "json", "--log-level", "debug"])
             let traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
             let socket = WebSocket(
                 request: WebSocketRequest(
@@ -110,7 +105,7 @@ struct ServerProcessTests {
             pinned.signal(SIGTERM)
             _ = try await pinned.waitForExit()
 
-            let (asked, askedPort) = try await Self.start(["--event-loops", "3"])
+            let (asked, askedPort) = try await CLIProcess.server(["--event-loops", "3"])
             #expect(try await Self.eventLoopThreads(asked, port: askedPort) == 3, "--event-loops wins over the mask")
             asked.signal(SIGTERM)
             _ = try await asked.waitForExit()
@@ -120,7 +115,7 @@ struct ServerProcessTests {
     @Test("--compression-window-bits sets the windows the server answers with; 16 is refused")
     func compressionWindowBits() async throws {
         try await withTimeout(.seconds(60)) {
-            let (server, port) = try await Self.start(["--compression-window-bits", "10"])
+            let (server, port) = try await CLIProcess.server(["--compression-window-bits", "10"])
             let socket = WebSocket(url: URL(string: "ws://127.0.0.1:\(port)/echo")!, configuration: .init(compression: PerMessageDeflate()))
             let messages = socket.messages
             try await socket.connect()
@@ -146,7 +141,7 @@ struct ServerProcessTests {
     @Test("SIGTERM with peers that send and never read: the process exits 0 at the shutdown timeout")
     func sigtermWithStuckPeers() async throws {
         try await withTimeout(.seconds(60)) {
-            let (server, port) = try await Self.start(["--shutdown-timeout", "1"])
+            let (server, port) = try await CLIProcess.server(["--shutdown-timeout", "1"])
             var peers: [any Channel] = []
             for _ in 0..<5 { peers.append(try await Self.flood(port: port, bytes: 4 * 1024 * 1024)) }
             defer { for peer in peers { peer.close(promise: nil) } }

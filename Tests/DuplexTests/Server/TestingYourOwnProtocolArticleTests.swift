@@ -34,7 +34,7 @@ func chatServiceAgainstMyBackend() async throws {
             let socket = WebSocket(
                 request: WebSocketRequest(url: server.webSocketURL("/chat/42/messages"), protocols: ["chat.v1"]),
                 configuration: .init(
-                    ping: PingConfig(pingInterval: .milliseconds(300), maxPingFailures: 2, pongTimeout: .seconds(2)),
+                    ping: PingConfig(pingInterval: .seconds(1), maxPingFailures: 2),
                     reconnection: .exponentialBackoff(baseDelay: .milliseconds(50), maxDelay: .seconds(5))
                 )
             )
