@@ -137,10 +137,45 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The host every route is served on: the front door (connection limits, request heads,
+        // TLS, HTTP/2), the route table, WebSockets and SSE streams on the connection's event
+        // loop with their bounded writers, the connection registry and the server's metrics. It
+        // knows no chat and no database.
+        .target(
+            name: "DuplexHost",
+            dependencies: [
+                "DuplexSchema",
+                "DuplexWire",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "Instrumentation", package: "swift-distributed-tracing"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
+                .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras"),
+                .product(name: "NIOHTTPTypesHTTP2", package: "swift-nio-extras"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // The loopback server (echo, chat rooms, SSE, the demo page) as a library.
         .target(
             name: "DuplexServer",
             dependencies: [
+                "DuplexHost",
                 // A recording server forwards to the recorded one with the client library.
                 "Duplex",
                 "DuplexSchema",
@@ -267,6 +302,7 @@ let package = Package(
         .executableTarget(
             name: "duplex-fuzz",
             dependencies: [
+                "DuplexHost",
                 "Duplex",
                 "DuplexSchema",
                 "DuplexServer",
@@ -318,6 +354,7 @@ let package = Package(
         .testTarget(
             name: "DuplexTests",
             dependencies: [
+                "DuplexHost",
                 "Duplex",
                 // Built for the CLI tests, which run the binaries and parse compose commands with them.
                 "duplex",
@@ -428,6 +465,7 @@ let package = Package(
         .testTarget(
             name: "DuplexServerTests",
             dependencies: [
+                "DuplexHost",
                 "DuplexServer",
                 "DuplexWire",
                 "DuplexTesting",

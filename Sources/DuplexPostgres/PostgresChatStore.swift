@@ -39,7 +39,7 @@ final class PostgresChatStore: ChatStore {
     let client: PostgresClient
     let logger: Logger
     /// Where commits, reconnections and catch-ups are counted (`GET /metrics`).
-    let metrics: ServerMetrics.Store
+    let metrics: ChatMetrics.Store
     let historyLimit: Int
     let historyBytesLimit: Int
     let maxRooms: Int
@@ -82,7 +82,7 @@ final class PostgresChatStore: ChatStore {
         totalHistoryBytesLimit: Int,
         maxRooms: Int,
         logger: Logger,
-        metrics: ServerMetrics.Store
+        metrics: ChatMetrics.Store
     ) {
         self.configuration = configuration
         self.metrics = metrics

@@ -1,3 +1,4 @@
+import DuplexHost
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -21,7 +22,7 @@ enum DemoPage {
     /// `GET /`: the page, or 500 saying the bundle is missing.
     static func response() -> Response {
         guard let html else {
-            return DuplexServer.json(
+            return Response.json(
                 status: .internalServerError,
                 #"{"error":"the demo page is not bundled: copy duplex_DuplexServer.resources next to the duplex-server binary"}"#
             )

@@ -1,3 +1,4 @@
+import DuplexHost
 import DuplexWire
 import DuplexSchema
 import HTTPTypes
@@ -55,18 +56,7 @@ extension DuplexServer {
             ),
             .stream("/events") { request in self.tickStream(request) },
             .stream("/chat/:room/events") { request in self.roomEventStream(request) },
-            .get("\(Self.refusedPath)/:status") { _, context in
-                let status = context.parameters.get("status").flatMap { Int($0) } ?? 400
-                let known: [Int: String] = [
-                    408: "the request head did not arrive within the request head timeout",
-                    414: "the request line is too long",
-                    431: "the request head is too large or has too many fields",
-                ]
-                var response = Self.json(
-                    status: .init(code: (400..<600).contains(status) ? status : 400), #"{"error":"\#(known[status] ?? "the request was refused")"}"#)
-                response.headers[.connection] = "close"
-                return response
-            },
+            .refused,
         ]
     }
 
@@ -74,7 +64,7 @@ extension DuplexServer {
     func healthRoutes() -> [RouteTable.Route] {
         [
             .get("/health") { _, _ in
-                Self.json(status: .ok, #"{"status":"ok","store":\#(self.rooms.healthJSON),"http2":\#(self.metrics.http2.healthJSON)}"#)
+                Response.json(status: .ok, #"{"status":"ok","store":\#(self.rooms.healthJSON),"http2":\#(self.metrics.http2.healthJSON)}"#)
             },
             .get("/metrics") { _, _ in self.metricsResponse() },
         ]
@@ -85,7 +75,8 @@ extension DuplexServer {
     func tlsFaultsResponse() -> Response {
         let ports = tlsFaultPorts
         guard configuration.tls?.faults == true, !ports.isEmpty else {
-            return Self.json(status: .notFound, #"{"error":"this server has no TLS fault listeners (duplex-server --tls-self-signed --tls-faults)"}"#)
+            return Response.json(
+                status: .notFound, #"{"error":"this server has no TLS fault listeners (duplex-server --tls-self-signed --tls-faults)"}"#)
         }
         let host: String =
             switch configuration.host {
@@ -97,12 +88,8 @@ extension DuplexServer {
         let entries = TLSFault.allCases.compactMap { fault in
             ports[fault].map { #""\#(fault.rawValue)":"https://\#(host):\#($0)""# }
         }
-        return Self.json(status: .ok, "{" + entries.joined(separator: ",") + "}")
+        return Response.json(status: .ok, "{" + entries.joined(separator: ",") + "}")
     }
-
-    /// Where ``ConnectionGuard`` sends a refused request that follows others on a keep-alive
-    /// connection, so that its answer comes after theirs.
-    static let refusedPath = "/.duplex-refused"
 
     /// `/echo`, decided and served on the connection's event loop, with no task; with
     /// ``DuplexServerConfiguration/echoFaults``, served as a scripted route that echoes, so that
@@ -135,7 +122,7 @@ extension DuplexServer {
 
     /// What a chat member's service needs of this server.
     var chatContext: ChatMemberService.Context {
-        .init(metrics: metrics, logger: logger, limits: configuration.chatLimits, maxRooms: configuration.maxRooms)
+        .init(metrics: metrics, chatMetrics: chatMetrics, logger: logger, limits: configuration.chatLimits, maxRooms: configuration.maxRooms)
     }
 
     /// `/chat/{room}` on any room store, decided and served on the connection's event loop: a
@@ -216,7 +203,7 @@ extension DuplexServer {
         }
 
         var response: Response {
-            DuplexServer.json(status: status, frameJSON)
+            Response.json(status: status, frameJSON)
         }
 
         /// The same refusal, as a stream route answers it.
@@ -225,14 +212,8 @@ extension DuplexServer {
         }
     }
 
-    static func json(status: HTTPResponse.Status, _ body: String) -> Response {
-        var headers = HTTPFields()
-        headers[.contentType] = "application/json; charset=utf-8"
-        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
-    }
-
     func upgradeRequired() -> Response {
-        var response = Self.json(status: .upgradeRequired, #"{"error":"this route speaks WebSocket: send an Upgrade: websocket request"}"#)
+        var response = Response.json(status: .upgradeRequired, #"{"error":"this route speaks WebSocket: send an Upgrade: websocket request"}"#)
         response.headers[.upgrade] = "websocket"
         return counted(response)
     }
@@ -253,9 +234,4 @@ extension DuplexServer {
             body: .init(byteBuffer: ByteBuffer(bytes: body))
         )
     }
-}
-
-extension WebSocketCloseCode {
-    /// The code as swift-nio's type.
-    var nio: WebSocketErrorCode { WebSocketErrorCode(codeNumber: Int(rawValue)) }
 }

@@ -1,3 +1,4 @@
+import DuplexHost
 public import Logging
 public import ServiceLifecycle
 import DuplexSchema
@@ -12,6 +13,8 @@ import Darwin
 #endif
 import NIOCore
 import NIOSSL
+import Instrumentation
+import Tracing
 
 /// The Duplex loopback server: WebSocket echo, chat rooms and Server-Sent Events, for testing
 /// real-time clients against.
@@ -42,6 +45,8 @@ public final class DuplexServer: Service, Sendable {
     let logger: Logger
     /// What the server counts, for `GET /metrics`.
     let metrics: ServerMetrics
+    /// What the chat rooms count, in the same registry.
+    let chatMetrics: ChatMetrics
     /// `GET /metrics/live`'s subscribers, and their timers.
     let liveMetrics: LiveMetricsFeed
     let connections: ConnectionRegistry
@@ -80,6 +85,8 @@ public final class DuplexServer: Service, Sendable {
         self.logger = logger
         let metrics = ServerMetrics(transport: configuration.tls == nil ? "tcp" : "tls")
         self.metrics = metrics
+        let chatMetrics = ChatMetrics(factory: metrics.factory)
+        self.chatMetrics = chatMetrics
         let chaos = configuration.chaos
         self.liveMetrics = LiveMetricsFeed { metrics.liveJSON(chaos: chaos) }
         let context = ChatStoreConfiguration.Context(
@@ -88,7 +95,7 @@ public final class DuplexServer: Service, Sendable {
             totalHistoryBytesLimit: configuration.totalHistoryBytesLimit,
             maxRooms: configuration.maxRooms,
             logger: logger,
-            metrics: metrics.store
+            metrics: chatMetrics.store
         )
         self.rooms =
             configuration.store.make?(context)
@@ -102,7 +109,7 @@ public final class DuplexServer: Service, Sendable {
         self.replayBook = configuration.replay.map(ReplayBook.init)
         self.connections = ConnectionRegistry(metrics: metrics, logger: logger)
         self.writerDrains = WriterDrains(metrics: metrics.route("chat"))
-        metrics.roomSource.withLockedValue { $0 = rooms }
+        chatMetrics.readRooms(of: rooms, at: metrics)
     }
 
     /// Listens and serves until cancelled or gracefully shut down.
@@ -323,7 +330,7 @@ public final class DuplexServer: Service, Sendable {
                             secure: listener.tls != nil,
                             http2: listener.tls != nil && fault == nil && self.configuration.http2.enabled
                                 ? .init(
-                                    settings: self.configuration.http2,
+                                    settings: self.configuration.http2.limits,
                                     firstStreamTimeout: self.configuration.requestHeadTimeout,
                                     refusal: self.refusal,
                                     metrics: self.metrics,
@@ -442,5 +449,15 @@ public final class DuplexServer: Service, Sendable {
             return Array(state.waiters.values)
         }
         for waiter in waiters { waiter.resume(throwing: error ?? DuplexServerError.stoppedBeforeListening) }
+    }
+}
+
+extension DuplexServer {
+    /// The tracer connections report spans to: the configuration's, or the bootstrapped
+    /// `InstrumentationSystem`'s; nil when neither is set (nothing is made per connection).
+    var activeTracer: (any Tracer)? {
+        if let tracer = configuration.tracer { return tracer }
+        let global = InstrumentationSystem.tracer
+        return global is NoOpTracer ? nil : global
     }
 }

@@ -1,3 +1,4 @@
+import DuplexHost
 import DuplexSchema
 import Foundation
 import HTTPTypes
@@ -46,6 +47,7 @@ final class ChatMemberService: EventLoopWebSocketService {
     /// What a member's service needs of its server.
     struct Context: Sendable {
         var metrics: ServerMetrics
+        var chatMetrics: ChatMetrics
         var logger: Logger
         var limits: ChatLimits
         var maxRooms: Int
@@ -126,7 +128,7 @@ final class ChatMemberService: EventLoopWebSocketService {
                 return store.leave(subscription, member: member, from: room)
             }
             membership = (room, subscription, member)
-            serving.metrics.chat.joined(recovered: subscription.recovered, epochChanged: join.epoch.map { $0 != room.epoch } ?? false)
+            serving.chatMetrics.chat.joined(recovered: subscription.recovered, epochChanged: join.epoch.map { $0 != room.epoch } ?? false)
             do {
                 writer.start(with: try ChatFrames.firstFrames(join, session: session, token: token, room: room, subscription: subscription))
             } catch {
@@ -238,7 +240,7 @@ final class ChatMemberService: EventLoopWebSocketService {
     private func recorded(_ result: Result<ChatRoom.SayResult, any Error>, say: ChatSay, in room: ChatRoom) -> Bool {
         switch result {
         case .success(let outcome):
-            serving.metrics.chat.answered(outcome)
+            serving.chatMetrics.chat.answered(outcome)
             reply(ChatFrames.ack(say, outcome), in: room)
             return true
         case .failure(let error as ChatStoreUnavailable):

@@ -1,3 +1,4 @@
+import DuplexHost
 import DequeModule
 import DuplexSchema
 import Foundation

@@ -1,3 +1,4 @@
+import DuplexHost
 import NIOConcurrencyHelpers
 
 /// The bytes of history every room together may keep, shared by the rooms of one server.

@@ -1,3 +1,4 @@
+import DuplexHost
 package import DuplexSchema
 package import Foundation
 import NIOCore

@@ -1,3 +1,4 @@
+import DuplexHost
 import DuplexSchema
 
 /// Someone who receives a room's events: a WebSocket member, or an SSE observer.

@@ -1,3 +1,4 @@
+import DuplexHost
 import DuplexSchema
 import HTTPTypes
 import Hummingbird
@@ -99,10 +100,10 @@ extension DuplexServer {
         _ apply: (FaultScope, [String: String]) throws -> Int
     ) throws -> Response {
         guard configuration.chaos else {
-            return Self.json(status: .notFound, #"{"error":"chaos endpoints are off; start the server with --chaos"}"#)
+            return Response.json(status: .notFound, #"{"error":"chaos endpoints are off; start the server with --chaos"}"#)
         }
         guard Self.isLoopback(context.channel.remoteAddress) else {
-            return Self.json(status: .forbidden, #"{"error":"chaos endpoints answer loopback peers only"}"#)
+            return Response.json(status: .forbidden, #"{"error":"chaos endpoints answer loopback peers only"}"#)
         }
         let query = Dictionary(request.uri.queryParameters.map { (String($0.key), String($0.value)) }, uniquingKeysWith: { first, _ in first })
         let scope: FaultScope
@@ -110,7 +111,7 @@ extension DuplexServer {
             scope = .room(room)
         } else if let route = query["route"] {
             guard ["echo", "chat", "events", "chat-events"].contains(route) else {
-                return Self.json(status: .badRequest, #"{"error":"route must be echo, chat, events or chat-events"}"#)
+                return Response.json(status: .badRequest, #"{"error":"route must be echo, chat, events or chat-events"}"#)
             }
             scope = .route(route)
         } else {
@@ -120,9 +121,9 @@ extension DuplexServer {
             let affected = try apply(scope, query)
             metrics.injected(String(request.uri.path.split(separator: "/").last ?? ""))
             logger.notice("chaos", metadata: ["path": "\(request.uri.path)", "affected": "\(affected)"])
-            return Self.json(status: .ok, #"{"affected":\#(affected)}"#)
+            return Response.json(status: .ok, #"{"affected":\#(affected)}"#)
         } catch let error as ChaosError {
-            return Self.json(status: .badRequest, #"{"error":"\#(error.message)"}"#)
+            return Response.json(status: .badRequest, #"{"error":"\#(error.message)"}"#)
         }
     }
 

@@ -1,3 +1,4 @@
+import DuplexHost
 public import DuplexSchema
 
 /// Which live connections a fault applies to.

@@ -1,3 +1,4 @@
+import DuplexHost
 public import DuplexSchema
 import Foundation
 import NIOConcurrencyHelpers

@@ -1,3 +1,4 @@
+import DuplexHost
 public import Duplex
 public import Foundation
 import DuplexSchema

@@ -1,3 +1,4 @@
+import DuplexHost
 import Duplex
 import DuplexSchema
 import Foundation

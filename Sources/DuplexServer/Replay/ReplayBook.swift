@@ -1,3 +1,4 @@
+import DuplexHost
 import DuplexSchema
 import NIOConcurrencyHelpers
 

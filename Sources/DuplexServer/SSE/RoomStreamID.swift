@@ -1,3 +1,4 @@
+import DuplexHost
 import Foundation
 
 /// The position of an event in a room's SSE stream, as its `id`: `EPOCH:SEQ`.

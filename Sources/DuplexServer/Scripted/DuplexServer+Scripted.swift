@@ -1,3 +1,4 @@
+import DuplexHost
 import DuplexSchema
 import Foundation
 import HTTPTypes
@@ -46,7 +47,7 @@ extension DuplexServer {
     }
 
     private static var journalForbidden: Response {
-        json(status: .forbidden, #"{"error":"the journal answers loopback peers only"}"#)
+        Response.json(status: .forbidden, #"{"error":"the journal answers loopback peers only"}"#)
     }
 
     /// Refuses scripted routes (``DuplexServerConfiguration/routes``) that clash with a built-in

@@ -1,3 +1,4 @@
+import DuplexHost
 import DequeModule
 import DuplexWire
 public import Foundation

@@ -1,3 +1,4 @@
+import DuplexHost
 public import Foundation
 import NIOConcurrencyHelpers
 

@@ -1,3 +1,4 @@
+import DuplexHost
 package import DuplexSchema
 import Foundation
 package import NIOCore

@@ -1,3 +1,4 @@
+import DuplexHost
 package import Logging
 
 /// Where a ``DuplexServer`` keeps its chat rooms: ``memory``, the default, or another store, as
@@ -12,7 +13,7 @@ public struct ChatStoreConfiguration: Sendable, Equatable, CustomStringConvertib
         package var totalHistoryBytesLimit: Int
         package var maxRooms: Int
         package var logger: Logger
-        package var metrics: ServerMetrics.Store
+        package var metrics: ChatMetrics.Store
     }
 
     /// The store's kind, as `GET /health` names it: `memory`, `postgres`.

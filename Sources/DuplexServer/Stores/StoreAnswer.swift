@@ -1,3 +1,4 @@
+import DuplexHost
 package import NIOCore
 
 /// A room store's answer to a connection: at once (the memory store), or later, on the

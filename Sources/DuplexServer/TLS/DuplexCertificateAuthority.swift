@@ -1,3 +1,4 @@
+import DuplexHost
 import Crypto
 import _CryptoExtras
 public import Foundation

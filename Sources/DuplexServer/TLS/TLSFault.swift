@@ -1,3 +1,4 @@
+import DuplexHost
 import Foundation
 import NIOSSL
 

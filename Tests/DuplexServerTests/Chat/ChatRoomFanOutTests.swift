@@ -9,6 +9,7 @@ import NIOPosix
 import NIOWebSocket
 import Testing
 
+@testable import DuplexHost
 @testable import DuplexServer
 
 /// How a room delivers its events: outside its lock, one thread at a time, in order; and how an

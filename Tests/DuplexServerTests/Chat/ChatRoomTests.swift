@@ -3,6 +3,7 @@ import Foundation
 import NIOConcurrencyHelpers
 import Testing
 
+@testable import DuplexHost
 @testable import DuplexServer
 
 /// The room's sequencing, history, dedupe, identity and slow-subscriber rules, without sockets.

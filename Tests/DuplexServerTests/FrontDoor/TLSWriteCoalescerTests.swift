@@ -2,6 +2,7 @@ import NIOCore
 import NIOEmbedded
 import Testing
 
+@testable import DuplexHost
 @testable import DuplexServer
 
 @Suite("TLSWriteCoalescer")

@@ -3,6 +3,7 @@ import NIOCore
 import NIOEmbedded
 import Testing
 
+@testable import DuplexHost
 @testable import DuplexServer
 
 /// `GET /metrics/live`'s feed: one rendering per tick, shared by the subscribers of an interval.

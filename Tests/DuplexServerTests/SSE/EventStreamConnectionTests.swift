@@ -3,6 +3,7 @@ import Foundation
 import NIOCore
 import Testing
 
+@testable import DuplexHost
 @testable import DuplexServer
 
 /// SSE streams served on the connection's event loop (``EventStreamHandler``), as a raw

@@ -5,6 +5,7 @@ import NIOCore
 import NIOHTTP1
 import Testing
 
+@testable import DuplexHost
 @testable import DuplexServer
 
 @Suite("GET /events and GET /chat/{room}/events over loopback")

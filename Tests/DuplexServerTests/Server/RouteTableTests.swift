@@ -2,6 +2,7 @@ import HTTPTypes
 import Hummingbird
 import Testing
 
+@testable import DuplexHost
 @testable import DuplexServer
 
 /// The route table on its own: how a pattern matches a path, which route wins, and which set

@@ -1,5 +1,6 @@
 import Duplex
 import DuplexSchema
+@testable import DuplexHost
 @testable import DuplexServer
 import DuplexTesting
 import Foundation

@@ -1,4 +1,5 @@
 #if DEBUG
+@testable import DuplexHost
 @testable import DuplexServer
 import DuplexSchema
 

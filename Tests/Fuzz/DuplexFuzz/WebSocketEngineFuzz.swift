@@ -1,5 +1,6 @@
 #if DEBUG
 @testable import Duplex
+@testable import DuplexHost
 @testable import DuplexServer
 import DuplexSchema
 import DuplexWire
