@@ -462,6 +462,22 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The host on its own: the route table, the writers, the frames, the TLS write
+        // coalescing, on embedded channels.
+        .testTarget(
+            name: "DuplexHostTests",
+            dependencies: [
+                "DuplexHost",
+                "DuplexWire",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "DuplexServerTests",
             dependencies: [

@@ -3,7 +3,6 @@ import NIOEmbedded
 import Testing
 
 @testable import DuplexHost
-@testable import DuplexServer
 
 /// Where a writer under test hands its chunks: kept, in order, as text.
 final class CollectingOutput: EventStreamOutput {

@@ -1,5 +1,4 @@
 @testable import DuplexHost
-@testable import DuplexServer
 import DuplexWire
 import NIOCore
 import NIOEmbedded

@@ -3,7 +3,6 @@ import Hummingbird
 import Testing
 
 @testable import DuplexHost
-@testable import DuplexServer
 
 /// The route table on its own: how a pattern matches a path, which route wins, and which set
 /// wins when two have the same entry.

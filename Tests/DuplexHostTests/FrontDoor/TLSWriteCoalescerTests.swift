@@ -3,7 +3,6 @@ import NIOEmbedded
 import Testing
 
 @testable import DuplexHost
-@testable import DuplexServer
 
 @Suite("TLSWriteCoalescer")
 struct TLSWriteCoalescerTests {

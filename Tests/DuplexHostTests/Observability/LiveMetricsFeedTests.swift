@@ -4,7 +4,6 @@ import NIOEmbedded
 import Testing
 
 @testable import DuplexHost
-@testable import DuplexServer
 
 /// `GET /metrics/live`'s feed: one rendering per tick, shared by the subscribers of an interval.
 @Suite("LiveMetricsFeed")

@@ -1,5 +1,4 @@
 @testable import DuplexHost
-@testable import DuplexServer
 import NIOCore
 import NIOEmbedded
 import NIOWebSocket
