@@ -486,6 +486,9 @@ let package = Package(
                 "DuplexWire",
                 "DuplexTesting",
                 "DuplexSchema",
+                // The room ledger's history and roster.
+                .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "OrderedCollections", package: "swift-collections"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -21,20 +21,20 @@ extension ChatRoom {
         var ended: [(RoomSubscriber, replaced: Bool)] = []
         var woken: [CheckedContinuation<Bool, Never>] = []
         let claimed = state.withLockedValue { state -> Bool in
-            for event in events where event.seq > state.latestSeq {
-                guard event.seq == state.latestSeq + 1 else {
+            applying: for event in events {
+                switch state.ledger.apply(event) {
+                case .old: continue
+                case .gap:
                     contiguous = false
-                    break
+                    break applying
+                case .applied(let ending):
+                    if let ending, let slot = state.slots.removeValue(forKey: ending.id) {
+                        ended.append((slot.subscriber, ending.replaced))
+                    }
+                    Self.enqueue(event, in: &state)
                 }
-                if let departure = event.departure,
-                    let (id, slot) = state.subscribers.first(where: { $0.value.subscriber.member?.session == departure.session })
-                {
-                    state.subscribers.removeValue(forKey: id)
-                    ended.append((slot.subscriber, departure.replaced))
-                }
-                append(event, to: &state)
             }
-            for (id, waiter) in state.seqWaiters where waiter.seq <= state.latestSeq {
+            for (id, waiter) in state.seqWaiters where waiter.seq <= state.ledger.latestSeq {
                 state.seqWaiters.removeValue(forKey: id)
                 woken.append(waiter.continuation)
             }
@@ -99,16 +99,12 @@ extension ChatRoom {
     /// as too far behind (1013), so that it resumes with `since` and learns what is kept.
     package func restart(at latestSeq: Int, with events: [RoomEvent]) {
         let (dropped, woken) = state.withLockedValue { state -> ([RoomSubscriber], [CheckedContinuation<Bool, Never>]) in
-            let dropped = state.subscribers.values.map(\.subscriber)
-            state.subscribers = [:]
-            _ = budget.release(state.historyBytes)
-            state.history = []
-            state.historyBytes = 0
-            state.acceptedMessages = [:]
-            state.latestSeq = max(latestSeq, events.last?.seq ?? 0)
-            for event in events { append(event, to: &state) }
-            let woken = state.seqWaiters.values.filter { $0.seq <= state.latestSeq }.map(\.continuation)
-            state.seqWaiters = state.seqWaiters.filter { $0.value.seq > state.latestSeq }
+            let ended = state.ledger.restart(at: latestSeq, with: events)
+            let dropped = ended.compactMap { state.slots[$0]?.subscriber }
+            state.slots = [:]
+            let applied = state.ledger.latestSeq
+            let woken = state.seqWaiters.values.filter { $0.seq <= applied }.map(\.continuation)
+            state.seqWaiters = state.seqWaiters.filter { $0.value.seq > applied }
             return (dropped, woken)
         }
         for subscriber in dropped { subscriber.onOverflow() }
@@ -132,11 +128,11 @@ extension ChatRoom {
         return await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 let done = state.withLockedValue { state in
-                    if state.latestSeq >= seq || Task.isCancelled { return true }
+                    if state.ledger.latestSeq >= seq || Task.isCancelled { return true }
                     state.seqWaiters[id] = (seq, continuation)
                     return false
                 }
-                if done { continuation.resume(returning: state.withLockedValue { $0.latestSeq >= seq }) }
+                if done { continuation.resume(returning: state.withLockedValue { $0.ledger.latestSeq >= seq }) }
             }
         } onCancel: {
             state.withLockedValue { $0.seqWaiters.removeValue(forKey: id) }?.continuation.resume(returning: false)

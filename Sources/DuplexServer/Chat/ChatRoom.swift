@@ -35,9 +35,6 @@ package final class ChatRoom: Sendable {
     /// store's epoch, which outlives processes.
     package let epoch: String
     let sequencing: Sequencing
-    private let historyLimit: Int
-    private let historyBytesLimit: Int
-    let budget: HistoryBudget
 
     /// Who numbers a room's events.
     enum Sequencing: Sendable, Equatable {
@@ -48,21 +45,11 @@ package final class ChatRoom: Sendable {
     }
 
     struct State {
-        var latestSeq = 0
-        var history = Deque<RoomEvent>()
-        var historyBytes = 0
-        /// Message dedupe keys still in history, and their seqs.
-        var acceptedMessages: [String: Int] = [:]
-        /// In the order they subscribed: a fan-out reaches the earliest members first.
-        var subscribers: OrderedDictionary<UInt64, Slot> = [:]
-        /// How many of them are SSE observers (no member): an event's SSE text is made only
-        /// when there is one.
-        var observers = 0
-        var nextSubscriberID: UInt64 = 0
-        /// When the room last changed: the least recently used empty room is evicted first.
-        var lastActive = ContinuousClock.now
-        /// Evicted from the server's rooms: no one may subscribe any more.
-        var evicted = false
+        /// What the room decides: its sequence, history, dedupe and who is present.
+        var ledger: RoomLedger
+        /// The subscribers' queues, in the ledger's roster order: a fan-out reaches the earliest
+        /// members first.
+        var slots: OrderedDictionary<UInt64, Slot> = [:]
         /// Events numbered but not yet delivered, each with the subscribers it goes to, and
         /// actions to run after them, in order.
         var outbox = Deque<Outgoing>()
@@ -98,15 +85,15 @@ package final class ChatRoom: Sendable {
         case action(@Sendable () -> Void)
     }
 
-    let state = NIOLockedValueBox(State())
+    let state: NIOLockedValueBox<State>
 
     init(name: String, historyLimit: Int, historyBytesLimit: Int = .max, budget: HistoryBudget = HistoryBudget(limit: .max)) {
         self.name = name
         self.epoch = Self.makeEpoch()
         self.sequencing = .local
-        self.historyLimit = max(historyLimit, 0)
-        self.historyBytesLimit = max(historyBytesLimit, 0)
-        self.budget = budget
+        let ledger = RoomLedger(
+            room: name, epoch: epoch, sequencing: .local, historyLimit: historyLimit, historyBytesLimit: historyBytesLimit, budget: budget)
+        self.state = NIOLockedValueBox(State(ledger: ledger))
     }
 
     /// A replica of a room a shared store numbers: its epoch, latest seq and newest events as
@@ -123,13 +110,10 @@ package final class ChatRoom: Sendable {
         self.name = name
         self.epoch = epoch
         self.sequencing = .external
-        self.historyLimit = max(historyLimit, 0)
-        self.historyBytesLimit = max(historyBytesLimit, 0)
-        self.budget = budget
-        state.withLockedValue { state in
-            state.latestSeq = max(latestSeq, history.last?.seq ?? 0)
-            for event in history { self.append(event, to: &state) }
-        }
+        var ledger = RoomLedger(
+            room: name, epoch: epoch, sequencing: .external, historyLimit: historyLimit, historyBytesLimit: historyBytesLimit, budget: budget)
+        _ = ledger.restart(at: latestSeq, with: history)
+        self.state = NIOLockedValueBox(State(ledger: ledger))
     }
 
     /// The outcome of a `say`.
@@ -183,51 +167,40 @@ package final class ChatRoom: Sendable {
         deliverBacklog: Bool = false,
         prelude: ((_ recovered: Bool?, _ epoch: String, _ latestSeq: Int) -> Void)? = nil
     ) -> Result<Subscription, Refusal> {
-        let recovered: Bool? = requested == nil ? nil : (epoch == nil || epoch == self.epoch)
-        // A position in a lost history: the subscriber has seen nothing of this epoch, so it
-        // gets all of it that is kept.
-        let since = recovered == false ? 0 : requested
         var replaced: [RoomSubscriber] = []
         var claimed = false
         let result = state.withLockedValue { state -> Result<Subscription, Refusal> in
             defer { claimed = Self.claimFanOut(&state) }
-            guard !state.evicted else { return .failure(.evicted) }
-            if let member = subscriber.member, sequencing == .local {
-                let present = state.subscribers.filter { $0.value.subscriber.member?.name == member.name }
-                guard present.allSatisfy({ $0.value.subscriber.member?.token == member.token }) else { return .failure(.nameTaken) }
-                for (id, slot) in present {
-                    state.subscribers.removeValue(forKey: id)
-                    replaced.append(slot.subscriber)
-                    if let old = slot.subscriber.member {
-                        append(presence: "left", name: old.name, session: old.session, to: &state)
+            let admission: RoomLedger.Admission
+            switch state.ledger.join(subscriber.member, since: requested, epoch: epoch) {
+            case .failure(let refusal): return .failure(refusal)
+            case .success(let admitted): admission = admitted
+            }
+            for step in admission.steps {
+                switch step {
+                case .replace(let id):
+                    if let slot = state.slots.removeValue(forKey: id) { replaced.append(slot.subscriber) }
+                case .publish(let event):
+                    Self.enqueue(event, in: &state)
+                case .add(let id):
+                    prelude?(admission.recovered, self.epoch, admission.latestSeq)
+                    let slot = Slot(id: id, subscriber: subscriber)
+                    if deliverBacklog {
+                        slot.stalled = !admission.backlog.isEmpty && !subscriber.deliver(admission.backlog)
                     }
+                    state.slots[id] = slot
                 }
             }
-            state.lastActive = .now
-            state.nextSubscriberID += 1
-            let id = state.nextSubscriberID
-            prelude?(recovered, self.epoch, state.latestSeq)
-            var backlog = since.map { since in state.history.filter { $0.seq > since } } ?? []
-            let slot = Slot(id: id, subscriber: subscriber)
-            if deliverBacklog {
-                slot.stalled = !backlog.isEmpty && !subscriber.deliver(backlog)
-                backlog = []
-            }
-            state.subscribers[id] = slot
-            if subscriber.member == nil { state.observers += 1 }
-            var subscription = Subscription(
-                id: id,
-                backlog: backlog,
-                latestSeq: state.latestSeq,
-                oldestSeq: state.history.first?.seq,
-                members: Self.memberNames(state.subscribers),
-                recovered: recovered
+            return .success(
+                Subscription(
+                    id: admission.id,
+                    backlog: deliverBacklog ? [] : admission.backlog,
+                    latestSeq: admission.latestSeq,
+                    oldestSeq: admission.oldestSeq,
+                    members: admission.members,
+                    recovered: admission.recovered
+                )
             )
-            if let member = subscriber.member, sequencing == .local {
-                append(presence: "joined", name: member.name, session: member.session, to: &state)
-                subscription.members = Self.memberNames(state.subscribers)
-            }
-            return .success(subscription)
         }
         for subscriber in replaced { subscriber.onReplaced() }
         if claimed { fanOut() }
@@ -237,11 +210,9 @@ package final class ChatRoom: Sendable {
     /// Removes a subscriber; a member's departure is broadcast as a `left` event.
     package func unsubscribe(_ id: UInt64) {
         let claimed = state.withLockedValue { state -> Bool in
-            guard let removed = state.subscribers.removeValue(forKey: id) else { return false }
-            if removed.subscriber.member == nil { state.observers -= 1 }
-            state.lastActive = .now
-            guard let member = removed.subscriber.member, sequencing == .local else { return false }
-            append(presence: "left", name: member.name, session: member.session, to: &state)
+            state.slots.removeValue(forKey: id)
+            guard let left = state.ledger.leave(id).left else { return false }
+            Self.enqueue(left, in: &state)
             return Self.claimFanOut(&state)
         }
         if claimed { fanOut() }
@@ -255,91 +226,51 @@ package final class ChatRoom: Sendable {
     /// a connection that presented its token is matched by the token only, so no one else can
     /// claim its ids.
     func say(_ say: ChatSay, from name: String, token: String, matchByName: Bool = false, at date: Date = Date()) throws -> SayResult {
-        let keys = RoomEvent.DedupeKeys(say, from: name, token: token)
         let (result, claimed) = try state.withLockedValue { state -> (SayResult, Bool) in
-            if let seq = state.acceptedMessages[keys.byToken] ?? (matchByName ? state.acceptedMessages[keys.byName] : nil) {
+            switch try state.ledger.say(say, from: name, token: token, matchByName: matchByName, date: date) {
+            case .duplicate(let seq):
                 return (.duplicate(seq: seq), false)
+            case .accepted(let event):
+                Self.enqueue(event, in: &state)
+                return (.accepted(seq: event.seq), Self.claimFanOut(&state))
             }
-            let seq = state.latestSeq + 1
-            let frame = RoomEvent.messageFrame(room: self.name, seq: seq, say, from: name, at: date)
-            let event = RoomEvent(seq: seq, type: "message", json: try frame.jsonString(), epoch: epoch, dedupeKeys: keys.all)
-            append(event, to: &state)
-            return (.accepted(seq: seq), Self.claimFanOut(&state))
         }
         if claimed { fanOut() }
         return result
     }
 
     /// The latest seq applied.
-    package var latestSeq: Int { state.withLockedValue { $0.latestSeq } }
+    package var latestSeq: Int { state.withLockedValue { $0.ledger.latestSeq } }
 
     /// The sessions of the members subscribed here.
-    package var memberSessions: [String] { state.withLockedValue { $0.subscribers.values.compactMap(\.subscriber.member?.session) } }
+    package var memberSessions: [String] { state.withLockedValue { $0.ledger.memberSessions } }
 
     /// The number of subscribers, members and observers.
-    var subscriberCount: Int { state.withLockedValue { $0.subscribers.count } }
+    var subscriberCount: Int { state.withLockedValue { $0.ledger.roster.count } }
 
     /// The events and bytes of history kept.
-    var historySize: (events: Int, bytes: Int) { state.withLockedValue { ($0.history.count, $0.historyBytes) } }
+    var historySize: (events: Int, bytes: Int) { state.withLockedValue { ($0.ledger.history.count, $0.ledger.historyBytes) } }
 
     /// When the room is empty, how long ago it was last used; nil while anyone is subscribed.
     package var idleSince: ContinuousClock.Instant? {
-        state.withLockedValue { $0.subscribers.isEmpty ? $0.lastActive : nil }
+        state.withLockedValue { $0.ledger.roster.isEmpty ? $0.ledger.lastActive : nil }
     }
 
     /// Evicts the room if it is empty (or in any case, with `force`): no one may subscribe any
     /// more, and its history is released. Returns whether it was evicted.
     package func evictIfEmpty(force: Bool = false) -> Bool {
-        state.withLockedValue { state in
-            guard force || state.subscribers.isEmpty, !state.evicted else { return false }
-            state.evicted = true
-            _ = budget.release(state.historyBytes)
-            state.history = []
-            state.historyBytes = 0
-            state.acceptedMessages = [:]
-            return true
-        }
+        state.withLockedValue { $0.ledger.evict(force: force) }
     }
 
-    private static func memberNames(_ subscribers: OrderedDictionary<UInt64, Slot>) -> [String] {
-        subscribers.values.compactMap(\.subscriber.member?.name).sorted()
-    }
-
-    private func append(presence type: String, name: String, session: String, to state: inout State) {
-        let seq = state.latestSeq + 1
-        let presence = ChatPresence(room: self.name, seq: seq, name: name, session: session, at: Date())
-        let frame: ChatServerFrame = type == "joined" ? .joined(presence) : .left(presence)
-        // Encoding these plain values cannot fail; a failure would be a bug in the schema.
-        let json = (try? frame.jsonString()) ?? #"{"type":"\#(type)","v":1}"#
-        append(RoomEvent(seq: seq, type: type, json: json, epoch: epoch), to: &state)
-    }
-
-    /// Appends an event to the history, trims the history to its bounds, and puts it in the
-    /// outbox for every subscriber present (``fanOut()`` delivers it).
-    func append(_ event: RoomEvent, to state: inout State) {
-        state.latestSeq = event.seq
-        state.lastActive = .now
-        if historyLimit > 0 {
-            state.history.append(event)
-            state.historyBytes += event.bytes
-            for key in event.dedupeKeys { state.acceptedMessages[key] = event.seq }
-            var overBudget = budget.add(event.bytes)
-            while state.history.count > historyLimit || state.historyBytes > historyBytesLimit || overBudget,
-                let evicted = state.history.popFirst()
-            {
-                state.historyBytes -= evicted.bytes
-                overBudget = budget.release(evicted.bytes)
-                for key in evicted.dedupeKeys where state.acceptedMessages[key] == evicted.seq {
-                    state.acceptedMessages.removeValue(forKey: key)
-                }
-            }
-        }
-        guard !state.subscribers.isEmpty else { return }
+    /// Puts `event` in the outbox for every subscriber present (``fanOut()`` delivers it), with
+    /// its frame encoded once for all of them, and its SSE text when an observer is present.
+    static func enqueue(_ event: RoomEvent, in state: inout State) {
+        guard !state.slots.isEmpty else { return }
         var live = event
         live.frame = ServerTextFrame.encode(event.json)
         live.deflated = DeflatedFrameCache()
-        if state.observers > 0 { live.sse = live.sseText }
-        state.outbox.append(.event(live, state.subscribers.values.elements))
+        if state.ledger.observers > 0 { live.sse = live.sseText }
+        state.outbox.append(.event(live, state.slots.values.elements))
     }
 
     /// Runs `body` once every event numbered so far has been offered to its subscribers: at
@@ -417,7 +348,7 @@ package final class ChatRoom: Sendable {
             }
             guard !refused.isEmpty else { continue }
             let overflowed = state.withLockedValue { state in
-                refused.filter { state.subscribers[$0.id] === $0 }.map(\.subscriber)
+                refused.filter { state.slots[$0.id] === $0 }.map(\.subscriber)
             }
             for subscriber in overflowed { subscriber.onOverflow() }
         }
