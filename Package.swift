@@ -356,18 +356,15 @@ let package = Package(
             dependencies: [
                 "DuplexHost",
                 "Duplex",
-                // Built for the CLI tests, which run the binaries and parse compose commands with them.
+                // Built for the tests that run the binaries as child processes.
                 "duplex",
                 "duplex-server",
                 // Its corpora are replayed by FuzzCorpusTests.
                 "duplex-fuzz",
-                .product(name: "Yams", package: "Yams"),
                 "DuplexCallbacks",
                 "DuplexCombine",
                 "DuplexSchema",
                 "DuplexServer",
-                // The store the CLI tests parse.
-                "DuplexPostgres",
                 "DuplexTesting",
                 "TestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -433,7 +430,8 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         // Helpers the test targets share: a built program run as a child process, a throwaway
-        // PostgreSQL cluster, a port that refuses connections.
+        // PostgreSQL cluster, a port that refuses connections, scripted WebSocket and HTTP peers, a
+        // certificate made by openssl.
         .target(
             name: "TestSupport",
             dependencies: [
@@ -442,8 +440,29 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
             ],
             path: "Tests/TestSupport",
+            swiftSettings: swiftSettings
+        ),
+        // The `duplex` and `duplex-server` programs, run as a user runs them, and the compose file's
+        // commands parsed with their own argument parsers.
+        .testTarget(
+            name: "DuplexCLITests",
+            dependencies: [
+                "duplex",
+                "duplex-server",
+                "Duplex",
+                "DuplexSchema",
+                "DuplexServer",
+                "DuplexPostgres",
+                "DuplexTesting",
+                "TestSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Yams", package: "Yams"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ],
             swiftSettings: swiftSettings
         ),
         // The PostgreSQL store: its helpers (the seq template, the batcher, the database clock,

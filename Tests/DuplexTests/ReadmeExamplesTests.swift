@@ -8,6 +8,7 @@ import Logging
 import NIOHTTP1
 import ServiceLifecycle
 import Testing
+import TestSupport
 
 /// The examples of README and of the DocC articles (`Sources/*/*.docc`), compiled and run against
 /// an in-process server. Each says where it is shown; when the docs change, change these with them.

@@ -11,6 +11,10 @@ import OrderedCollections
 /// for resumes (at most `historyLimit` events and `historyBytesLimit` bytes, and within the
 /// server's ``HistoryBudget``), and the subscribers that receive new ones.
 ///
+/// What the room decides (numbering, history, dedupe, names, eviction) is a ``RoomLedger``, a
+/// value it keeps under its lock; the room carries out the ledger's answers: it adds and removes
+/// subscribers' queues and delivers events to them.
+///
 /// Every change happens under one lock: an event is numbered, kept, and put in the room's outbox
 /// with the subscribers present at that moment, so a join or subscribe that takes a backlog
 /// snapshot and registers in the same critical section gets no gap and no duplicate. The outbox

@@ -13,6 +13,7 @@ import Foundation
 import NIOConcurrencyHelpers
 import NIOHTTP1
 import Testing
+import TestSupport
 
 @Suite("SSE adapters")
 struct ServerSentEventAdapterTests {

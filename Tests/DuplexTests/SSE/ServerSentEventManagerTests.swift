@@ -6,6 +6,7 @@ import Foundation
 import NIOConcurrencyHelpers
 import NIOHTTP1
 import Testing
+import TestSupport
 
 @Suite("ServerSentEventManager")
 struct ServerSentEventManagerTests {

@@ -4,6 +4,7 @@ import DuplexTesting
 import Foundation
 import NIOHTTP1
 import Testing
+import TestSupport
 
 /// SSE for streaming APIs: a request with a method and a body, answered once; a terminal event
 /// that finishes it; errors with the server's body; typed events. Against a scripted HTTP peer

@@ -4,6 +4,7 @@ import DuplexTesting
 import Foundation
 import NIOConcurrencyHelpers
 import Testing
+import TestSupport
 
 /// Every number a server sends (`retry:`, `Retry-After`) and every configuration value ends in a
 /// bounded delay, never in a trap (issue 16: `retry: 9999999999999` used to crash the process).

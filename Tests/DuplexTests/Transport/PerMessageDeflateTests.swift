@@ -7,6 +7,7 @@ import Foundation
 import NIOCore
 import NIOWebSocket
 import Testing
+import TestSupport
 
 @Suite("permessage-deflate: the client's negotiation, and both ends over loopback")
 struct PerMessageDeflateTests {

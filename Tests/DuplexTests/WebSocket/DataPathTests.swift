@@ -3,6 +3,7 @@ import DuplexTesting
 import Foundation
 import NIOConcurrencyHelpers
 import Testing
+import TestSupport
 
 @testable import Duplex
 

@@ -7,6 +7,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import Testing
+import TestSupport
 
 /// The real client against the real server (or a scripted peer) over loopback.
 @Suite("WebSocket client over loopback")

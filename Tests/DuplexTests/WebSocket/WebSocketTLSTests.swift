@@ -2,6 +2,7 @@ import Duplex
 import DuplexTesting
 import Foundation
 import Testing
+import TestSupport
 
 /// wss:// against a TLS peer whose certificate the test generates with the openssl CLI.
 @Suite("WebSocket over TLS")

@@ -2,57 +2,82 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
-import NIOSSL
-import NIOWebSocket
+package import NIOSSL
+package import NIOWebSocket
 
 /// A WebSocket server for tests, on 127.0.0.1 and a free port, whose behaviour is scripted per
 /// connection: it can stop answering pings, drop connections, close with a given code, or pick
 /// a subprotocol. It counts what it saw, so tests can assert on it.
-final class ScriptedPeer: Sendable {
-    struct Behaviour: Sendable {
-        var answerPings = true
-        var echo = true
-        var subprotocol: String?
+package final class ScriptedPeer: Sendable {
+    package struct Behaviour: Sendable {
+        package var answerPings = true
+        package var echo = true
+        package var subprotocol: String?
         /// Extra handshake response headers, such as a `Sec-WebSocket-Extensions` not offered.
-        var extraHeaders: [(String, String)] = []
+        package var extraHeaders: [(String, String)] = []
         /// Send this close frame right after the handshake.
-        var closeOnConnect: (code: UInt16, reason: String)?
+        package var closeOnConnect: (code: UInt16, reason: String)?
         /// Drop the TCP connection right after the handshake, with no close frame.
-        var dropOnConnect = false
+        package var dropOnConnect = false
         /// Drop the TCP connection once this many text messages arrived on it.
-        var dropAfterTexts: Int?
+        package var dropAfterTexts: Int?
         /// Right after the handshake, send this many text messages `"N:xxx…"` of `bytes` bytes,
         /// as fast as the channel stays writable (so TCP backpressure holds it back).
-        var flood: (count: Int, bytes: Int)?
+        package var flood: (count: Int, bytes: Int)?
         /// Read nothing after the handshake until ``ScriptedPeer/releaseReads()``. The kernel
         /// still takes what fits in the receive buffer (128 KiB by default on Linux).
-        var holdReads = false
+        package var holdReads = false
         /// Frames written as they are right after the handshake, in one write (a compressed one,
         /// say, or a message and a bad frame the client reads together).
-        var framesOnConnect: [WebSocketFrame] = []
+        package var framesOnConnect: [WebSocketFrame] = []
+
+        /// A peer that answers pings and echoes, unless told otherwise: every property has a default.
+        package init(
+            answerPings: Bool = true,
+            echo: Bool = true,
+            subprotocol: String? = nil,
+            extraHeaders: [(String, String)] = [],
+            closeOnConnect: (code: UInt16, reason: String)? = nil,
+            dropOnConnect: Bool = false,
+            dropAfterTexts: Int? = nil,
+            flood: (count: Int, bytes: Int)? = nil,
+            holdReads: Bool = false,
+            framesOnConnect: [WebSocketFrame] = []
+        ) {
+            self.answerPings = answerPings
+            self.echo = echo
+            self.subprotocol = subprotocol
+            self.extraHeaders = extraHeaders
+            self.closeOnConnect = closeOnConnect
+            self.dropOnConnect = dropOnConnect
+            self.dropAfterTexts = dropAfterTexts
+            self.flood = flood
+            self.holdReads = holdReads
+            self.framesOnConnect = framesOnConnect
+        }
     }
 
     private let channel: any Channel
-    let port: Int
+    package let port: Int
     private let counters = NIOLockedValueBox(Counters())
     private let children = NIOLockedValueBox<[ObjectIdentifier: any Channel]>([:])
 
-    struct Counters {
-        var connections = 0
-        var pings = 0
-        var pingsByConnection: [Int: Int] = [:]
-        var messages: [String] = []
-        var pingWaiters: [(connection: Int, count: Int, continuation: CheckedContinuation<Void, Never>)] = []
-        var textWaiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
+    package struct Counters {
+        package var connections = 0
+        package var pings = 0
+        package var pingsByConnection: [Int: Int] = [:]
+        package var messages: [String] = []
+        package var pingWaiters: [(connection: Int, count: Int, continuation: CheckedContinuation<Void, Never>)] = []
+        package var textWaiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
         /// Times a flooding connection found its channel not writable.
-        var heldBack = 0
-        var flooded = 0
-        var heldBackWaiters: [CheckedContinuation<Void, Never>] = []
+        package var heldBack = 0
+        package var flooded = 0
+        package var heldBackWaiters: [CheckedContinuation<Void, Never>] = []
     }
 
     /// Returns once a flooding connection was held back by TCP (its channel became unwritable).
     /// Wrap it in a timeout.
-    func waitUntilHeldBack() async {
+    package func waitUntilHeldBack() async {
         await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 let ready = counters.withLockedValue { counters -> Bool in
@@ -80,17 +105,17 @@ final class ScriptedPeer: Sendable {
     }
 
     /// How many messages the flooding connections wrote, in all.
-    var floodedCount: Int { counters.withLockedValue { $0.flooded } }
+    package var floodedCount: Int { counters.withLockedValue { $0.flooded } }
 
     fileprivate func countFlooded(_ count: Int) {
         counters.withLockedValue { $0.flooded += count }
     }
 
     /// How many times flooding connections were held back.
-    var heldBackCount: Int { counters.withLockedValue { $0.heldBack } }
+    package var heldBackCount: Int { counters.withLockedValue { $0.heldBack } }
 
     /// Returns once `count` text messages arrived, over all connections. Wrap it in a timeout.
-    func waitForTexts(_ count: Int) async {
+    package func waitForTexts(_ count: Int) async {
         await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 let ready = counters.withLockedValue { counters -> Bool in
@@ -106,7 +131,7 @@ final class ScriptedPeer: Sendable {
     }
 
     /// Starts reading on every connection that holds its reads.
-    func releaseReads() {
+    package func releaseReads() {
         for child in children.withLockedValue({ Array($0.values) }) {
             child.setOption(ChannelOptions.autoRead, value: true).whenSuccess { child.read() }
         }
@@ -121,14 +146,14 @@ final class ScriptedPeer: Sendable {
         for waiter in waiters { waiter.resume() }
     }
 
-    var connectionCount: Int { counters.withLockedValue { $0.connections } }
-    var pingCount: Int { counters.withLockedValue { $0.pings } }
+    package var connectionCount: Int { counters.withLockedValue { $0.connections } }
+    package var pingCount: Int { counters.withLockedValue { $0.pings } }
 
     /// How many pings arrived on connection `number` (from 1).
-    func pingCount(onConnection number: Int) -> Int { counters.withLockedValue { $0.pingsByConnection[number] ?? 0 } }
+    package func pingCount(onConnection number: Int) -> Int { counters.withLockedValue { $0.pingsByConnection[number] ?? 0 } }
 
     /// Returns once `count` pings have arrived on connection `number`. Wrap it in a timeout.
-    func waitForPings(_ count: Int, onConnection number: Int) async {
+    package func waitForPings(_ count: Int, onConnection number: Int) async {
         await withCheckedContinuation { continuation in
             let ready = counters.withLockedValue { counters -> Bool in
                 if (counters.pingsByConnection[number] ?? 0) >= count { return true }
@@ -138,7 +163,7 @@ final class ScriptedPeer: Sendable {
             if ready { continuation.resume() }
         }
     }
-    var receivedTexts: [String] { counters.withLockedValue { $0.messages } }
+    package var receivedTexts: [String] { counters.withLockedValue { $0.messages } }
 
     private init(channel: any Channel) {
         self.channel = channel
@@ -147,7 +172,7 @@ final class ScriptedPeer: Sendable {
 
     /// Starts a peer; `behaviour` gets the connection's number, from 1. With `tls`, it speaks
     /// wss with that context.
-    static func start(
+    package static func start(
         tls: NIOSSLContext? = nil,
         _ behaviour: @escaping @Sendable (Int) -> Behaviour = { _ in Behaviour() }
     ) async throws -> ScriptedPeer {
@@ -195,12 +220,12 @@ final class ScriptedPeer: Sendable {
     }
 
     /// Drops every open connection, with no close frame.
-    func dropAll() {
+    package func dropAll() {
         for child in children.withLockedValue({ Array($0.values) }) { child.close(promise: nil) }
     }
 
     /// Stops listening and drops every connection.
-    func stop() async {
+    package func stop() async {
         dropAll()
         try? await channel.close()
     }

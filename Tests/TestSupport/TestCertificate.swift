@@ -1,19 +1,21 @@
 import Foundation
-import NIOSSL
+package import NIOSSL
 
 /// A self-signed certificate for `localhost` and 127.0.0.1, made by the `openssl` command for
 /// this test run, and a TLS server context that presents it.
-struct TestCertificate {
-    let certificatePEM: String
-    let serverContext: NIOSSLContext
+package struct TestCertificate {
+    package let certificatePEM: String
+    package let serverContext: NIOSSLContext
 
-    struct OpenSSLFailed: Error, CustomStringConvertible {
-        var status: Int32
-        var description: String { "openssl exited with \(status); is the openssl command installed?" }
+    package struct OpenSSLFailed: Error, CustomStringConvertible {
+        package var status: Int32
+
+        package init(status: Int32) { self.status = status }
+        package var description: String { "openssl exited with \(status); is the openssl command installed?" }
     }
 
     /// Makes one. `openssl` runs as a child process, awaited off the cooperative pool.
-    static func make() async throws -> TestCertificate {
+    package static func make() async throws -> TestCertificate {
         try await onThread { try makeBlocking() }
     }
 

@@ -1,34 +1,49 @@
 import NIOConcurrencyHelpers
 import NIOCore
-import NIOHTTP1
+package import NIOHTTP1
 import NIOPosix
 
 /// An HTTP server for SSE tests, on 127.0.0.1 and a free port, that answers each request as
 /// scripted for its number (from 1), once the request's body has arrived, and records each request
 /// (method, target, headers and body).
-final class ScriptedHTTPPeer: Sendable {
+package final class ScriptedHTTPPeer: Sendable {
     /// One scripted answer.
-    struct Answer: Sendable {
-        var status: HTTPResponseStatus = .ok
-        var headers: [(String, String)] = [("Content-Type", "text/event-stream")]
+    package struct Answer: Sendable {
+        package var status: HTTPResponseStatus = .ok
+        package var headers: [(String, String)] = [("Content-Type", "text/event-stream")]
         /// Body chunks, written one by one.
-        var chunks: [String] = []
+        package var chunks: [String] = []
         /// After the chunks: end the response, or stall (keep the connection open, send nothing).
-        var stall = false
+        package var stall = false
         /// After the chunks: close the connection before the response's end (a drop).
-        var drop = false
+        package var drop = false
+
+        /// An answer: every property has a default.
+        package init(
+            status: HTTPResponseStatus = .ok,
+            headers: [(String, String)] = [("Content-Type", "text/event-stream")],
+            chunks: [String] = [],
+            stall: Bool = false,
+            drop: Bool = false
+        ) {
+            self.status = status
+            self.headers = headers
+            self.chunks = chunks
+            self.stall = stall
+            self.drop = drop
+        }
     }
 
     /// A request as it arrived.
-    struct Request: Sendable {
-        var method: HTTPMethod
-        var uri: String
-        var headers: HTTPHeaders
-        var body: String
+    package struct Request: Sendable {
+        package var method: HTTPMethod
+        package var uri: String
+        package var headers: HTTPHeaders
+        package var body: String
     }
 
     private let channel: any Channel
-    let port: Int
+    package let port: Int
     private let requests = NIOLockedValueBox<[Request]>([])
     private let waiters = NIOLockedValueBox<[(count: Int, continuation: CheckedContinuation<Void, Never>)]>([])
 
@@ -38,13 +53,13 @@ final class ScriptedHTTPPeer: Sendable {
     }
 
     /// The headers of every request so far, in order.
-    var requestHeaders: [HTTPHeaders] { requests.withLockedValue { $0.map(\.headers) } }
+    package var requestHeaders: [HTTPHeaders] { requests.withLockedValue { $0.map(\.headers) } }
 
     /// Every request so far, in order.
-    var received: [Request] { requests.withLockedValue { $0 } }
+    package var received: [Request] { requests.withLockedValue { $0 } }
 
     /// Returns once `count` requests have arrived. Wrap it in a timeout.
-    func waitForRequests(_ count: Int) async {
+    package func waitForRequests(_ count: Int) async {
         await withCheckedContinuation { continuation in
             let ready = requests.withLockedValue { requests in
                 if requests.count >= count { return true }
@@ -55,7 +70,7 @@ final class ScriptedHTTPPeer: Sendable {
         }
     }
 
-    static func start(_ script: @escaping @Sendable (Int) -> Answer) async throws -> ScriptedHTTPPeer {
+    package static func start(_ script: @escaping @Sendable (Int) -> Answer) async throws -> ScriptedHTTPPeer {
         let box = NIOLockedValueBox<ScriptedHTTPPeer?>(nil)
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
@@ -76,7 +91,7 @@ final class ScriptedHTTPPeer: Sendable {
         return peer
     }
 
-    func stop() async {
+    package func stop() async {
         try? await channel.close()
     }
 

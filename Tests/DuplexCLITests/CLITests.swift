@@ -702,24 +702,3 @@ struct CLITests {
         return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: data, as: UTF8.self))
     }
 }
-
-/// A directory of its own under the temporary directory, for the files a test hands a command.
-struct ScratchFiles {
-    let directory: URL
-
-    init(_ prefix: String) throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("\(prefix)-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-    }
-
-    /// Writes `text` to the file `name` and returns its path.
-    func write(_ name: String, _ text: String) throws -> String {
-        let url = directory.appendingPathComponent(name)
-        try Data(text.utf8).write(to: url)
-        return url.path
-    }
-
-    func remove() {
-        try? FileManager.default.removeItem(at: directory)
-    }
-}

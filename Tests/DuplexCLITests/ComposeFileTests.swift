@@ -12,7 +12,6 @@ import Yams
 @Suite("docker-compose.yml and Dockerfile")
 struct ComposeFileTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent()
 
     struct Service {
         var name: String
