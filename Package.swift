@@ -435,6 +435,7 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
+                "Duplex",
                 "DuplexTesting",
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -500,6 +501,12 @@ let package = Package(
         .testTarget(
             name: "DuplexServerTests",
             dependencies: [
+                // The client, for the tests that drive the server as users do, and the helpers
+                // the test targets share (scripted peers, the duplex-server program).
+                "Duplex",
+                "TestSupport",
+                // Run as a child process by ServerProcessTests.
+                "duplex-server",
                 "DuplexHost",
                 "DuplexServer",
                 "DuplexWire",

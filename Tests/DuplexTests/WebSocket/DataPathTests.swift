@@ -13,40 +13,14 @@ import TestSupport
 struct DataPathTests {
     static func url(_ peer: ScriptedPeer) -> URL { URL(string: "ws://127.0.0.1:\(peer.port)/")! }
 
-    /// More bytes than the kernel can hold between a peer that writes and one that reads nothing:
-    /// Linux grows the writer's send buffer up to `tcp_wmem`'s maximum (4 MiB by default; a
-    /// machine where it grew that far took a 3 MiB flood whole), and the reader's receive buffer
-    /// holds 128 KiB more, more once it has read a little; 2 MiB beyond that leaves no doubt.
-    static let moreThanTheKernelHolds: Int = {
-        let sendBufferLimit =
-            (try? String(contentsOfFile: "/proc/sys/net/ipv4/tcp_wmem", encoding: .utf8))
-            .flatMap { $0.split(whereSeparator: \.isWhitespace).last.flatMap { Int($0) } } ?? 4 * 1024 * 1024
-        return sendBufferLimit + 2 * 1024 * 1024
-    }()
-
     static func padded(_ n: Int, bytes: Int = 1024) -> String {
         let head = "\(n):"
         return head + String(repeating: "x", count: bytes - head.utf8.count)
     }
 
-    /// Reads `"N:…"` messages until `total` or the first out of order (recorded as an issue),
-    /// and returns how many came in order.
-    static func countInOrder(_ messages: AsyncStream<WebSocketMessage>, upTo total: Int) async -> Int {
-        var expected = 0
-        for await message in messages {
-            guard message.text?.hasPrefix("\(expected):") == true else {
-                Issue.record("message \(expected) is \(message.text?.prefix(12) ?? "binary")")
-                break
-            }
-            expected += 1
-            if expected == total { break }
-        }
-        return expected
-    }
-
     @Test("a reader that stops reading holds the server back through TCP (its channel becomes unwritable), then gets every message in order")
     func slowReaderLosesNothing() async throws {
-        let total = Self.moreThanTheKernelHolds / 1024  // more than the socket buffers hold while nobody reads
+        let total = Backpressure.moreThanTheKernelHolds / 1024  // more than the socket buffers hold while nobody reads
         let peer = try await ScriptedPeer.start { _ in .init(echo: false, flood: (total, 1024)) }
         var configuration = WebSocketConfiguration()
         configuration.streamBufferLimit = 64
@@ -62,7 +36,7 @@ struct DataPathTests {
             #expect(buffered >= 64, "the reader's buffer filled")
             #expect(buffered < 2_000, "and stayed bounded (\(buffered) unread of \(total))")
             #expect(peer.floodedCount < total, "the server could not write it all: TCP held it back")
-            #expect(await Self.countInOrder(messages, upTo: total) == total)
+            #expect(await Backpressure.countInOrder(messages, upTo: total) == total)
             #expect(socket.core.messages.droppedCount == 0)
         }
         await socket.terminate()
@@ -71,7 +45,7 @@ struct DataPathTests {
 
     @Test("ReconnectingWebSocket: a reader that stops reading holds the server back too, then gets every message in order")
     func reconnectingSlowReader() async throws {
-        let total = Self.moreThanTheKernelHolds / 1024
+        let total = Backpressure.moreThanTheKernelHolds / 1024
         let peer = try await ScriptedPeer.start { _ in .init(echo: false, flood: (total, 1024)) }
         let inner = WebSocketConfiguration(streamBufferLimit: 64)
         let url = Self.url(peer)
@@ -85,7 +59,7 @@ struct DataPathTests {
             await peer.waitUntilHeldBack()
             #expect(socket.unreadMessages <= 65, "the wrapper's buffer stayed at its limit (\(socket.unreadMessages))")
             #expect(peer.floodedCount < total, "the server could not write it all: TCP held it back")
-            #expect(await Self.countInOrder(messages, upTo: total) == total, "every message, in order")
+            #expect(await Backpressure.countInOrder(messages, upTo: total) == total, "every message, in order")
         }
         await socket.terminate()
         await peer.stop()
@@ -93,7 +67,7 @@ struct DataPathTests {
 
     @Test("while the socket holds back its reads for a slow reader, unanswered pings do not count as a dead connection")
     func pingsExcusedWhileReadsAreHeld() async throws {
-        let total = Self.moreThanTheKernelHolds / 1024
+        let total = Backpressure.moreThanTheKernelHolds / 1024
         let peer = try await ScriptedPeer.start { _ in .init(echo: false, flood: (total, 1024)) }
         var configuration = WebSocketConfiguration()
         configuration.streamBufferLimit = 64
@@ -107,7 +81,7 @@ struct DataPathTests {
             await peer.waitForPings(5, onConnection: 1)
             #expect(!socket.core.gate.isOpen, "still held back")
             #expect(socket.state == .connected(protocol: nil), "not torn down by unanswered pings")
-            #expect(await Self.countInOrder(messages, upTo: total) == total)
+            #expect(await Backpressure.countInOrder(messages, upTo: total) == total)
             #expect(peer.connectionCount == 1)
         }
         await socket.terminate()
@@ -143,7 +117,7 @@ struct DataPathTests {
     func sendSuspendsAboveWatermark() async throws {
         // Messages of 1 KiB: until the server reads, the kernel takes only part of them, so a send
         // must wait for the server, not only for the client's own writes.
-        let total = Self.moreThanTheKernelHolds / 1024
+        let total = Backpressure.moreThanTheKernelHolds / 1024
         let peer = try await ScriptedPeer.start { _ in .init(echo: false, holdReads: true) }
         var configuration = WebSocketConfiguration()
         configuration.sendBufferHighWatermark = 64 * 1024
@@ -195,7 +169,7 @@ struct DataPathTests {
             try await socket.connect()
             // This cannot fit in the socket buffers of a server that reads nothing: the write
             // cannot finish, so the send returns with the message unwritten.
-            let big = Data(count: Self.moreThanTheKernelHolds)
+            let big = Data(count: Backpressure.moreThanTheKernelHolds)
             let sender = Task { try await socket.send(.data(big)) }
             await socket.core.waitUntilSendSuspended()
             peer.dropAll()

@@ -274,7 +274,7 @@ struct RecordTests {
     @Test("a client that does not read holds the upstream back through the recorder (TCP on both sides), then gets every message in order")
     func backpressureThroughTheRecorder() async throws {
         // More than the kernel holds on both hops, and the recorder's own buffer (1 MiB).
-        let total = (2 * DataPathTests.moreThanTheKernelHolds + 2 * 1024 * 1024) / 1024
+        let total = (2 * Backpressure.moreThanTheKernelHolds + 2 * 1024 * 1024) / 1024
         let peer = try await ScriptedPeer.start { _ in .init(echo: false, flood: (total, 1024)) }
         try await withTimeout(.seconds(60)) {
             try await Self.withRecorder(upstream: URL(string: "ws://127.0.0.1:\(peer.port)")!) { server, recorder in
@@ -292,7 +292,7 @@ struct RecordTests {
                 #expect(peer.floodedCount < total, "the upstream could not write it all: held back through the recorder")
                 let taken = try recorder.cassette().sessions.first?.steps.count ?? 0
                 #expect(taken < total, "the recorder took \(taken) of \(total) while the client read nothing")
-                #expect(await DataPathTests.countInOrder(messages, upTo: total) == total)
+                #expect(await Backpressure.countInOrder(messages, upTo: total) == total)
                 let recorded = try recorder.cassette().sessions.first?.steps.count ?? 0
                 #expect(recorded >= total, "every message recorded")
                 await socket.terminate()
