@@ -60,7 +60,7 @@ extension ChannelTextWriter {
     /// Messages are written at once on the writer's loop; presence alone waits for the loop's
     /// batch (see ``offer(frame:textBytes:deflated:batched:)``).
     func offer(_ events: [RoomEvent]) -> Bool {
-        let frames = events.lazy.map { event in
+        let frames = events.map { event in
             (frame: event.frame ?? ServerTextFrame.encode(event.json), textBytes: event.json.utf8.count, deflated: event.deflated)
         }
         return offer(frames, batched: !events.contains { $0.type == "message" })
