@@ -56,7 +56,6 @@ extension DuplexServer {
             ),
             .stream("/events") { request in self.tickStream(request) },
             .stream("/chat/:room/events") { request in self.roomEventStream(request) },
-            .refused,
         ]
     }
 

@@ -76,10 +76,12 @@ package struct RouteTable: Sendable {
         }
     }
 
-    package private(set) var routes: [Route] = []
+    package private(set) var routes: [Route]
 
-    /// An empty table.
-    package init() {}
+    /// A table with only the host's own route: the answer to a request ``ConnectionGuard``
+    /// refused behind others on a keep-alive connection (``Route/refused``), which every server
+    /// needs, whatever else it serves (a recording server that forwards every other path).
+    package init() { routes = [.refused] }
 
     /// Adds `routes` after those in the table, leaving out any whose method and pattern the
     /// table already has. A stream route and a WebSocket route may share a path: upgrades go to

@@ -67,7 +67,9 @@ struct RouteTableTests {
         #expect(upgrade(table, "/chat/other") == "live other")
         #expect(upgrade(table, "/echo") == "first echo", "the same method and pattern: the earlier set's")
         #expect(upgrade(table, "/somewhere/else") == "anything")
-        #expect(table.routes.count == 4)
+        #expect(table.routes.count == 5, "the four, after the host's own refused-request route")
+        #expect(
+            RouteTable().routes.map(\.pattern.description) == ["\(RouteTable.Route.refusedPath)/:status"], "every table answers a refused request")
 
         var plain = RouteTable()
         plain.add([.get("/health") { _, _ in Response(status: .ok) }, webSocket("/echo", "echo")])

@@ -1,3 +1,4 @@
+import DuplexSchema
 @testable import DuplexServer
 import DuplexTesting
 import Foundation
@@ -110,6 +111,30 @@ struct FrontDoorTests {
                 let twice = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n" + bigHeaders
                 let both = try await Self.exchange(server.port, twice)
                 #expect(both.hasPrefix("HTTP/1.1 200") && both.contains("HTTP/1.1 431") && both.contains("Connection: close"), "\(both)")
+            }
+        }
+    }
+
+    @Test("a recording server and a replaying one without the built-in routes answer an oversized keep-alive request themselves: 431")
+    func oversizedKeepAliveOnEveryServer() async throws {
+        let bigHeaders =
+            "GET /health HTTP/1.1\r\nHost: x\r\n" + String(repeating: "X-Pad: \(String(repeating: "b", count: 1000))\r\n", count: 40) + "\r\n"
+        let twice = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n" + bigHeaders
+        try await withTimeout(.seconds(30)) {
+            try await withDuplexServer { upstream in
+                var recording = DuplexServerConfiguration()
+                recording.record = RecordConfiguration(upstream: upstream.httpURL("/"), recorder: CassetteRecorder())
+                var replaying = DuplexServerConfiguration()
+                replaying.replay = ReplayConfiguration(cassette: Cassette())
+                for configuration in [recording, replaying] {
+                    try await withDuplexServer(configuration: configuration) { server in
+                        // The first is forwarded to the upstream (recording) or answered by the
+                        // replaying server's /health; the second is the front door's own answer,
+                        // never forwarded upstream nor a 404.
+                        let both = try await Self.exchange(server.port, twice)
+                        #expect(both.hasPrefix("HTTP/1.1 200") && both.contains("HTTP/1.1 431") && both.contains("Connection: close"), "\(both)")
+                    }
+                }
             }
         }
     }
