@@ -20,23 +20,38 @@ import DuplexHost
 public struct DuplexServerHTTP2: Sendable, Hashable {
     /// Whether ALPN offers `h2` on the TLS listener. Default true.
     public var enabled: Bool
+    /// The limits each connection announces and keeps, as the host takes them.
+    var limits = HTTP2Limits()
+
     /// How many streams (requests, SSE streams and WebSockets) one connection may have open at
     /// once (`SETTINGS_MAX_CONCURRENT_STREAMS`). A client that opens more breaks the protocol
     /// and gets GOAWAY with `PROTOCOL_ERROR` (checked with Python's `h2`). Default 100.
-    public var maxConcurrentStreams: Int
+    public var maxConcurrentStreams: Int {
+        get { limits.maxConcurrentStreams }
+        set { limits.maxConcurrentStreams = newValue }
+    }
     /// The largest request header list a client may send, in bytes as RFC 9113 counts them
     /// (`SETTINGS_MAX_HEADER_LIST_SIZE`). Default 32 KiB, as
     /// ``DuplexServerConfiguration/maxRequestHeadBytes`` is for HTTP/1.1.
-    public var maxHeaderListBytes: Int
+    public var maxHeaderListBytes: Int {
+        get { limits.maxHeaderListBytes }
+        set { limits.maxHeaderListBytes = newValue }
+    }
     /// Each stream's receive window, the bytes a client may send on one stream before the
     /// server reads them (`SETTINGS_INITIAL_WINDOW_SIZE`); the connection's window is this times
     /// 4. Default 65,535, HTTP/2's own.
-    public var streamWindowBytes: Int
+    public var streamWindowBytes: Int {
+        get { limits.streamWindowBytes }
+        set { limits.streamWindowBytes = newValue }
+    }
     /// How long a connection with no open stream is kept before the server sends GOAWAY and
     /// closes it. Default 60 s. A new connection must open its first stream within
     /// ``DuplexServerConfiguration/requestHeadTimeout`` (10 s), as an HTTP/1.1 connection must
     /// send its first request head.
-    public var idleTimeout: Duration
+    public var idleTimeout: Duration {
+        get { limits.idleTimeout }
+        set { limits.idleTimeout = newValue }
+    }
 
     /// HTTP/2 with these limits; every argument has a default.
     public init(
@@ -56,27 +71,6 @@ public struct DuplexServerHTTP2: Sendable, Hashable {
     /// Checks the limits are ones HTTP/2 can announce.
     /// - Throws: ``DuplexServerError/invalidTLSConfiguration(_:)`` naming the setting.
     func validate() throws {
-        func refuse(_ reason: String) -> DuplexServerError { .invalidTLSConfiguration("http2.\(reason)") }
-        guard (1...100_000).contains(maxConcurrentStreams) else {
-            throw refuse("maxConcurrentStreams must be from 1 to 100000, not \(maxConcurrentStreams)")
-        }
-        guard (1024...16 * 1024 * 1024).contains(maxHeaderListBytes) else {
-            throw refuse("maxHeaderListBytes must be from 1024 to 16 MiB, not \(maxHeaderListBytes)")
-        }
-        // The connection's window is 4 times a stream's, and HTTP/2 windows stop at 2^31 - 1.
-        guard (1...(Int(Int32.max) / 4)).contains(streamWindowBytes) else {
-            throw refuse("streamWindowBytes must be from 1 to \(Int(Int32.max) / 4), not \(streamWindowBytes)")
-        }
-        guard idleTimeout > .zero else { throw refuse("idleTimeout must be positive") }
-    }
-
-    /// The limits each connection announces and keeps, as the host takes them.
-    var limits: HTTP2Limits {
-        HTTP2Limits(
-            maxConcurrentStreams: maxConcurrentStreams,
-            maxHeaderListBytes: maxHeaderListBytes,
-            streamWindowBytes: streamWindowBytes,
-            idleTimeout: idleTimeout
-        )
+        if let reason = limits.invalidity { throw DuplexServerError.invalidTLSConfiguration("http2.\(reason)") }
     }
 }

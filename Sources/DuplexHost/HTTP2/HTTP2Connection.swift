@@ -79,23 +79,34 @@ struct HTTP2Connection: Sendable {
     }
 }
 
-/// The limits each HTTP/2 connection announces and keeps (the server's configuration checks
-/// them first).
+/// The limits each HTTP/2 connection announces and keeps, with their defaults and their
+/// bounds (`DuplexServerHTTP2` documents each for users, and holds one of these).
 package struct HTTP2Limits: Sendable, Hashable {
     /// `SETTINGS_MAX_CONCURRENT_STREAMS`.
-    package var maxConcurrentStreams: Int
+    package var maxConcurrentStreams = 100
     /// `SETTINGS_MAX_HEADER_LIST_SIZE`.
-    package var maxHeaderListBytes: Int
+    package var maxHeaderListBytes = 32 * 1024
     /// `SETTINGS_INITIAL_WINDOW_SIZE`; the connection's window is 4 times this.
-    package var streamWindowBytes: Int
+    package var streamWindowBytes = 65_535
     /// How long a connection with no open stream is kept.
-    package var idleTimeout: Duration
+    package var idleTimeout: Duration = .seconds(60)
 
-    /// Limits with these values.
-    package init(maxConcurrentStreams: Int, maxHeaderListBytes: Int, streamWindowBytes: Int, idleTimeout: Duration) {
-        self.maxConcurrentStreams = maxConcurrentStreams
-        self.maxHeaderListBytes = maxHeaderListBytes
-        self.streamWindowBytes = streamWindowBytes
-        self.idleTimeout = idleTimeout
+    /// The defaults.
+    package init() {}
+
+    /// Why these limits cannot be announced, naming the setting; nil when they can.
+    package var invalidity: String? {
+        guard (1...100_000).contains(maxConcurrentStreams) else {
+            return "maxConcurrentStreams must be from 1 to 100000, not \(maxConcurrentStreams)"
+        }
+        guard (1024...16 * 1024 * 1024).contains(maxHeaderListBytes) else {
+            return "maxHeaderListBytes must be from 1024 to 16 MiB, not \(maxHeaderListBytes)"
+        }
+        // The connection's window is 4 times a stream's, and HTTP/2 windows stop at 2^31 - 1.
+        guard (1...(Int(Int32.max) / 4)).contains(streamWindowBytes) else {
+            return "streamWindowBytes must be from 1 to \(Int(Int32.max) / 4), not \(streamWindowBytes)"
+        }
+        guard idleTimeout > .zero else { return "idleTimeout must be positive" }
+        return nil
     }
 }
