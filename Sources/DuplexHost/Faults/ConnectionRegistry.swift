@@ -27,7 +27,7 @@ package struct ConnectionInfo: Sendable, Equatable {
     /// The chat room, for chat connections.
     package var room: String?
     /// Whether it is a stream of an HTTP/2 connection (its metrics' transport is `h2`).
-    package var overHTTP2 = false
+    var overHTTP2 = false
 
     /// A connection of `kind` on `route` (in `room`, for a room stream), over HTTP/2 or not.
     package init(kind: Kind, route: String, room: String? = nil, overHTTP2: Bool = false) {
@@ -39,7 +39,7 @@ package struct ConnectionInfo: Sendable, Equatable {
 
     /// Whether `channel` is a stream of an HTTP/2 connection: its parent is the connection, whose
     /// parent is the listening socket (an HTTP/1.1 connection's parent is the listener itself).
-    package static func isHTTP2Stream(_ channel: any Channel) -> Bool {
+    static func isHTTP2Stream(_ channel: any Channel) -> Bool {
         channel.parent?.parent != nil
     }
 }
@@ -79,7 +79,7 @@ package final class ConnectionRegistry: Sendable {
 
     /// Registers a connection served on its event loop, with no task: `deliver` receives its
     /// commands (on any thread). Call ``remove(_:)`` with the returned id once it has closed.
-    package func register(_ info: ConnectionInfo, deliver: @escaping @Sendable (ConnectionCommand) -> Void) -> UInt64 {
+    func register(_ info: ConnectionInfo, deliver: @escaping @Sendable (ConnectionCommand) -> Void) -> UInt64 {
         let (id, shutdown) = state.withLockedValue { state in
             state.nextID += 1
             state.entries[state.nextID] = Entry(info: info, deliver: deliver)

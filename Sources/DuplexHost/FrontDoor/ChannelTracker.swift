@@ -20,7 +20,7 @@ package final class ChannelTracker: Sendable {
     package var count: Int { state.withLockedValue { $0.channels.count } }
 
     /// Tracks `channel` until it closes; returns whether it is within the limit.
-    package func admit(_ channel: any Channel) -> Bool {
+    func admit(_ channel: any Channel) -> Bool {
         let id = ObjectIdentifier(channel)
         let admitted = state.withLockedValue { state in
             state.channels[id] = channel

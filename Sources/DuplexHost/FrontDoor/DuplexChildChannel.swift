@@ -114,7 +114,7 @@ package struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
     }
 
     package struct Value: ServerChildChannelValue {
-        package let upgradeResult: EventLoopFuture<UpgradeResult>
+        let upgradeResult: EventLoopFuture<UpgradeResult>
         package let channel: any Channel
     }
 
@@ -316,7 +316,7 @@ package struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
     /// An upgrade asked for on a connection already serving HTTP cannot be carried out there
     /// (swift-nio upgrades only a connection's first request): redirect to the same URL and
     /// close, so the client asks again on a new connection, as hummingbird-websocket does.
-    package static func upgradeRedirecting(_ responder: @escaping HTTPChannelHandler.Responder) -> HTTPChannelHandler.Responder {
+    static func upgradeRedirecting(_ responder: @escaping HTTPChannelHandler.Responder) -> HTTPChannelHandler.Responder {
         struct RedirectClose: Error {}
         return { request, writer, channel in
             guard request.headers[.upgrade] == "websocket" else {

@@ -32,7 +32,7 @@ package struct GuardedChildChannel<Base: ServerChildChannel>: ServerChildChannel
     /// its first size is what every idle connection holds: 512 bytes (a request head, a small
     /// message) instead of NIO's 2,048, which keeps 1.5 KiB less per idle WebSocket
     /// (docs/benchmarks.md). It grows as reads fill it, up to 64 KiB, as NIO's default does.
-    package static var receiveSizes: AdaptiveRecvByteBufferAllocator {
+    static var receiveSizes: AdaptiveRecvByteBufferAllocator {
         AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 512, maximum: 65_536)
     }
 

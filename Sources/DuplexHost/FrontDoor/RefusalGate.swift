@@ -14,7 +14,7 @@ package final class RefusalGate: Sendable {
         until.withLockedValue { $0 = .now + duration }
     }
 
-    package var isRefusing: Bool {
+    var isRefusing: Bool {
         until.withLockedValue { $0.map { $0 > .now } ?? false }
     }
 
@@ -37,7 +37,7 @@ package final class RefusalGate: Sendable {
         stopping.withLockedValue { $0 = value }
     }
 
-    package var isStopping: Bool {
+    var isStopping: Bool {
         stopping.withLockedValue { $0 }
     }
 }

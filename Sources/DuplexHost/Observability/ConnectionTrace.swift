@@ -45,7 +45,7 @@ package final class ConnectionTrace: Sendable {
     }
 
     package static let traceparent = HTTPField.Name("traceparent")!
-    package static let tracestate = HTTPField.Name("tracestate")!
+    static let tracestate = HTTPField.Name("tracestate")!
 
     /// `trace_id` and `parent_span_id`, as a connection's log lines carry them.
     package var metadata: Logger.Metadata {

@@ -60,17 +60,17 @@ package final class HTTP2Metrics: Sendable {
         change { $0.connections += 1 }
     }
 
-    package func connectionClosed() {
+    func connectionClosed() {
         connectionsOpen.decrement()
         change { $0.connections -= 1 }
     }
 
-    package func streamOpened() {
+    func streamOpened() {
         streamsOpen.increment()
         change { $0.streams += 1 }
     }
 
-    package func streamClosed() {
+    func streamClosed() {
         streamsOpen.decrement()
         change { $0.streams -= 1 }
     }
@@ -85,7 +85,7 @@ package final class HTTP2Metrics: Sendable {
     }
 
     /// A WebSocket over HTTP/2 ended.
-    package func webSocketClosed() {
+    func webSocketClosed() {
         webSocketsOpen.decrement()
         change { $0.webSockets -= 1 }
     }

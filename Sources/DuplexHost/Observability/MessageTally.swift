@@ -11,10 +11,10 @@ package struct MessageTally: Sendable {
     package var bytesOut: UInt32 = 0
     /// permessage-deflate: the compressed bytes of the messages that came or went compressed,
     /// and the same messages' bytes uncompressed.
-    package var compressedIn: UInt32 = 0
-    package var inflatedIn: UInt32 = 0
-    package var compressedOut: UInt32 = 0
-    package var deflatedOut: UInt32 = 0
+    var compressedIn: UInt32 = 0
+    var inflatedIn: UInt32 = 0
+    var compressedOut: UInt32 = 0
+    var deflatedOut: UInt32 = 0
 
     /// Adds one message of `bytes` bytes read.
     package mutating func read(bytes: Int) {

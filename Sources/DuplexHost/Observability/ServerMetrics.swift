@@ -21,9 +21,9 @@ package final class ServerMetrics: Sendable {
     /// The routes whose connections are counted, as ``ConnectionInfo/route`` names them.
     package static let routes = ["echo", "chat", "events", "chat-events", "metrics-live", "replay", "record"]
     /// The close codes counted by value; others count as `other`.
-    package static let closeCodes: [UInt16] = [1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014]
+    static let closeCodes: [UInt16] = [1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014]
     /// The HTTP statuses of refusals counted by value; others count as `other`.
-    package static let refusalStatuses = [400, 408, 414, 426, 431, 503]
+    static let refusalStatuses = [400, 408, 414, 426, 431, 503]
     /// The faults the chaos routes inject.
     package static let faults = ["drop", "close", "stall", "end-sse", "refuse", "restart", "goaway"]
 
@@ -89,10 +89,10 @@ package final class ServerMetrics: Sendable {
     /// The bytes of compressed messages (permessage-deflate), each way: on the wire, and
     /// uncompressed. Their ratio is what compression saved.
     package struct Compression: Sendable {
-        package let compressedIn: Counter
-        package let uncompressedIn: Counter
-        package let compressedOut: Counter
-        package let uncompressedOut: Counter
+        let compressedIn: Counter
+        let uncompressedIn: Counter
+        let compressedOut: Counter
+        let uncompressedOut: Counter
     }
 
     /// HTTP/2 connections and streams.
@@ -278,7 +278,7 @@ package final class ServerMetrics: Sendable {
 
     /// The process' resident memory (`/proc/self/statm`) and open file descriptors
     /// (`/proc/self/fd`); nil where `/proc` is missing (macOS).
-    package static func processUsage() -> (residentBytes: Int?, openFiles: Int?) {
+    static func processUsage() -> (residentBytes: Int?, openFiles: Int?) {
         let resident = (try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8))
             .flatMap { $0.split(separator: " ").dropFirst().first.flatMap { Int($0) } }
             .map { $0 * Int(sysconf(Int32(_SC_PAGESIZE))) }

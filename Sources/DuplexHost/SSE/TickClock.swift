@@ -17,7 +17,7 @@ package struct TickClock: Sendable {
     }
 
     /// The wall-clock time now, in milliseconds since the epoch, advanced by the monotonic clock.
-    package func nowMilliseconds() -> Int64 {
+    func nowMilliseconds() -> Int64 {
         wallStartMilliseconds + Self.milliseconds(start.duration(to: .now))
     }
 

@@ -347,7 +347,7 @@ package final class RawFrameOutlet: ChannelDuplexHandler, RemovableChannelHandle
     package typealias OutboundOut = ByteBuffer
 
     /// Called on the event loop when the channel becomes writable again.
-    package var onWritable: (() -> Void)?
+    var onWritable: (() -> Void)?
 
     package func channelWritabilityChanged(context: ChannelHandlerContext) {
         context.fireChannelWritabilityChanged()
