@@ -17,7 +17,7 @@ import PostgresNIO
 ///   arrive while one commit is in flight go together in the next, `duplex_append_batch`.
 /// - **Fan-out.** Each server listens on `duplex_events`. A notification carries the event
 ///   (or only its room and seq when it is too big); a server applies it to its local replica of
-///   the room (a ``ChatRoom`` with ``ChatRoom/Sequencing-swift.enum/external`` numbering), which
+///   the room (a ``ChatRoom`` with ``RoomLedger/Sequencing-swift.enum/external`` numbering), which
 ///   queues it to the subscribers on that server. A replica applies events strictly in seq order:
 ///   an event past the next one means some were missed, and the replica fetches them from
 ///   `duplex_events` first. After its listening connection comes back, and on every heartbeat,

@@ -28,8 +28,8 @@ import OrderedCollections
 /// ``ChatProtocol/replacedCloseCode``). Message ids are scoped by the token, so another
 /// connection cannot claim a member's ids.
 ///
-/// A room is ``Sequencing-swift.enum/local`` (the in-memory store: it numbers its events itself)
-/// or ``Sequencing-swift.enum/external`` (a replica of a room kept in PostgreSQL: the store
+/// A room is ``RoomLedger/Sequencing-swift.enum/local`` (the in-memory store: it numbers its events itself)
+/// or ``RoomLedger/Sequencing-swift.enum/external`` (a replica of a room kept in PostgreSQL: the store
 /// numbers events, checks names and records presence, and the room only applies the events it
 /// is given, in seq order, to its subscribers and its history cache).
 package final class ChatRoom: Sendable {
@@ -38,15 +38,6 @@ package final class ChatRoom: Sendable {
     /// may be gone (a new process, an eviction, an amnesiac restart). A replica takes the
     /// store's epoch, which outlives processes.
     package let epoch: String
-    let sequencing: Sequencing
-
-    /// Who numbers a room's events.
-    enum Sequencing: Sendable, Equatable {
-        /// The room itself, under its lock: the in-memory store.
-        case local
-        /// A shared store; the room applies its events with ``ChatRoom/apply(_:)``.
-        case external
-    }
 
     struct State {
         /// What the room decides: its sequence, history, dedupe and who is present.
@@ -94,7 +85,6 @@ package final class ChatRoom: Sendable {
     init(name: String, historyLimit: Int, historyBytesLimit: Int = .max, budget: HistoryBudget = HistoryBudget(limit: .max)) {
         self.name = name
         self.epoch = Self.makeEpoch()
-        self.sequencing = .local
         let ledger = RoomLedger(
             room: name, epoch: epoch, sequencing: .local, historyLimit: historyLimit, historyBytesLimit: historyBytesLimit, budget: budget)
         self.state = NIOLockedValueBox(State(ledger: ledger))
@@ -113,7 +103,6 @@ package final class ChatRoom: Sendable {
     ) {
         self.name = name
         self.epoch = epoch
-        self.sequencing = .external
         var ledger = RoomLedger(
             room: name, epoch: epoch, sequencing: .external, historyLimit: historyLimit, historyBytesLimit: historyBytesLimit, budget: budget)
         _ = ledger.restart(at: latestSeq, with: history)

@@ -16,8 +16,16 @@ struct RoomLedger: Sendable {
     let room: String
     /// The room's epoch (``ChatRoom/epoch``).
     let epoch: String
+    /// Who numbers a room's events.
+    enum Sequencing: Sendable, Equatable {
+        /// The room itself, under its lock: the in-memory store.
+        case local
+        /// A shared store; the room applies its events with ``ChatRoom/apply(_:)``.
+        case external
+    }
+
     /// Who numbers the events: this room (memory), or a shared store (a replica).
-    let sequencing: ChatRoom.Sequencing
+    let sequencing: Sequencing
     /// At most this many events are kept (0: none, and no message is deduplicated).
     let historyLimit: Int
     /// At most this many bytes of events are kept.
@@ -47,7 +55,7 @@ struct RoomLedger: Sendable {
     init(
         room: String,
         epoch: String,
-        sequencing: ChatRoom.Sequencing,
+        sequencing: Sequencing,
         historyLimit: Int,
         historyBytesLimit: Int,
         budget: HistoryBudget,

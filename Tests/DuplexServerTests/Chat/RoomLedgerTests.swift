@@ -12,7 +12,7 @@ struct RoomLedgerTests {
     static let start = ContinuousClock.now
 
     static func ledger(
-        _ sequencing: ChatRoom.Sequencing = .local,
+        _ sequencing: RoomLedger.Sequencing = .local,
         historyLimit: Int = 100,
         historyBytesLimit: Int = .max,
         budget: HistoryBudget = HistoryBudget(limit: .max)
@@ -37,10 +37,6 @@ struct RoomLedgerTests {
         }
     }
 
-    static func admitted(_ result: Result<RoomLedger.Admission, ChatRoom.Refusal>) throws -> RoomLedger.Admission {
-        try result.get()
-    }
-
     static func seq(_ decision: RoomLedger.SayDecision) -> (accepted: Bool, seq: Int) {
         switch decision {
         case .accepted(let event): (true, event.seq)
@@ -51,7 +47,7 @@ struct RoomLedgerTests {
     @Test("a member's join is added, then published as joined; the next say is numbered after it")
     func joinThenSay() throws {
         var ledger = Self.ledger()
-        let alice = try Self.admitted(ledger.join(Self.member("alice"), since: nil, now: Self.start + .seconds(1)))
+        let alice = try ledger.join(Self.member("alice"), since: nil, now: Self.start + .seconds(1)).get()
         #expect(Self.describe(alice.steps) == ["add 1", "publish 1 joined"])
         #expect(alice.members == ["alice"] && alice.latestSeq == 0 && alice.recovered == nil)
         #expect(ledger.lastActive == Self.start + .seconds(1))
@@ -110,10 +106,10 @@ struct RoomLedgerTests {
     @Test("a present name with another token is refused; with the same token it replaces the older connection, which leaves first")
     func names() throws {
         var ledger = Self.ledger()
-        _ = try Self.admitted(ledger.join(Self.member("alice"), since: nil))
+        _ = try ledger.join(Self.member("alice"), since: nil).get()
         let stolen = ledger.join(Self.member("alice", token: "stolen"), since: nil)
         #expect(throws: ChatRoom.Refusal.nameTaken) { try stolen.get() }
-        let again = try Self.admitted(ledger.join(Self.member("alice"), since: nil))
+        let again = try ledger.join(Self.member("alice"), since: nil).get()
         #expect(Self.describe(again.steps) == ["replace 1", "publish 2 left", "add 2", "publish 3 joined"])
         #expect(ledger.roster.keys.elementsEqual([2]) && again.members == ["alice"])
     }
@@ -122,18 +118,18 @@ struct RoomLedgerTests {
     func resume() throws {
         var ledger = Self.ledger()
         for id in 1...3 { _ = try ledger.say(ChatSay(clientMessageID: "m\(id)", text: "x"), from: "a", token: "T") }
-        let resumed = try Self.admitted(ledger.join(nil, since: 1, epoch: "E1"))
+        let resumed = try ledger.join(nil, since: 1, epoch: "E1").get()
         #expect(resumed.backlog.map(\.seq) == [2, 3] && resumed.recovered == true && resumed.oldestSeq == 1 && resumed.latestSeq == 3)
-        let lost = try Self.admitted(ledger.join(nil, since: 2, epoch: "E0"))
+        let lost = try ledger.join(nil, since: 2, epoch: "E0").get()
         #expect(lost.backlog.map(\.seq) == [1, 2, 3] && lost.recovered == false)
-        let fresh = try Self.admitted(ledger.join(nil, since: nil))
+        let fresh = try ledger.join(nil, since: nil).get()
         #expect(fresh.backlog.isEmpty && fresh.recovered == nil)
     }
 
     @Test("an observer is counted apart, publishes no presence, and is not a member")
     func observers() throws {
         var ledger = Self.ledger()
-        let watcher = try Self.admitted(ledger.join(nil, since: nil))
+        let watcher = try ledger.join(nil, since: nil).get()
         #expect(Self.describe(watcher.steps) == ["add 1"] && ledger.observers == 1 && watcher.members.isEmpty)
         let left = ledger.leave(watcher.id)
         #expect(left.removed && left.left == nil && ledger.observers == 0 && ledger.latestSeq == 0)
@@ -144,11 +140,11 @@ struct RoomLedgerTests {
     @Test("a member's leave publishes left in a room that numbers its events; a replica's store does that")
     func leave() throws {
         var local = Self.ledger()
-        let bob = try Self.admitted(local.join(Self.member("bob"), since: nil))
+        let bob = try local.join(Self.member("bob"), since: nil).get()
         let left = local.leave(bob.id, now: Self.start + .seconds(5))
         #expect(left.removed && left.left?.type == "left" && left.left?.seq == 2 && local.lastActive == Self.start + .seconds(5))
         var replica = Self.ledger(.external)
-        let carol = try Self.admitted(replica.join(Self.member("carol"), since: nil))
+        let carol = try replica.join(Self.member("carol"), since: nil).get()
         #expect(Self.describe(carol.steps) == ["add 1"])
         let gone = replica.leave(carol.id)
         #expect(gone.removed && gone.left == nil && replica.latestSeq == 0)
@@ -157,7 +153,7 @@ struct RoomLedgerTests {
     @Test("a replica applies events in order: old ones skipped, a gap stops, a left for a connection here ends it")
     func replicaApply() throws {
         var replica = Self.ledger(.external)
-        let dave = try Self.admitted(replica.join(Self.member("dave"), since: nil))
+        let dave = try replica.join(Self.member("dave"), since: nil).get()
         func event(_ seq: Int, departure: RoomEvent.Departure? = nil) -> RoomEvent {
             RoomEvent(seq: seq, type: departure == nil ? "message" : "left", json: "{}", epoch: "E1", departure: departure)
         }
@@ -175,8 +171,8 @@ struct RoomLedgerTests {
     @Test("a replica's restart ends every subscriber and keeps only what it is given")
     func replicaRestart() throws {
         var replica = Self.ledger(.external)
-        _ = try Self.admitted(replica.join(Self.member("erin"), since: nil))
-        _ = try Self.admitted(replica.join(nil, since: nil))
+        _ = try replica.join(Self.member("erin"), since: nil).get()
+        _ = try replica.join(nil, since: nil).get()
         let kept = [RoomEvent(seq: 41, type: "message", json: "{}", epoch: "E1"), RoomEvent(seq: 42, type: "message", json: "{}", epoch: "E1")]
         let ended = replica.restart(at: 42, with: kept)
         #expect(ended == [1, 2])
@@ -186,7 +182,7 @@ struct RoomLedgerTests {
     @Test("only an empty room is evicted (any room, forced); once evicted it takes no one and keeps nothing")
     func eviction() throws {
         var ledger = Self.ledger()
-        let alice = try Self.admitted(ledger.join(Self.member("alice"), since: nil))
+        let alice = try ledger.join(Self.member("alice"), since: nil).get()
         let whileBusy = ledger.evict()
         #expect(!whileBusy)
         _ = ledger.leave(alice.id)
@@ -197,7 +193,7 @@ struct RoomLedgerTests {
         let late = ledger.join(Self.member("bob"), since: nil)
         #expect(throws: ChatRoom.Refusal.evicted) { try late.get() }
         var busy = Self.ledger()
-        _ = try Self.admitted(busy.join(Self.member("carol"), since: nil))
+        _ = try busy.join(Self.member("carol"), since: nil).get()
         let forced = busy.evict(force: true)
         #expect(forced)
     }
