@@ -43,14 +43,14 @@ extension DuplexServer {
             .get("/") { _, _ in DemoPage.response() },
             .stream("/metrics/live") { request in self.liveMetricsStream(request) },
             .get("/tls-faults") { _, _ in self.tlsFaultsResponse() },
-            .webSocket("/echo", upgrade: { request, _ in self.echoService(for: request) }, plain: { _, _ in self.upgradeRequired() }),
+            .webSocket("/echo", upgrade: { request, _ in self.echoService(for: request) }, plain: { _, _ in self.host.upgradeRequired() }),
             .webSocket(
                 "/chat/:room",
                 upgrade: { request, captures in self.chatService(for: request, room: captures["room"] ?? "") },
                 plain: { request, context in
                     switch self.chatJoin(request, context) {
-                    case .failure(let refusal): self.counted(refusal.response)
-                    case .success: self.upgradeRequired()
+                    case .failure(let refusal): self.host.counted(refusal.response)
+                    case .success: self.host.upgradeRequired()
                     }
                 }
             ),
@@ -97,7 +97,7 @@ extension DuplexServer {
         if configuration.echoFaults != WebSocketFaults() {
             let echo = ScriptedRoute.webSocket(
                 "/echo",
-                subprotocols: configuration.echoSubprotocols ?? Self.offeredSubprotocols(request),
+                subprotocols: configuration.echoSubprotocols ?? HostServer.offeredSubprotocols(request),
                 faults: configuration.echoFaults,
                 onMessage: { message, socket in
                     switch message {
@@ -109,12 +109,12 @@ extension DuplexServer {
             if case .webSocket(let handler) = echo.kind { return scriptedUpgrade(handler, request) }
         }
         let requestHeaders = request.headers
-        let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: configuration.echoSubprotocols)
+        let headers = HostServer.selecting(from: HostServer.offeredSubprotocols(request), preferring: configuration.echoSubprotocols)
         return .accept(
             headers,
             WebSocketService { channel, deflate in
-                let trace = ConnectionTrace(requestHeaders, route: "echo", tracer: self.activeTracer)
-                try self.installEventLoopService(EchoService.shared, on: channel, deflate: deflate, trace: trace)
+                let trace = ConnectionTrace(requestHeaders, route: "echo", tracer: self.host.activeTracer)
+                try self.host.installEventLoopService(EchoService.shared, on: channel, deflate: deflate, trace: trace)
             }
         )
     }
@@ -129,12 +129,12 @@ extension DuplexServer {
     func chatService(for request: Request, room roomName: String) -> UpgradeAnswer {
         let requestHeaders = request.headers
         let join = chatJoin(request, room: roomName)
-        let headers = Self.selecting(from: Self.offeredSubprotocols(request), preferring: [ChatProtocol.subprotocol])
+        let headers = HostServer.selecting(from: HostServer.offeredSubprotocols(request), preferring: [ChatProtocol.subprotocol])
         return .accept(
             headers,
             WebSocketService { channel, agreement in
-                let trace = ConnectionTrace(requestHeaders, route: "chat", tracer: self.activeTracer)
-                let drains = self.writerDrains.drains(for: channel.eventLoop)
+                let trace = ConnectionTrace(requestHeaders, route: "chat", tracer: self.host.activeTracer)
+                let drains = self.host.writerDrains.drains(for: channel.eventLoop)
                 let writer = ChannelTextWriter(
                     channel: channel,
                     outlet: try RawFrameOutlet.install(on: channel),
@@ -144,52 +144,9 @@ extension DuplexServer {
                     deflate: agreement.map { WriterDeflate(agreement: $0, zlib: drains.zlib) }
                 )
                 let member = ChatMemberService(context: self.chatContext, store: self.rooms, join: join, room: roomName, writer: writer, trace: trace)
-                try self.installEventLoopService(member, on: channel, deflate: agreement, trace: trace)
+                try self.host.installEventLoopService(member, on: channel, deflate: agreement, trace: trace)
             }
         )
-    }
-
-    /// Serves `service` on `channel`'s event loop (``EventLoopWebSocketHandler``), with
-    /// permessage-deflate as the handshake agreed it (`deflate`), logging with the client's
-    /// `trace`.
-    func installEventLoopService(
-        _ service: any EventLoopWebSocketService, on channel: any Channel, deflate: DeflateAgreement?, trace: ConnectionTrace?
-    ) throws {
-        let handler = EventLoopWebSocketHandler(
-            configuration: .init(maxMessageBytes: configuration.maxMessageBytes, closeTimeout: configuration.closeTimeout),
-            registry: connections,
-            service: service,
-            metrics: metrics,
-            trace: trace,
-            deflate: deflate.map { DeflateContext(agreement: $0, zlib: writerDrains.drains(for: channel.eventLoop).zlib) }
-        )
-        let pipeline = channel.pipeline.syncOperations
-        // The handler reads and writes the bytes itself: NIO's decoder is taken out.
-        try WebSocketPipeline.add(handler, to: pipeline)
-        // The front door's work ends with the upgrade: the handler checks frames itself (masking
-        // included), and every read and write of the connection then skips one handler.
-        if let guardHandler = try? pipeline.handler(type: ConnectionGuard.self) {
-            pipeline.removeHandler(guardHandler, promise: nil)
-        }
-    }
-
-    /// The subprotocols a request offers in `Sec-WebSocket-Protocol`, in its order (every field,
-    /// comma-separated values, blanks dropped).
-    static func offeredSubprotocols(_ request: Request) -> [String] {
-        request.headers[values: .secWebSocketProtocol]
-            .flatMap { $0.split(separator: ",") }
-            .map { String($0.drop { $0 == " " || $0 == "\t" }.reversed().drop { $0 == " " || $0 == "\t" }.reversed()) }
-            .filter { !$0.isEmpty }
-    }
-
-    /// The response header that selects a subprotocol: with `preferring` nil, the client's
-    /// first; else the first of `preferring` the client offered. None when nothing matches or
-    /// nothing was offered (a browser then fails the connection, as RFC 6455 says it must only
-    /// when the server picks one it did not offer).
-    static func selecting(from offered: [String], preferring: [String]?) -> HTTPFields {
-        let chosen = preferring.map { list in list.first { offered.contains($0) } } ?? offered.first
-        guard let chosen else { return [:] }
-        return [.secWebSocketProtocol: chosen]
     }
 
     /// A request refused before any upgrade or stream.
@@ -209,18 +166,6 @@ extension DuplexServer {
         var answer: StreamAnswer {
             .json(status, frameJSON)
         }
-    }
-
-    func upgradeRequired() -> Response {
-        var response = Response.json(status: .upgradeRequired, #"{"error":"this route speaks WebSocket: send an Upgrade: websocket request"}"#)
-        response.headers[.upgrade] = "websocket"
-        return counted(response)
-    }
-
-    /// Counts a refusal (``ServerMetrics/refused(status:)``) and returns it.
-    func counted(_ refusal: Response) -> Response {
-        metrics.refused(status: refusal.status.code)
-        return refusal
     }
 
     /// `GET /metrics`: the server's metrics in Prometheus' text exposition format (version

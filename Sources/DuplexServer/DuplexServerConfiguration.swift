@@ -1,4 +1,5 @@
 import DuplexHost
+import NIOCore
 public import DuplexSchema
 public import Tracing
 
@@ -170,5 +171,35 @@ public struct DuplexServerConfiguration: Sendable {
         self.historyBytesLimit = historyBytesLimit
         self.totalHistoryBytesLimit = totalHistoryBytesLimit
         self.outboundQueueBytes = outboundQueueBytes
+    }
+}
+
+extension DuplexServerConfiguration {
+    /// What the host keeps to, from this configuration.
+    var hostConfiguration: HostServer.Configuration {
+        var host = HostServer.Configuration()
+        host.host = self.host
+        host.port = port
+        host.scheme = tls == nil ? "http" : "https"
+        host.idleTimeout = idleTimeout
+        host.maxMessageBytes = maxMessageBytes
+        host.closeTimeout = closeTimeout
+        host.limits = ConnectionGuard.Limits(
+            requestHeadTimeout: TimeAmount(requestHeadTimeout),
+            maxRequestLineBytes: maxRequestLineBytes,
+            maxRequestHeadBytes: maxRequestHeadBytes,
+            maxHeaderFields: maxHeaderFields
+        )
+        host.maxConnections = maxConnections
+        host.compression = compression
+        host.http2 = http2.enabled ? http2.limits : nil
+        host.outboundQueue = (outboundQueueLimit, outboundQueueBytes)
+        host.heartbeatInterval = heartbeatInterval
+        host.sseRetryMilliseconds = sseRetryMilliseconds
+        host.shutdownTimeout = shutdownTimeout
+        host.holdsPortWhileRestarting = holdsPortWhileRestarting
+        host.writersRoute = "chat"
+        host.tracer = tracer
+        return host
     }
 }

@@ -76,13 +76,13 @@ extension DuplexServer {
     /// - Returns: how many connections it was sent to.
     @discardableResult
     public func goAwayHTTP2Connections() -> Int {
-        http2Connections.goAway()
+        host.http2Connections.goAway()
     }
 
     /// Answers every new connection and WebSocket upgrade with 503 for `duration` (requests to
     /// `/_chaos/` still pass). Open connections are not touched.
     public func refuseConnections(for duration: Duration) {
-        refusal.refuse(for: duration)
+        host.refusal.refuse(for: duration)
     }
 
     /// Closes the WebSocket connections in `scope` with a close frame of `code` and `reason`,

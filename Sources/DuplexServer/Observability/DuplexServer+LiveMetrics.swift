@@ -31,7 +31,7 @@ extension DuplexServer {
         }
         let (feed, eventLoop, period) = (liveMetrics, stream.eventLoop, interval)
         return .stream(
-            EventStream(route: "metrics-live", headers: request.headers, tracer: activeTracer) { writer in
+            EventStream(route: "metrics-live", headers: request.headers, tracer: host.activeTracer) { writer in
                 feed.subscribe(writer, every: period, on: eventLoop)
             })
     }

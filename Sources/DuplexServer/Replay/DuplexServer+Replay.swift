@@ -23,7 +23,7 @@ extension DuplexServer {
         for path in book.paths(.webSocket) {
             routes.append(
                 .webSocket(
-                    path, upgrade: { request, _ in self.replayWebSocketService(book, for: request) }, plain: { _, _ in self.upgradeRequired() })
+                    path, upgrade: { request, _ in self.replayWebSocketService(book, for: request) }, plain: { _, _ in self.host.upgradeRequired() })
             )
         }
         return routes
@@ -37,15 +37,15 @@ extension DuplexServer {
         }
         let requestHeaders = request.headers
         var headers = HTTPFields()
-        if let subprotocol = session.subprotocol, Self.offeredSubprotocols(request).contains(subprotocol) {
+        if let subprotocol = session.subprotocol, HostServer.offeredSubprotocols(request).contains(subprotocol) {
             headers[.secWebSocketProtocol] = subprotocol
         }
         return .accept(
             headers,
             WebSocketService { channel, deflate in
-                let trace = ConnectionTrace(requestHeaders, route: "replay", tracer: self.activeTracer)
+                let trace = ConnectionTrace(requestHeaders, route: "replay", tracer: self.host.activeTracer)
                 let service = ReplayWebSocketService(session: session, number: number, replay: book.configuration, logger: self.logger)
-                try self.installEventLoopService(service, on: channel, deflate: deflate, trace: trace)
+                try self.host.installEventLoopService(service, on: channel, deflate: deflate, trace: trace)
             }
         )
     }
@@ -80,7 +80,7 @@ extension DuplexServer {
         let replay = book.configuration
         let eventLoop = stream.eventLoop
         return .stream(
-            EventStream(route: "replay", headers: request.headers, tracer: activeTracer) { writer in
+            EventStream(route: "replay", headers: request.headers, tracer: host.activeTracer) { writer in
                 ReplayEventSource(session: session, lastEventID: lastEventID, replay: replay, writer: writer, eventLoop: eventLoop).stop
             })
     }

@@ -31,7 +31,7 @@ extension DuplexServer {
         let period = interval
         let eventLoop = stream.eventLoop
         return .stream(
-            EventStream(route: "events", headers: request.headers, tracer: activeTracer) { writer in
+            EventStream(route: "events", headers: request.headers, tracer: host.activeTracer) { writer in
                 TickSource(ticks: ticks, intervalMilliseconds: period, first: first, writer: writer, eventLoop: eventLoop).stop
             })
     }
@@ -56,7 +56,7 @@ extension DuplexServer {
         let logger = self.logger
         let eventLoop = stream.eventLoop
         return .stream(
-            EventStream(route: "chat-events", room: roomName, headers: request.headers, tracer: activeTracer) { writer -> EventStream.Stop in
+            EventStream(route: "chat-events", room: roomName, headers: request.headers, tracer: host.activeTracer) { writer -> EventStream.Stop in
                 let subscriber = RoomSubscriber(
                     member: nil,
                     deliver: { event in writer.send(event.sseText) },

@@ -15,7 +15,7 @@ extension DuplexServer {
                 .webSocket(
                     route.path,
                     upgrade: { request, _ in self.scriptedUpgrade(handler, request) },
-                    plain: { _, _ in self.upgradeRequired() }
+                    plain: { _, _ in self.host.upgradeRequired() }
                 )
             case .sse(let handler):
                 .stream(route.path, method: HTTPRequest.Method(route.method) ?? .get) { request in
@@ -116,10 +116,10 @@ extension DuplexServer {
 
     /// A scripted WebSocket upgrade: refused as its handler decides, or served on the event loop.
     func scriptedUpgrade(_ handler: WebSocketRouteHandler, _ request: Request) -> UpgradeAnswer {
-        let offered = Self.offeredSubprotocols(request)
+        let offered = HostServer.offeredSubprotocols(request)
         var scripted = Self.scriptedRequest(request, subprotocols: offered)
         if let refusal = refusal(handler.accept(scripted), scripted) { return .refuse(refusal) }
-        let headers = handler.subprotocols.isEmpty ? [:] : Self.selecting(from: offered, preferring: handler.subprotocols)
+        let headers = handler.subprotocols.isEmpty ? [:] : HostServer.selecting(from: offered, preferring: handler.subprotocols)
         scripted.subprotocol = headers[.secWebSocketProtocol]
         let chosen = scripted
         return .accept(
@@ -133,8 +133,8 @@ extension DuplexServer {
                     answersPings: handler.answersPings,
                     eventLoop: channel.eventLoop
                 )
-                let trace = ConnectionTrace(request.headers, route: "scripted", tracer: self.activeTracer)
-                try self.installEventLoopService(
+                let trace = ConnectionTrace(request.headers, route: "scripted", tracer: self.host.activeTracer)
+                try self.host.installEventLoopService(
                     ScriptedWebSocketService(socket: socket, route: handler), on: channel, deflate: deflate, trace: trace)
             }
         )
@@ -182,7 +182,7 @@ extension DuplexServer {
             EventStream(
                 route: "scripted",
                 headers: request.headers,
-                tracer: activeTracer,
+                tracer: host.activeTracer,
                 scripted: true,
                 dropsAtEnd: { source.withLockedValue { $0?.drops ?? false } }
             ) { writer in
