@@ -61,8 +61,8 @@ let package = Package(
         .package(url: "https://github.com/swift-otel/swift-w3c-trace-context.git", from: "1.0.0"),
         // Tests only: to parse docker-compose.yml.
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
-        // `swift package generate-documentation`: the DocC catalogs of Duplex, DuplexServer and
-        // DuplexTesting (CI builds them with warnings as errors).
+        // `swift package generate-documentation`: the DocC catalogs of Duplex, DuplexServer,
+        // DuplexRecordReplay and DuplexTesting (CI builds them with warnings as errors).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin.git", from: "1.5.0"),
     ],
     targets: [
@@ -172,13 +172,33 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Record and replay on the host: a recording server's routes (every request forwarded
+        // with the client library and written to a cassette) and a replaying one's. The `duplex`
+        // CLI serves them with no chat server; DuplexServer re-exports them.
+        .target(
+            name: "DuplexRecordReplay",
+            dependencies: [
+                "DuplexHost",
+                "Duplex",
+                "DuplexSchema",
+                "DuplexWire",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // The loopback server (echo, chat rooms, SSE, the demo page) as a library.
         .target(
             name: "DuplexServer",
             dependencies: [
                 "DuplexHost",
-                // A recording server forwards to the recorded one with the client library.
-                "Duplex",
+                "DuplexRecordReplay",
                 "DuplexSchema",
                 "DuplexWire",
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -481,6 +501,14 @@ let package = Package(
                 "TestSupport",
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ],
+            swiftSettings: swiftSettings
+        ),
+        // Record and replay's own rules: how a replay matches a client's message and which
+        // session a connection gets. (Recording and replaying through a server is checked in
+        // DuplexServerTests, which runs them as users do.)
+        .testTarget(
+            name: "DuplexRecordReplayTests",
+            dependencies: ["DuplexRecordReplay", "DuplexSchema"],
             swiftSettings: swiftSettings
         ),
         // The host on its own: the route table, the writers, the frames, the TLS write

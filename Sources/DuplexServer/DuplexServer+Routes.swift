@@ -12,7 +12,7 @@ import NIOWebSocket
 extension DuplexServer {
     /// The server's route table: the scripted routes (``DuplexServerConfiguration/routes``)
     /// and their journal, then a replayed cassette's routes (then the built-in ones, with
-    /// ``ReplayConfiguration/builtInRoutes``), or a recording server's, or the built-in ones
+    /// `ReplayConfiguration.builtInRoutes`), or a recording server's, or the built-in ones
     /// (``builtInRoutes()``); the first and the last with `/health`, `/metrics`
     /// and the chaos routes where they have none of their own. A recording server forwards
     /// every other path, `/_chaos/` included.
@@ -21,11 +21,12 @@ extension DuplexServer {
         table.add(scriptedRoutes())
         table.add(journalRoutes())
         if let record = configuration.record, replayBook == nil {
-            table.add(recordRoutes(record))
+            table.add(healthRoutes())
+            table.add(host.recordRoutes(record))
             return table
         }
         if let replayBook {
-            table.add(replayRoutes(replayBook))
+            table.add(host.replayRoutes(replayBook))
             if replayBook.configuration.builtInRoutes { table.add(builtInRoutes()) }
         } else {
             table.add(builtInRoutes())

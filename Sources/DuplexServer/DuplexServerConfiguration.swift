@@ -105,7 +105,7 @@ public struct DuplexServerConfiguration: Sendable {
     /// it (swift-otel's propagator reads W3C `traceparent`). Default nil:
     /// `InstrumentationSystem.tracer`, none until the application bootstraps one.
     public var tracer: (any Tracer)? = nil
-    /// A cassette to replay (``ReplayConfiguration``): the server then serves its recorded
+    /// A cassette to replay (`ReplayConfiguration`, from `DuplexRecordReplay`): the server then serves its recorded
     /// sessions, at their paths, instead of echo, chat and the tick stream. Default nil.
     public var replay: ReplayConfiguration? = nil
     /// Routes of your own protocol, served beside the built-in ones (``ScriptedRoute``); what
@@ -113,7 +113,7 @@ public struct DuplexServerConfiguration: Sendable {
     /// built-in one stops the server from starting (``DuplexServerError/invalidRoutes(_:)``).
     /// Default none.
     public var routes: [ScriptedRoute] = []
-    /// An upstream to record (``RecordConfiguration``): the server then forwards every WebSocket
+    /// An upstream to record (`RecordConfiguration`, from `DuplexRecordReplay`): the server then forwards every WebSocket
     /// connection and SSE stream to it and records them, instead of serving echo, chat and the
     /// tick stream. Default nil.
     public var record: RecordConfiguration? = nil

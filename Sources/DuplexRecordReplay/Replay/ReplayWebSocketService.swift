@@ -7,7 +7,7 @@ import NIOCore
 import NIOWebSocket
 
 /// Replays one recorded WebSocket session on its connection's event loop
-/// (``EventLoopWebSocketHandler``): the server's messages and close in order, each once the
+/// (`EventLoopWebSocketHandler`): the server's messages and close in order, each once the
 /// client's messages recorded before it have arrived and its recorded delay after the step
 /// before it has passed; in strict mode each client message is checked against the recording.
 final class ReplayWebSocketService: EventLoopWebSocketService {

@@ -2,7 +2,7 @@ import DuplexHost
 public import DuplexSchema
 import Foundation
 
-/// What a server that replays a `Cassette` serves, and how (``DuplexServerConfiguration/replay``).
+/// What a server that replays a `Cassette` serves, and how (`DuplexServerConfiguration.replay`, `withReplayServer`, or `duplex replay`).
 ///
 /// The server then serves the cassette's paths, besides `/health`, `/metrics` and, with `chaos`,
 /// the chaos routes, and with ``builtInRoutes`` the loopback server's own routes where the
@@ -112,58 +112,6 @@ public struct ReplayMismatch: Error, Sendable, Hashable, CustomStringConvertible
         case .binary(let data):
             let hex = data.prefix(32).map { String(format: "%02x", $0) }.joined()
             return "client binary of \(data.count) bytes (\(hex)\(data.count > 32 ? "…" : ""))"
-        }
-    }
-}
-
-/// A JSON value, to compare two texts as JSON.
-enum JSONValue: Decodable, Equatable, Sendable {
-    case null
-    case bool(Bool)
-    case number(Double)
-    case string(String)
-    case array([JSONValue])
-    case object([String: JSONValue])
-
-    init?(_ text: String) {
-        guard let value = try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)) else { return nil }
-        self = value
-    }
-
-    init(from decoder: any Decoder) throws {
-        let container = try decoder.singleValueContainer()
-        if container.decodeNil() {
-            self = .null
-        } else if let value = try? container.decode(Bool.self) {
-            self = .bool(value)
-        } else if let value = try? container.decode(Double.self) {
-            self = .number(value)
-        } else if let value = try? container.decode(String.self) {
-            self = .string(value)
-        } else if let value = try? container.decode([JSONValue].self) {
-            self = .array(value)
-        } else {
-            self = .object(try container.decode([String: JSONValue].self))
-        }
-    }
-
-    /// Whether this value has `pattern`'s members, at every depth (an object may have more);
-    /// any other value must equal it.
-    func contains(_ pattern: JSONValue) -> Bool {
-        switch (self, pattern) {
-        case (.object(let members), .object(let wanted)):
-            wanted.allSatisfy { key, value in members[key]?.contains(value) ?? false }
-        default:
-            self == pattern
-        }
-    }
-
-    /// The value without the object fields named `fields`, at every depth.
-    func removing(_ fields: Set<String>) -> JSONValue {
-        switch self {
-        case .array(let values): .array(values.map { $0.removing(fields) })
-        case .object(let members): .object(members.filter { !fields.contains($0.key) }.mapValues { $0.removing(fields) })
-        default: self
         }
     }
 }

@@ -4,18 +4,18 @@ import NIOConcurrencyHelpers
 
 /// Which recorded session a new connection replays: the n-th connection to a path gets the n-th
 /// session recorded there (of its kind), and after the last one they start over.
-final class ReplayBook: Sendable {
+package final class ReplayBook: Sendable {
     struct Key: Hashable {
         var kind: Cassette.Session.Kind
         var path: String
     }
 
-    let configuration: ReplayConfiguration
+    package let configuration: ReplayConfiguration
     /// The sessions at each path, by their index in the cassette.
     private let sessions: [Key: [Int]]
     private let taken = NIOLockedValueBox([Key: Int]())
 
-    init(_ configuration: ReplayConfiguration) {
+    package init(_ configuration: ReplayConfiguration) {
         self.configuration = configuration
         var sessions: [Key: [Int]] = [:]
         for (index, session) in configuration.cassette.sessions.enumerated() {

@@ -1,4 +1,4 @@
-import DuplexHost
+package import DuplexHost
 import Duplex
 import DuplexSchema
 import Foundation
@@ -7,16 +7,16 @@ import Hummingbird
 import HummingbirdWebSocket
 import NIOCore
 
-extension DuplexServer {
+extension HostServer {
     /// The routes of a recording server: a WebSocket upgrade at any path is forwarded
     /// (``recordWebSocketService(_:for:)``), and so is every `GET` without one and every
     /// `POST`, `PUT`, `PATCH` and `DELETE`, as an SSE stream (``recordStream(_:_:)``). The
-    /// table serves `/health` and `/metrics` itself.
-    func recordRoutes(_ record: RecordConfiguration) -> [RouteTable.Route] {
+    /// server adds its own `/health` and `/metrics` first.
+    package func recordRoutes(_ record: RecordConfiguration) -> [RouteTable.Route] {
         let stream: RouteTable.Stream = { request in self.recordStream(record, request) }
-        return healthRoutes() + [
+        return [
             .webSocket(
-                "/**", upgrade: { request, _ in self.recordWebSocketService(record, for: request) }, plain: { _, _ in self.host.upgradeRequired() }),
+                "/**", upgrade: { request, _ in self.recordWebSocketService(record, for: request) }, plain: { _, _ in self.upgradeRequired() }),
             .stream("/**", method: .get, stream),
             .stream("/**", method: .post, stream),
             .stream("/**", method: .put, stream),
@@ -34,7 +34,7 @@ extension DuplexServer {
     /// the first subprotocol it offers. Refused (400) when the upstream URL cannot be made.
     func recordWebSocketService(_ record: RecordConfiguration, for request: Request) -> UpgradeAnswer {
         let fields = Self.fields(of: request)
-        let offered = HostServer.offeredSubprotocols(request)
+        let offered = Self.offeredSubprotocols(request)
         guard let url = record.url(path: request.uri.path, query: request.uri.query, webSocket: true) else { return .refuse(.noRoute) }
         let session = Cassette.Session(kind: .webSocket, path: request.uri.path, query: request.uri.query, headers: record.recorded(fields))
         var configuration = WebSocketConfiguration()
@@ -55,11 +55,11 @@ extension DuplexServer {
         )
         let requestHeaders = request.headers
         return .accept(
-            HostServer.selecting(from: offered, preferring: nil),
+            Self.selecting(from: offered, preferring: nil),
             WebSocketService { channel, deflate in
-                let trace = ConnectionTrace(requestHeaders, route: "record", tracer: self.host.activeTracer)
+                let trace = ConnectionTrace(requestHeaders, route: "record", tracer: self.activeTracer)
                 let service = RecordingWebSocketService(upstream: upstream, session: session, recorder: record.recorder, logger: self.logger)
-                try self.host.installEventLoopService(service, on: channel, deflate: deflate, trace: trace)
+                try self.installEventLoopService(service, on: channel, deflate: deflate, trace: trace)
             }
         )
     }
@@ -85,7 +85,7 @@ extension DuplexServer {
             configuration: configuration,
             lastEventID: request.headers[HTTPField.Name("Last-Event-ID")!]
         )
-        let (headers, tracer) = (request.headers, host.activeTracer)
+        let (headers, tracer) = (request.headers, activeTracer)
         let session = Cassette.Session(
             kind: .eventStream, path: request.uri.path, query: request.uri.query, headers: record.recorded(fields), method: method, body: body)
         // The upstream's stream opens first: the client's answer is the upstream's.

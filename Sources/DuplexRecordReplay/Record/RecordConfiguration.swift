@@ -3,7 +3,7 @@ public import Duplex
 public import Foundation
 import DuplexSchema
 
-/// What a recording server records, and from where (``DuplexServerConfiguration/record``).
+/// What a recording server records, and from where (`DuplexServerConfiguration.record`, or `duplex record`).
 ///
 /// The server then forwards every WebSocket connection and every `GET`, `POST`, `PUT`, `PATCH`
 /// and `DELETE` (an SSE stream, with its method and body) to the same path and query on

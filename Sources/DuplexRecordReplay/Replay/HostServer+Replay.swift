@@ -1,4 +1,4 @@
-import DuplexHost
+package import DuplexHost
 import DuplexSchema
 import Foundation
 import HTTPTypes
@@ -7,11 +7,11 @@ import HummingbirdWebSocket
 import Logging
 import NIOCore
 
-extension DuplexServer {
+extension HostServer {
     /// The routes of a server that replays a cassette: its SSE paths, for each method recorded
     /// there, and its WebSocket paths (426 without an upgrade). The table adds `/health`,
     /// `/metrics` and the chaos routes where the cassette has no session; any other path is 404.
-    func replayRoutes(_ book: ReplayBook) -> [RouteTable.Route] {
+    package func replayRoutes(_ book: ReplayBook) -> [RouteTable.Route] {
         var routes: [RouteTable.Route] = []
         for path in book.paths(.eventStream) {
             for method in book.methods(at: path) {
@@ -23,7 +23,7 @@ extension DuplexServer {
         for path in book.paths(.webSocket) {
             routes.append(
                 .webSocket(
-                    path, upgrade: { request, _ in self.replayWebSocketService(book, for: request) }, plain: { _, _ in self.host.upgradeRequired() })
+                    path, upgrade: { request, _ in self.replayWebSocketService(book, for: request) }, plain: { _, _ in self.upgradeRequired() })
             )
         }
         return routes
@@ -37,15 +37,15 @@ extension DuplexServer {
         }
         let requestHeaders = request.headers
         var headers = HTTPFields()
-        if let subprotocol = session.subprotocol, HostServer.offeredSubprotocols(request).contains(subprotocol) {
+        if let subprotocol = session.subprotocol, Self.offeredSubprotocols(request).contains(subprotocol) {
             headers[.secWebSocketProtocol] = subprotocol
         }
         return .accept(
             headers,
             WebSocketService { channel, deflate in
-                let trace = ConnectionTrace(requestHeaders, route: "replay", tracer: self.host.activeTracer)
+                let trace = ConnectionTrace(requestHeaders, route: "replay", tracer: self.activeTracer)
                 let service = ReplayWebSocketService(session: session, number: number, replay: book.configuration, logger: self.logger)
-                try self.host.installEventLoopService(service, on: channel, deflate: deflate, trace: trace)
+                try self.installEventLoopService(service, on: channel, deflate: deflate, trace: trace)
             }
         )
     }
@@ -80,7 +80,7 @@ extension DuplexServer {
         let replay = book.configuration
         let eventLoop = stream.eventLoop
         return .stream(
-            EventStream(route: "replay", headers: request.headers, tracer: host.activeTracer) { writer in
+            EventStream(route: "replay", headers: request.headers, tracer: activeTracer) { writer in
                 ReplayEventSource(session: session, lastEventID: lastEventID, replay: replay, writer: writer, eventLoop: eventLoop).stop
             })
     }

@@ -2,7 +2,7 @@ import DuplexSchema
 import Foundation
 import Testing
 
-@testable import DuplexServer
+@testable import DuplexRecordReplay
 
 /// How a replay compares a client's message with the recorded one, and which session a
 /// connection gets.
