@@ -32,7 +32,7 @@ extension DuplexServer {
             table.add(builtInRoutes())
         }
         table.add(healthRoutes())
-        table.add(chaosRoutes())
+        table.add(chaosRoutes)
         return table
     }
 
@@ -58,6 +58,12 @@ extension DuplexServer {
             .stream("/events") { request in self.tickStream(request) },
             .stream("/chat/:room/events") { request in self.roomEventStream(request) },
         ]
+    }
+
+    /// The host's `/_chaos/` routes, on with ``DuplexServerConfiguration/chaos``, scoped by the
+    /// built-in routes' names.
+    var chaosRoutes: [RouteTable.Route] {
+        host.chaosRoutes(enabled: configuration.chaos, routeNames: ["echo", "chat", "events", "chat-events"])
     }
 
     /// `GET /health`, `{"status":"ok","store":…}`, and `GET /metrics`.

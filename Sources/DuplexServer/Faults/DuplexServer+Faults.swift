@@ -6,13 +6,7 @@ public import DuplexSchema
 /// Routes are named `echo`, `chat` (WebSocket chat members), `events` (the tick stream) and
 /// `chat-events` (room SSE streams).
 public struct FaultScope: Sendable, Hashable {
-    enum Value: Hashable, Sendable {
-        case all
-        case route(String)
-        case room(String)
-    }
-
-    let value: Value
+    let value: ConnectionScope
 
     /// Every WebSocket connection and SSE stream.
     public static let all = FaultScope(value: .all)
@@ -20,14 +14,6 @@ public struct FaultScope: Sendable, Hashable {
     public static func route(_ name: String) -> FaultScope { FaultScope(value: .route(name)) }
     /// The members and watchers of one chat room.
     public static func room(_ name: String) -> FaultScope { FaultScope(value: .room(name)) }
-
-    func matches(_ info: ConnectionInfo) -> Bool {
-        switch value {
-        case .all: true
-        case .route(let name): info.route == name
-        case .room(let name): info.room == name
-        }
-    }
 }
 
 /// Faults act on the connections the server is serving at the moment of the call. A client's
@@ -40,7 +26,7 @@ extension DuplexServer {
     /// - Returns: how many connections it reached.
     @discardableResult
     public func dropConnections(_ scope: FaultScope = .all) -> Int {
-        connections.send(.drop, matching: scope.matches)
+        host.dropConnections(scope.value)
     }
 
     /// Stalls the connections in `scope` for `duration`: the server stops reading them (so pings
@@ -48,7 +34,7 @@ extension DuplexServer {
     /// - Returns: how many connections it reached.
     @discardableResult
     public func stallConnections(_ scope: FaultScope = .all, for duration: Duration) -> Int {
-        connections.send(.stall(duration), matching: scope.matches)
+        host.stallConnections(scope.value, for: duration)
     }
 
     /// The path to the clients of the connections in `scope` went dead, as when a phone moves
@@ -60,14 +46,14 @@ extension DuplexServer {
     /// - Returns: how many connections it reached.
     @discardableResult
     public func switchPath(_ scope: FaultScope = .all) -> Int {
-        connections.send(.stall(.seconds(366 * 86_400)), matching: scope.matches)
+        host.switchPath(scope.value)
     }
 
     /// Ends the SSE streams in `scope` cleanly, as a server that finished a response would.
     /// - Returns: how many streams it reached.
     @discardableResult
     public func endEventStreams(_ scope: FaultScope = .all) -> Int {
-        connections.send(.close(.normalClosure, ""), matching: { $0.kind == .eventStream && scope.matches($0) })
+        host.endEventStreams(scope.value)
     }
 
     /// Sends every HTTP/2 connection GOAWAY (no error, the last stream the client opened): it
@@ -94,20 +80,9 @@ extension DuplexServer {
     /// - Returns: how many connections it reached.
     @discardableResult
     public func closeConnections(_ scope: FaultScope = .all, code: WebSocketCloseCode, reason: String = "") -> Int {
-        connections.send(.close(code, Self.closeReason(reason)), matching: scope.matches)
+        host.closeConnections(scope.value, code: code, reason: reason)
     }
 
     /// The longest close reason, in bytes of UTF-8: a close frame's 125 bytes less the code's 2.
-    public static let maxCloseReasonBytes = 123
-
-    /// `reason` cut to ``maxCloseReasonBytes`` at a character boundary.
-    static func closeReason(_ reason: String) -> String {
-        guard reason.utf8.count > maxCloseReasonBytes else { return reason }
-        var cut = ""
-        for character in reason {
-            guard cut.utf8.count + character.utf8.count <= maxCloseReasonBytes else { break }
-            cut.append(character)
-        }
-        return cut
-    }
+    public static let maxCloseReasonBytes = HostServer.maxCloseReasonBytes
 }

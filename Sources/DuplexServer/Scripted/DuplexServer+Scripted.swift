@@ -31,7 +31,7 @@ extension DuplexServer {
         guard !configuration.routes.isEmpty else { return [] }
         return [
             .get("/_journal") { _, context in
-                guard Self.isLoopback(context.channel.remoteAddress) else { return Self.journalForbidden }
+                guard HostServer.isLoopback(context.channel.remoteAddress) else { return Self.journalForbidden }
                 var headers = HTTPFields()
                 headers[.contentType] = "application/json; charset=utf-8"
                 // Entries let go past the journal's limits are counted, not hidden.
@@ -39,7 +39,7 @@ extension DuplexServer {
                 return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: self.journal.json())))
             },
             .on(.delete, "/_journal") { _, context in
-                guard Self.isLoopback(context.channel.remoteAddress) else { return Self.journalForbidden }
+                guard HostServer.isLoopback(context.channel.remoteAddress) else { return Self.journalForbidden }
                 self.journal.removeAll()
                 return Response(status: .noContent)
             },
@@ -59,7 +59,7 @@ extension DuplexServer {
         var builtIn = RouteTable()
         builtIn.add(builtInRoutes())
         builtIn.add(healthRoutes())
-        builtIn.add(chaosRoutes())
+        builtIn.add(chaosRoutes)
         builtIn.add([.get("/_journal") { _, _ in Response(status: .ok) }])
         var seen: [(method: String, pattern: RoutePattern)] = []
         for (index, route) in configuration.routes.enumerated() {
