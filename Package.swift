@@ -186,6 +186,7 @@ let package = Package(
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -290,15 +291,15 @@ let package = Package(
             path: "Server",
             swiftSettings: swiftSettings
         ),
-        // The `duplex` command-line client: chat, echo, ws, listen, proxy and replay (which
-        // serves a cassette with the server's library).
+        // The `duplex` command-line client: chat, echo, ws, listen, proxy, and record and replay
+        // (served on the host, with no chat server).
         .executableTarget(
             name: "duplex",
             dependencies: [
                 "Duplex",
                 "DuplexSchema",
                 "DuplexFaultProxy",
-                "DuplexServer",
+                "DuplexRecordReplay",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -1,6 +1,6 @@
 import ArgumentParser
 import Duplex
-import DuplexServer
+import DuplexRecordReplay
 import Foundation
 import Logging
 
@@ -74,11 +74,10 @@ struct RecordCommand: AsyncParsableCommand {
             } catch {
                 throw Failure(.failed, "cannot write \(out): \(error.localizedDescription)")
             }
-            var configuration = DuplexServerConfiguration(host: listenAt.host, port: listenAt.port)
-            configuration.record = RecordConfiguration(upstream: url, recorder: recorder, redact: Set(redact), tlsTrust: trust)
+            let record = RecordConfiguration(upstream: url, recorder: recorder, redact: Set(redact), tlsTrust: trust)
             var logger = Logger(label: "duplex-record")
             logger.logLevel = .warning
-            let server = DuplexServer(configuration: configuration, logger: logger)
+            let server = CassetteServer(address: listenAt.host, port: listenAt.port, mode: .record(record), logger: logger)
             try await serveUntilSignalled(server, listen: listen, logger: logger) { port in
                 let shown = listenAt.host.contains(":") ? "[\(listenAt.host)]" : listenAt.host
                 printOut("duplex record listening on \(shown):\(port), recording \(upstream) to \(out)")

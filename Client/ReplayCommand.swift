@@ -1,6 +1,6 @@
 import ArgumentParser
 import DuplexSchema
-import DuplexServer
+import DuplexRecordReplay
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
@@ -43,13 +43,19 @@ struct ReplayCommand: AsyncParsableCommand {
     @Flag(help: "Do not check the client's messages against the recording.")
     var lenient = false
 
-    @Flag(help: "Serve the server's own routes (/echo, /chat/ROOM, /events, ...) where the cassette recorded nothing; its paths come first.")
+    // The server's own routes beside a cassette are duplex-server's (`--replay FILE`): this
+    // command links no chat server. The flag stays to say so.
+    @Flag(help: .hidden)
     var builtInRoutes = false
 
-    @Flag(help: "Serve the chaos routes (/_chaos/...) too, as duplex-server --chaos does.")
+    @Flag(help: "Serve the chaos routes (/_chaos/...) too, as duplex-server --chaos does (a route= scope is replay).")
     var chaos = false
 
     func validate() throws {
+        guard !builtInRoutes else {
+            throw ValidationError(
+                "--built-in-routes: the server's own routes are duplex-server's; serve them beside the cassette with duplex-server --replay \(file)")
+        }
         guard speed.isFinite, speed > 0 else { throw ValidationError("--speed must be a number above 0 (got \(speed))") }
         _ = try loadCassette()
     }
@@ -73,16 +79,13 @@ struct ReplayCommand: AsyncParsableCommand {
         let mismatched = NIOLockedValueBox(0)
         try await reportingFailures {
             let listenAt = try parseAddress(listen, option: "--listen")
-            var configuration = DuplexServerConfiguration(host: listenAt.host, port: listenAt.port)
-            configuration.chaos = chaos
-            configuration.replay = ReplayConfiguration(cassette: cassette, speed: noDelays ? .infinity : speed, strict: !lenient) { mismatch in
+            let replay = ReplayConfiguration(cassette: cassette, speed: noDelays ? .infinity : speed, strict: !lenient) { mismatch in
                 mismatched.withLockedValue { $0 += 1 }
                 printError(mismatch.description)
             }
-            configuration.replay?.builtInRoutes = builtInRoutes
             var logger = Logger(label: "duplex-replay")
             logger.logLevel = .critical
-            let server = DuplexServer(configuration: configuration, logger: logger)
+            let server = CassetteServer(address: listenAt.host, port: listenAt.port, mode: .replay(replay), chaos: chaos, logger: logger)
             try await serveUntilSignalled(server, listen: listen, logger: logger) { port in
                 let shown = listenAt.host.contains(":") ? "[\(listenAt.host)]" : listenAt.host
                 printOut("duplex replay listening on \(shown):\(port): \(Self.summary(of: cassette))")

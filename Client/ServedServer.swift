@@ -1,4 +1,4 @@
-import DuplexServer
+import DuplexRecordReplay
 import Logging
 import ServiceLifecycle
 import UnixSignals
@@ -6,7 +6,7 @@ import UnixSignals
 /// Runs `server` until SIGINT or SIGTERM, then shuts it down gracefully; `ready` gets the port
 /// it listens on once it does (the commands print their line there).
 /// - Throws: ``Failure`` (unreachable) when it cannot listen on `listen`.
-func serveUntilSignalled(_ server: DuplexServer, listen: String, logger: Logger, ready: (Int) -> Void) async throws {
+func serveUntilSignalled(_ server: CassetteServer, listen: String, logger: Logger, ready: (Int) -> Void) async throws {
     let group = ServiceGroup(configuration: .init(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
     try await withThrowingTaskGroup(of: Void.self) { tasks in
         tasks.addTask { try await group.run() }

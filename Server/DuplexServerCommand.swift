@@ -163,6 +163,12 @@ struct DuplexServerCommand: AsyncParsableCommand {
 
     @Option(
         help: ArgumentHelp(
+            "Replay this cassette (docs/cassettes.md) beside the built-in routes: its paths come first; a client message that differs from the recording is logged as an error and closes its connection with 1008.",
+            valueName: "file"))
+    var replay: String?
+
+    @Option(
+        help: ArgumentHelp(
             #"Faults on what /echo sends back, as a script's "faults" object: '{"dropAfterSending":3,"delaySendsMs":50}' (docs/scripts.md)."#,
             valueName: "json"))
     var echoFaults: String?
@@ -216,6 +222,7 @@ struct DuplexServerCommand: AsyncParsableCommand {
                 throw ValidationError("--script: \(error)")
             }
         }
+        if let replay { _ = try Self.cassette(replay) }
         guard (1...10_000).contains(http2MaxStreams) else { throw ValidationError("--http2-max-streams must be from 1 to 10000") }
         if let echoSubprotocols, Self.list(echoSubprotocols).isEmpty {
             throw ValidationError("--echo-subprotocols needs at least one name")
@@ -227,6 +234,21 @@ struct DuplexServerCommand: AsyncParsableCommand {
             ("--shutdown-timeout", shutdownTimeout),
         ] {
             guard value > 0, value <= 86_400 else { throw ValidationError("\(name) must be from 0 to 86400 seconds") }
+        }
+    }
+
+    /// The cassette of `--replay`.
+    static func cassette(_ path: String) throws -> Cassette {
+        let text: String
+        do {
+            text = try String(contentsOfFile: path, encoding: .utf8)
+        } catch {
+            throw ValidationError("--replay: cannot read \(path): \(error.localizedDescription)")
+        }
+        do {
+            return try Cassette(jsonLines: text)
+        } catch {
+            throw ValidationError("--replay: \(path): \(error)")
         }
     }
 
@@ -267,6 +289,10 @@ struct DuplexServerCommand: AsyncParsableCommand {
                     minimumBytes: compressionThreshold, maxWindowBits: compressionWindowBits, peerMaxWindowBits: compressionWindowBits)
         )
         configuration.echoFaults = echoFaults.flatMap { try? ScriptFile.faults(from: $0) } ?? WebSocketFaults()
+        if let replay, let cassette = try? Self.cassette(replay) {
+            configuration.replay = ReplayConfiguration(cassette: cassette)
+            configuration.replay?.builtInRoutes = true
+        }
         configuration.http2.enabled = !noHttp2
         configuration.http2.maxConcurrentStreams = http2MaxStreams
         switch (try? storeConfiguration)?.postgres {

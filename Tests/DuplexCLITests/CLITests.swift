@@ -575,6 +575,42 @@ struct CLITests {
             let invalid = try await duplex("replay", bad, "--listen", "127.0.0.1:0").waitForExit()
             #expect(invalid.status == 64, "\(invalid)")
             #expect(invalid.stderr.contains("\(bad): cassette line 2: session 1 has a step before its open line"), "\(invalid)")
+
+            // The server's own routes beside a cassette are duplex-server's: the CLI says where.
+            let builtIn = try await duplex("replay", good, "--listen", "127.0.0.1:0", "--built-in-routes").waitForExit()
+            #expect(builtIn.status == 64, "\(builtIn)")
+            #expect(builtIn.stderr.contains("duplex-server --replay \(good)"), "\(builtIn)")
+        }
+    }
+
+    @Test("duplex-server --replay serves the cassette's paths first and its own routes beside them; a bad file is refused at start")
+    func serverReplay() async throws {
+        try await withTimeout(Self.limit) {
+            let files = try ScratchFiles("duplex-server-replay")
+            defer { files.remove() }
+            let cassette = try files.write(
+                "events.cassette",
+                """
+                {"duplex-cassette":1}
+                {"open":{"kind":"websocket","path":"/echo"},"session":1}
+                {"at":0.01,"from":"client","session":1,"text":"hello"}
+                {"at":0.02,"from":"server","session":1,"text":"recorded"}
+                {"at":0.03,"close":{"code":1000,"reason":""},"from":"client","session":1}
+
+                """
+            )
+            let (server, port) = try await CLIProcess.server(["--replay", cassette])
+            defer { server.signal(SIGTERM) }
+            // /echo is the cassette's: the recorded reply, not an echo.
+            let replayed = try await duplex("echo", "ws://127.0.0.1:\(port)/echo", "hello").waitForExit()
+            #expect(replayed.stdout == "recorded\n", "\(replayed)")
+            // The built-in routes answer where the cassette has nothing.
+            let health = try await HTTPProbe.get(port: port, "/health")
+            #expect(health.hasPrefix("HTTP/1.1 200") && health.contains(#""status":"ok""#), "\(health)")
+
+            let bad = try files.write("bad.cassette", "not a cassette\n")
+            let refused = try await CLIProcess("duplex-server", ["--port", "0", "--replay", bad]).waitForExit()
+            #expect(refused.status == 64 && refused.stderr.contains("--replay: \(bad)"), "\(refused)")
         }
     }
 
