@@ -2,14 +2,12 @@ package import CoreMetrics
 package import DuplexSchema
 import Foundation
 package import NIOConcurrencyHelpers
-package import class Prometheus.PrometheusCollectorRegistry
-package import struct Prometheus.PrometheusMetricsFactory
 
 /// What the server counts, for `GET /metrics`.
 ///
-/// The counts go through swift-metrics into a Prometheus registry of this server's own (swift-
-/// prometheus' `PrometheusMetricsFactory`), so that several servers in one process, as tests
-/// run them, keep apart; swift-prometheus writes the text exposition format.
+/// The counts go through swift-metrics, to the factory the server gives (the loopback server
+/// gives a Prometheus registry of its own, so that several servers in one process, as tests run
+/// them, keep apart, and writes its text exposition; the host itself links no Prometheus).
 ///
 /// Every label value comes from a fixed set (routes, close codes, HTTP statuses, fault kinds),
 /// with `other` for anything outside it: no request can add a series. A room's name is never a
@@ -98,8 +96,8 @@ package final class ServerMetrics: Sendable {
     /// HTTP/2 connections and streams.
     package let http2: HTTP2Metrics
 
-    /// The registry `GET /metrics` writes out.
-    package let registry = PrometheusCollectorRegistry()
+    /// Writes every metric out in Prometheus' text format, as `GET /metrics` serves it.
+    private let emit: @Sendable () -> [UInt8]
     /// Makes the metrics of this server's registry: the layers above (the chat rooms, a room
     /// store) count through it too.
     package let factory: any MetricsFactory
@@ -124,9 +122,14 @@ package final class ServerMetrics: Sendable {
 
     /// Metrics of a server whose connections come over `transport`: `tcp`, or `tls` (a server
     /// with TLS serves every route over it); streams of an HTTP/2 connection count under `h2`.
-    package init(transport: String = "tcp") {
-        let factory = PrometheusMetricsFactory(registry: registry)
+    ///
+    /// They count through `factory`, which `emit` writes out; by default nowhere (a server with
+    /// no `/metrics`, such as `duplex replay`'s).
+    package init(
+        transport: String = "tcp", factory: any MetricsFactory = NOOPMetricsHandler.instance, emit: @escaping @Sendable () -> [UInt8] = { [] }
+    ) {
         self.factory = factory
+        self.emit = emit
         let compression = Compression(
             compressedIn: Counter(
                 label: "duplex_compression_bytes_total", dimensions: [("direction", "in"), ("form", "compressed")], factory: factory),
@@ -251,7 +254,7 @@ package final class ServerMetrics: Sendable {
         if let bytes = process.residentBytes { residentMemory.record(bytes) }
         if let files = process.openFiles { openFiles.record(files) }
         for hook in beforeScrape.withLockedValue({ $0 }) { hook() }
-        return registry.emitToBuffer()
+        return emit()
     }
 
     /// Every sample of ``exposition()``, by its series as written there (`name{labels}`).
