@@ -49,7 +49,7 @@ extension DuplexServer {
                 "/chat/:room",
                 upgrade: { request, captures in self.chatService(for: request, room: captures["room"] ?? "") },
                 plain: { request, context in
-                    switch self.chatJoin(request, context) {
+                    switch ChatJoin.parse(request, room: context.parameters.get("room") ?? "", limits: self.configuration.chatLimits) {
                     case .failure(let refusal): self.host.counted(refusal.response)
                     case .success: self.host.upgradeRequired()
                     }
@@ -135,7 +135,7 @@ extension DuplexServer {
     /// join that fails validation is refused there too, with its error frame and close code.
     func chatService(for request: Request, room roomName: String) -> UpgradeAnswer {
         let requestHeaders = request.headers
-        let join = chatJoin(request, room: roomName)
+        let join = ChatJoin.parse(request, room: roomName, limits: configuration.chatLimits)
         let headers = HostServer.selecting(from: HostServer.offeredSubprotocols(request), preferring: [ChatProtocol.subprotocol])
         return .accept(
             headers,
@@ -154,25 +154,6 @@ extension DuplexServer {
                 try self.host.installEventLoopService(member, on: channel, deflate: agreement, trace: trace)
             }
         )
-    }
-
-    /// A request refused before any upgrade or stream.
-    struct Refusal: Error {
-        var status: HTTPResponse.Status
-        var error: ChatProtocolError
-
-        var frameJSON: String {
-            (try? ChatServerFrame.error(ChatErrorFrame(error)).jsonString()) ?? #"{"type":"error","v":1}"#
-        }
-
-        var response: Response {
-            Response.json(status: status, frameJSON)
-        }
-
-        /// The same refusal, as a stream route answers it.
-        var answer: StreamAnswer {
-            .json(status, frameJSON)
-        }
     }
 
     /// `GET /metrics`: the server's metrics in Prometheus' text exposition format (version

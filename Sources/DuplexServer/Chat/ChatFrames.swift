@@ -8,18 +8,18 @@ import HTTPTypes
 /// a join's refusal, and resume tokens. Values in, frames out: no server, no connection.
 enum ChatFrames {
     /// The refusal for a room that could not be joined by `name` on a server of `maxRooms` rooms.
-    static func refusal(_ reason: ChatStoreRefusal, name: String, maxRooms: Int) -> DuplexServer.Refusal {
+    static func refusal(_ reason: ChatStoreRefusal, name: String, maxRooms: Int) -> ProtocolRefusal {
         switch reason {
         case .roomLimit:
-            DuplexServer.Refusal(
+            ProtocolRefusal(
                 status: .serviceUnavailable,
                 error: ChatProtocolError(.roomLimit, "the server holds its maximum of \(maxRooms) rooms, none of them empty"))
         case .nameTaken:
-            DuplexServer.Refusal(
+            ProtocolRefusal(
                 status: .conflict,
                 error: ChatProtocolError(.nameTaken, "\(name) is already in the room; rejoin with its resumeToken as token=, or pick another name"))
         case .unavailable(let why):
-            DuplexServer.Refusal(status: .serviceUnavailable, error: ChatProtocolError(.storeUnavailable, "the room store is unavailable: \(why)"))
+            ProtocolRefusal(status: .serviceUnavailable, error: ChatProtocolError(.storeUnavailable, "the room store is unavailable: \(why)"))
         }
     }
 

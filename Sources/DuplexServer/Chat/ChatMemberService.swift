@@ -32,7 +32,7 @@ final class ChatMemberService: EventLoopWebSocketService {
     /// The client's W3C trace context, for the member's log lines.
     private let trace: ConnectionTrace?
     private let store: any ChatStore
-    private let join: Result<ChatJoin, DuplexServer.Refusal>
+    private let join: Result<ChatJoin, ProtocolRefusal>
     private let roomName: String
     private let session = UUID().uuidString.lowercased()
     private let token: String
@@ -57,7 +57,7 @@ final class ChatMemberService: EventLoopWebSocketService {
     init(
         context: Context,
         store: any ChatStore,
-        join: Result<ChatJoin, DuplexServer.Refusal>,
+        join: Result<ChatJoin, ProtocolRefusal>,
         room: String,
         writer: ChannelTextWriter,
         trace: ConnectionTrace? = nil
@@ -148,7 +148,7 @@ final class ChatMemberService: EventLoopWebSocketService {
 
     /// The one place a join is refused: the error frame, then 1013 for a full server and 1008
     /// for the rest.
-    private func refuse(_ refusal: DuplexServer.Refusal) {
+    private func refuse(_ refusal: ProtocolRefusal) {
         let code: WebSocketCloseCode = refusal.status == .serviceUnavailable ? .tryAgainLater : .policyViolation
         ending.withLockedValue { $0 = (code, String(refusal.error.code.rawValue.prefix(123))) }
         writer.start(with: [refusal.frameJSON])

@@ -19,7 +19,7 @@ extension DuplexServer {
         if let text = request.uri.queryParameters.get("interval") {
             guard let value = Int64(text), Self.liveMetricsInterval.range.contains(value) else {
                 let range = Self.liveMetricsInterval.range
-                return Refusal(
+                return ProtocolRefusal(
                     status: .badRequest,
                     error: ChatProtocolError(
                         .init("invalid_interval"),

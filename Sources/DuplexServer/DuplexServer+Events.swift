@@ -16,7 +16,7 @@ extension DuplexServer {
         var interval = TickClock.milliseconds(configuration.tickInterval)
         if let text = request.uri.queryParameters.get("interval") {
             guard let value = Int64(text), value >= minimum, value <= 86_400_000 else {
-                return Refusal(
+                return ProtocolRefusal(
                     status: .badRequest,
                     error: ChatProtocolError(
                         .init("invalid_interval"),
@@ -46,7 +46,7 @@ extension DuplexServer {
         do throws(ChatProtocolError) {
             try configuration.chatLimits.validate(room: roomName)
         } catch {
-            return Refusal(status: .badRequest, error: error).answer
+            return ProtocolRefusal(status: .badRequest, error: error).answer
         }
         let position = request.headers[HTTPField.Name("Last-Event-ID")!].flatMap(RoomStreamID.init)
         guard rooms.canHost(roomName) else {

@@ -19,16 +19,11 @@ struct ChatJoin: Sendable {
     var epoch: String?
 }
 
-extension DuplexServer {
-    /// Validates `room`, `name`, `since` and `token` of a chat request. It creates no room:
-    /// rooms are created by the members and watchers who join them.
-    func chatJoin(_ request: Request, _ context: DuplexRequestContext) -> Result<ChatJoin, Refusal> {
-        chatJoin(request, room: context.parameters.get("room") ?? "")
-    }
-
-    /// ``chatJoin(_:_:)`` for the room named `roomName`.
-    func chatJoin(_ request: Request, room roomName: String) -> Result<ChatJoin, Refusal> {
-        let limits = configuration.chatLimits
+extension ChatJoin {
+    /// Validates `room`, `name`, `since`, `token` and `epoch` of a request to join `room`
+    /// within `limits`. It creates no room: rooms are created by the members and watchers who
+    /// join them.
+    static func parse(_ request: Request, room roomName: String, limits: ChatLimits) -> Result<ChatJoin, ProtocolRefusal> {
         do throws(ChatProtocolError) {
             try limits.validate(room: roomName)
             guard let name = request.uri.queryParameters.get("name") else {
@@ -48,10 +43,9 @@ extension DuplexServer {
             if let epoch { try limits.validate(epoch: epoch) }
             return .success(ChatJoin(room: roomName, name: name, since: since, token: token, epoch: epoch))
         } catch {
-            return .failure(Refusal(status: .badRequest, error: error))
+            return .failure(ProtocolRefusal(status: .badRequest, error: error))
         }
     }
-
 }
 
 extension ChannelTextWriter {
