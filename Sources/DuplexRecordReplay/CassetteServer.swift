@@ -1,7 +1,7 @@
-package import DuplexHost
+import DuplexHost
 import Hummingbird
 package import Logging
-package import ServiceLifecycle
+import ServiceLifecycle
 
 /// A server that only records or only replays, on the host with no chat server: what
 /// `duplex record` and `duplex replay` run. (`DuplexServer` serves the same route sets beside

@@ -1,4 +1,4 @@
-package import NIOCore
+import NIOCore
 package import DuplexSchema
 import DuplexWire
 package import Logging

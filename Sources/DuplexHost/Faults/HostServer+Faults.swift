@@ -1,5 +1,5 @@
 package import DuplexSchema
-package import Hummingbird
+import Hummingbird
 package import NIOCore
 import Logging
 

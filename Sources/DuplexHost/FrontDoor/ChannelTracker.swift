@@ -1,5 +1,5 @@
 import NIOConcurrencyHelpers
-package import NIOCore
+import NIOCore
 
 /// Every open TCP connection of the server, so that it can cap how many there are and, when a
 /// graceful shutdown runs past its deadline, close the ones still open.
