@@ -279,6 +279,7 @@ let package = Package(
             name: "duplex-server",
             dependencies: [
                 "DuplexServer",
+                "DuplexRecordReplay",
                 "DuplexPostgres",
                 "DuplexSchema",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

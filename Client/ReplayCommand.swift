@@ -61,16 +61,10 @@ struct ReplayCommand: AsyncParsableCommand {
     }
 
     func loadCassette() throws -> Cassette {
-        let text: String
         do {
-            text = try String(contentsOfFile: file, encoding: .utf8)
+            return try Cassette.load(path: file)
         } catch {
-            throw ValidationError("cannot read \(file): \(error.localizedDescription)")
-        }
-        do {
-            return try Cassette(jsonLines: text)
-        } catch {
-            throw ValidationError("\(file): \(error)")
+            throw ValidationError("\(error)")
         }
     }
 

@@ -1,6 +1,7 @@
 import ArgumentParser
 import DuplexSchema
 import DuplexServer
+import DuplexRecordReplay
 import DuplexPostgres
 import Foundation
 import Logging
@@ -239,16 +240,10 @@ struct DuplexServerCommand: AsyncParsableCommand {
 
     /// The cassette of `--replay`.
     static func cassette(_ path: String) throws -> Cassette {
-        let text: String
         do {
-            text = try String(contentsOfFile: path, encoding: .utf8)
+            return try Cassette.load(path: path)
         } catch {
-            throw ValidationError("--replay: cannot read \(path): \(error.localizedDescription)")
-        }
-        do {
-            return try Cassette(jsonLines: text)
-        } catch {
-            throw ValidationError("--replay: \(path): \(error)")
+            throw ValidationError("--replay: \(error)")
         }
     }
 
