@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Checks that the package's imports point one way (issue 48): reads `swift package describe
+--type json` on stdin and fails, naming the edge, when a target reaches what it must not."""
+import json
+import sys
+
+package = json.load(sys.stdin)
+targets = {t["name"]: t for t in package["targets"]}
+
+
+def closure(name):
+    """The targets `name` depends on, directly or not, and every product they use."""
+    seen, products, todo = set(), set(targets[name].get("product_dependencies", [])), [name]
+    while todo:
+        for dep in targets[todo.pop()].get("target_dependencies", []):
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+                products |= set(targets[dep].get("product_dependencies", []))
+    return seen, products
+
+
+# What each target must not reach, target or product.
+rules = {
+    # The host knows no chat, no database, no client and no Prometheus.
+    "DuplexHost": {"DuplexServer", "DuplexRecordReplay", "DuplexPostgres", "Duplex", "Prometheus", "PostgresNIO"},
+    # Record and replay are on the host, not the server.
+    "DuplexRecordReplay": {"DuplexServer", "DuplexPostgres", "Prometheus", "PostgresNIO"},
+    # The CLI links no chat server, no PostgreSQL and no Prometheus.
+    "duplex": {"DuplexServer", "DuplexPostgres", "Prometheus", "PostgresNIO", "X509"},
+    # A user's tests compile no PostgreSQL.
+    "DuplexTesting": {"DuplexPostgres", "PostgresNIO"},
+    "DuplexServer": {"DuplexPostgres", "PostgresNIO"},
+}
+failures = []
+for name, forbidden in rules.items():
+    reached, products = closure(name)
+    if name in reached:
+        failures.append(f"{name} depends on itself (a cycle)")
+    for bad in sorted(forbidden & (reached | products)):
+        failures.append(f"{name} reaches {bad}")
+if failures:
+    print("\n".join(failures))
+    sys.exit(1)
+for name in rules:
+    reached, _ = closure(name)
+    print(f"{name}: {', '.join(sorted(reached)) or 'no package target'}")
