@@ -32,7 +32,10 @@ echo "TLS listener on $port, CA $ca"
 [ "$(curl -sS --cacert "$ca" "https://127.0.0.1:$port/health" | head -c 15)" = '{"status":"ok",' ] || fail "curl https /health"
 [ "$(curl -sS --http1.1 --cacert "$ca" -N --max-time 5 "https://localhost:$port/events?interval=50" 2>/dev/null | grep -m1 '^event: ')" = "event: tick" ] || fail "curl https SSE"
 # GET /metrics over TLS: the HTTP/1.1 SSE stream above counted under transport="tls".
-curl -sS --cacert "$ca" "https://127.0.0.1:$port/metrics" | grep -qE '^duplex_connections_total\{route="events",transport="tls"\} [1-9]' \
+# (Read whole first: grep -q stops reading at its match, and under pipefail curl's failed write
+# would fail the check.)
+metrics=$(curl -sS --cacert "$ca" "https://127.0.0.1:$port/metrics")
+grep -qE '^duplex_connections_total\{route="events",transport="tls"\} [1-9]' <<<"$metrics" \
     || fail "GET /metrics over https: no events connection counted under transport=\"tls\""
 [ "$("$bin/duplex" echo "wss://127.0.0.1:$port/echo" --ca "$ca" hi)" = "hi" ] || fail "duplex echo over wss"
 curl -sS --cacert "$ca" "https://127.0.0.1:$port/tls-faults" >"$work/faults.json"
@@ -221,8 +224,8 @@ mutual=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['client
     || fail "duplex with a client certificate through client-certificate-required"
 [ "$(curl -sS --cacert "$ca" --cert "$work/tls/client.pem" --key "$work/tls/client-key.pem" "$mutual/health" | head -c 15)" = '{"status":"ok",' ] \
     || fail "curl with a client certificate through client-certificate-required"
-"$bin/duplex" listen "$mutual/events?interval=50" --ca "$ca" --cert "$work/tls/client.pem" --key "$work/tls/client-key.pem" --max-events 1 | grep -q '^tick ' \
-    || fail "duplex listen with a client certificate"
+listened=$("$bin/duplex" listen "$mutual/events?interval=50" --ca "$ca" --cert "$work/tls/client.pem" --key "$work/tls/client-key.pem" --max-events 1)
+grep -q '^tick ' <<<"$listened" || fail "duplex listen with a client certificate"
 
 # Through real proxies: tinyproxy (CONNECT, with a password) and dante (SOCKS5), named by
 # --proxy or by the environment as curl reads it; a refusal exits 9.
