@@ -193,11 +193,35 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Chat rooms on the host: the room ledger and the rooms that deliver its events, the
+        // members' service, the store interface and the memory store. It knows no server: the
+        // server (DuplexServer) routes to it, and the PostgreSQL store implements its interface.
+        .target(
+            name: "DuplexChat",
+            dependencies: [
+                "DuplexHost",
+                "DuplexSchema",
+                "DuplexWire",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "OrderedCollections", package: "swift-collections"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // The loopback server (echo, chat rooms, SSE, the demo page) as a library.
         .target(
             name: "DuplexServer",
             dependencies: [
                 "DuplexHost",
+                "DuplexChat",
                 "DuplexRecordReplay",
                 "DuplexSchema",
                 "DuplexWire",
@@ -238,6 +262,7 @@ let package = Package(
         .target(
             name: "DuplexPostgres",
             dependencies: [
+                "DuplexChat",
                 "DuplexServer",
                 "DuplexSchema",
                 "DuplexWire",
@@ -325,6 +350,7 @@ let package = Package(
             name: "duplex-fuzz",
             dependencies: [
                 "DuplexHost",
+                "DuplexChat",
                 "Duplex",
                 "DuplexSchema",
                 "DuplexServer",
@@ -495,6 +521,7 @@ let package = Package(
             name: "DuplexPostgresTests",
             dependencies: [
                 "DuplexPostgres",
+                "DuplexChat",
                 "DuplexServer",
                 "DuplexSchema",
                 "DuplexTesting",
@@ -528,6 +555,25 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Chat on its own: the room ledger's rules, the rooms' delivery and fan-out, a replica's
+        // apply, gap and restart, without a server.
+        .testTarget(
+            name: "DuplexChatTests",
+            dependencies: [
+                "DuplexChat",
+                "DuplexHost",
+                "DuplexSchema",
+                "DuplexTesting",
+                .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "OrderedCollections", package: "swift-collections"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "DuplexServerTests",
             dependencies: [
@@ -538,13 +584,11 @@ let package = Package(
                 // Run as a child process by ServerProcessTests.
                 "duplex-server",
                 "DuplexHost",
+                "DuplexChat",
                 "DuplexServer",
                 "DuplexWire",
                 "DuplexTesting",
                 "DuplexSchema",
-                // The room ledger's history and roster.
-                .product(name: "DequeModule", package: "swift-collections"),
-                .product(name: "OrderedCollections", package: "swift-collections"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

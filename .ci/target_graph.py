@@ -24,10 +24,12 @@ def closure(name):
 rules = {
     # The host knows no chat, no database, no client and no Prometheus.
     "DuplexHost": {"DuplexServer", "DuplexRecordReplay", "DuplexPostgres", "Duplex", "Prometheus", "PostgresNIO"},
+    # Chat is on the host and knows no server, no client and no database.
+    "DuplexChat": {"DuplexServer", "DuplexRecordReplay", "DuplexPostgres", "Duplex", "Prometheus", "PostgresNIO"},
     # Record and replay are on the host, not the server.
-    "DuplexRecordReplay": {"DuplexServer", "DuplexPostgres", "Prometheus", "PostgresNIO"},
+    "DuplexRecordReplay": {"DuplexServer", "DuplexChat", "DuplexPostgres", "Prometheus", "PostgresNIO"},
     # The CLI links no chat server, no PostgreSQL and no Prometheus.
-    "duplex": {"DuplexServer", "DuplexPostgres", "Prometheus", "PostgresNIO", "X509"},
+    "duplex": {"DuplexServer", "DuplexChat", "DuplexPostgres", "Prometheus", "PostgresNIO", "X509"},
     # A user's tests compile no PostgreSQL.
     "DuplexTesting": {"DuplexPostgres", "PostgresNIO"},
     "DuplexServer": {"DuplexPostgres", "PostgresNIO"},

@@ -1,3 +1,4 @@
+import DuplexChat
 public import DuplexServer
 
 extension ChatStoreConfiguration {

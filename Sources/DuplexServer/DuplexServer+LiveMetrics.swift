@@ -1,3 +1,4 @@
+import DuplexChat
 import DuplexHost
 import DuplexSchema
 import HTTPTypes

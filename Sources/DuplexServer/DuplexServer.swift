@@ -1,3 +1,4 @@
+import DuplexChat
 import DuplexHost
 public import Logging
 public import ServiceLifecycle

@@ -2,6 +2,7 @@ import NIOConcurrencyHelpers
 import Testing
 
 @testable import DuplexPostgres
+@testable import DuplexChat
 @testable import DuplexServer
 
 @Suite("PostgreSQL group commit: the batcher and a batch's repeats")

@@ -1,3 +1,4 @@
+@testable import DuplexChat
 @testable import DuplexServer
 import DuplexTesting
 import Foundation

@@ -1,4 +1,5 @@
 #if DEBUG
+@testable import DuplexChat
 @testable import DuplexServer
 import DuplexSchema
 import Foundation

@@ -1,5 +1,6 @@
 #if DEBUG
 @testable import DuplexHost
+@testable import DuplexChat
 @testable import DuplexServer
 import DuplexSchema
 

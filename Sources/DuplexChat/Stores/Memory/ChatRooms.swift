@@ -1,20 +1,20 @@
 import DuplexHost
-import DuplexSchema
+package import DuplexSchema
 import Foundation
 import NIOConcurrencyHelpers
-import NIOCore
+package import NIOCore
 
 /// The server's chat rooms, created on first use, at most `maxRooms` of them. When a new room
 /// would exceed the limit, the empty room unused for longest is evicted (its history is gone);
 /// only when every room has someone in it is a new room refused.
-final class ChatRooms: Sendable {
+package final class ChatRooms: Sendable {
     private let historyLimit: Int
     private let historyBytesLimit: Int
-    let maxRooms: Int
-    let budget: HistoryBudget
+    package let maxRooms: Int
+    package let budget: HistoryBudget
     private let rooms = NIOLockedValueBox([String: ChatRoom]())
 
-    init(historyLimit: Int, maxRooms: Int, historyBytesLimit: Int = .max, totalHistoryBytesLimit: Int = .max) {
+    package init(historyLimit: Int, maxRooms: Int, historyBytesLimit: Int = .max, totalHistoryBytesLimit: Int = .max) {
         self.historyLimit = historyLimit
         self.historyBytesLimit = historyBytesLimit
         self.maxRooms = max(maxRooms, 1)
@@ -23,7 +23,7 @@ final class ChatRooms: Sendable {
 
     /// Subscribes to the room of that name, created (evicting an empty one if need be) when
     /// there is none. See ``ChatRoom/subscribe(_:since:epoch:deliverBacklog:)``.
-    func subscribe(
+    package func subscribe(
         room name: String,
         _ subscriber: RoomSubscriber,
         since: Int?,
@@ -64,23 +64,23 @@ final class ChatRooms: Sendable {
 
     /// Whether a subscriber could join the room of that name now: it exists, or there is room
     /// for it, or an empty room to evict.
-    func canHost(_ name: String) -> Bool {
+    package func canHost(_ name: String) -> Bool {
         rooms.withLockedValue { rooms in
             rooms[name] != nil || rooms.count < maxRooms || rooms.values.contains { $0.idleSince != nil }
         }
     }
 
     /// The number of rooms held.
-    var count: Int { rooms.withLockedValue { $0.count } }
+    package var count: Int { rooms.withLockedValue { $0.count } }
 
     /// The room of that name, if it exists.
-    func existing(_ name: String) -> ChatRoom? {
+    package func existing(_ name: String) -> ChatRoom? {
         rooms.withLockedValue { $0[name] }
     }
 
     /// Forgets every room, as a process that restarts with no memory would: each room's history
     /// is gone, and the next room of the same name has a new epoch.
-    func forgetAll() {
+    package func forgetAll() {
         rooms.withLockedValue { rooms in
             for room in rooms.values { _ = room.evictIfEmpty(force: true) }
             rooms.removeAll()
@@ -89,7 +89,7 @@ final class ChatRooms: Sendable {
 }
 
 extension ChatRooms: ChatStore {
-    func join(
+    package func join(
         room name: String,
         _ subscriber: RoomSubscriber,
         since: Int?,
@@ -101,7 +101,7 @@ extension ChatRooms: ChatStore {
         .now(subscribe(room: name, subscriber, since: since, epoch: epoch, deliverBacklog: deliverBacklog, prelude: prelude))
     }
 
-    func record(
+    package func record(
         _ say: ChatSay,
         in room: ChatRoom,
         from name: String,
@@ -112,15 +112,15 @@ extension ChatRooms: ChatStore {
         .now(Result { try room.say(say, from: name, token: token, matchByName: matchByName) })
     }
 
-    func leave(_ subscription: ChatRoom.Subscription, member: RoomSubscriber.Member?, from room: ChatRoom) {
+    package func leave(_ subscription: ChatRoom.Subscription, member: RoomSubscriber.Member?, from room: ChatRoom) {
         room.unsubscribe(subscription.id)
     }
 
-    func prepare() async throws {}
+    package func prepare() async throws {}
 
-    func run() async {}
+    package func run() async {}
 
-    var healthJSON: String { #"{"kind":"memory","rooms":\#(count)}"# }
-    var roomCount: Int { count }
-    var historyBytes: Int { budget.bytes }
+    package var healthJSON: String { #"{"kind":"memory","rooms":\#(count)}"# }
+    package var roomCount: Int { count }
+    package var historyBytes: Int { budget.bytes }
 }

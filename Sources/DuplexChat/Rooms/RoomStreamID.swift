@@ -2,17 +2,17 @@ import DuplexHost
 import Foundation
 
 /// The position of an event in a room's SSE stream, as its `id`: `EPOCH:SEQ`.
-struct RoomStreamID: CustomStringConvertible, Equatable {
-    var epoch: String?
-    var seq: Int
+package struct RoomStreamID: CustomStringConvertible, Equatable {
+    package var epoch: String?
+    package var seq: Int
 
-    init(epoch: String?, seq: Int) {
+    package init(epoch: String?, seq: Int) {
         self.epoch = epoch
         self.seq = seq
     }
 
     /// Parses `EPOCH:SEQ`, or a bare `SEQ` (from before epochs: the current epoch is assumed).
-    init?(_ text: String) {
+    package init?(_ text: String) {
         if let colon = text.lastIndex(of: ":") {
             guard let seq = Int(text[text.index(after: colon)...]), seq >= 0 else { return nil }
             self.init(epoch: String(text[..<colon]), seq: seq)
@@ -22,7 +22,7 @@ struct RoomStreamID: CustomStringConvertible, Equatable {
         }
     }
 
-    var description: String { epoch.map { "\($0):\(seq)" } ?? String(seq) }
+    package var description: String { epoch.map { "\($0):\(seq)" } ?? String(seq) }
 }
 
 /// `bytes` random bytes from the system's generator, as base64url without padding (a multiple

@@ -1,11 +1,11 @@
-import DuplexHost
-import DuplexSchema
+package import DuplexHost
+package import DuplexSchema
 import Foundation
 import HTTPTypes
-import Logging
+package import Logging
 import NIOConcurrencyHelpers
-import NIOCore
-import NIOWebSocket
+package import NIOCore
+package import NIOWebSocket
 
 /// A chat member served on its connection's event loop (``EventLoopWebSocketHandler``), with
 /// any room store: no task, stream or actor per member. The memory store answers at once; the
@@ -27,7 +27,7 @@ import NIOWebSocket
 ///   after a 1013), and so does a `say` it could not record (the member resends it);
 /// - the registry's commands: a stall holds the writer, a close drops what is not yet written;
 /// - the member leaves the room when the close handshake begins, from either side.
-final class ChatMemberService: EventLoopWebSocketService {
+package final class ChatMemberService: EventLoopWebSocketService {
     private let serving: Context
     /// The client's W3C trace context, for the member's log lines.
     private let trace: ConnectionTrace?
@@ -45,16 +45,25 @@ final class ChatMemberService: EventLoopWebSocketService {
     private var left = false
 
     /// What a member's service needs of its server.
-    struct Context: Sendable {
+    package struct Context: Sendable {
         var metrics: ServerMetrics
         var chatMetrics: ChatMetrics
         var logger: Logger
         var limits: ChatLimits
         var maxRooms: Int
+
+        /// What every member of a server's rooms shares.
+        package init(metrics: ServerMetrics, chatMetrics: ChatMetrics, logger: Logger, limits: ChatLimits, maxRooms: Int) {
+            self.metrics = metrics
+            self.chatMetrics = chatMetrics
+            self.logger = logger
+            self.limits = limits
+            self.maxRooms = maxRooms
+        }
     }
 
     /// A member of `join`'s room, or the refusal of a join that failed validation.
-    init(
+    package init(
         context: Context,
         store: any ChatStore,
         join: Result<ChatJoin, ProtocolRefusal>,
@@ -71,9 +80,9 @@ final class ChatMemberService: EventLoopWebSocketService {
         self.writer = writer
     }
 
-    var connectionInfo: ConnectionInfo { .init(kind: .webSocket, route: "chat", room: roomName) }
+    package var connectionInfo: ConnectionInfo { .init(kind: .webSocket, route: "chat", room: roomName) }
 
-    func start(handler: EventLoopWebSocketHandler, context: ChannelHandlerContext) {
+    package func start(handler: EventLoopWebSocketHandler, context: ChannelHandlerContext) {
         // Once the writer is done because the server ends the connection, the close frame.
         let bound = NIOLoopBound((handler, context), eventLoop: context.eventLoop)
         let ending = self.ending
@@ -161,7 +170,8 @@ final class ChatMemberService: EventLoopWebSocketService {
         writer.finish()
     }
 
-    func receive(_ message: consuming ByteBuffer, opcode: WebSocketOpcode, handler: EventLoopWebSocketHandler, context: ChannelHandlerContext) {
+    package func receive(_ message: consuming ByteBuffer, opcode: WebSocketOpcode, handler: EventLoopWebSocketHandler, context: ChannelHandlerContext)
+    {
         guard let (room, _, _) = membership else { return }
         guard opcode == .text else {
             return reply(.error(ChatErrorFrame(code: .binaryNotSupported, reason: "chat frames are JSON text messages")), in: room)
@@ -202,7 +212,7 @@ final class ChatMemberService: EventLoopWebSocketService {
     }
 
     /// How many of a member's messages may wait for the store at once.
-    static let maxSaysInFlight = 32
+    package static let maxSaysInFlight = 32
 
     /// A message handed to the store, and its answer once there is one.
     private struct InFlightSay {
@@ -274,18 +284,18 @@ final class ChatMemberService: EventLoopWebSocketService {
         }
     }
 
-    func stall(for duration: Duration) {
+    package func stall(for duration: Duration) {
         writer.stall(for: duration)
     }
 
     /// The member leaves when the close handshake begins, whichever side begins it: by the time
     /// the client reads the server's close frame, the room has seen it go (its name is free, an
     /// empty room can be evicted).
-    func closing() {
+    package func closing() {
         leave()
     }
 
-    func end() {
+    package func end() {
         leave()
     }
 

@@ -16,15 +16,15 @@ package struct RoomSubscriber: Sendable {
     /// Queues events for the subscriber, in order, all at once (a member writes them in one go);
     /// returns false when its queue is full (the events before the one that did not fit may have
     /// been queued).
-    var deliver: @Sendable ([RoomEvent]) -> Bool
+    package var deliver: @Sendable ([RoomEvent]) -> Bool
     /// Called, outside the room's lock, when the subscriber was removed for falling behind.
-    var onOverflow: @Sendable () -> Void
+    package var onOverflow: @Sendable () -> Void
     /// Called, outside the room's lock, when a newer connection of the same member (same name,
     /// same token) took this one's place.
-    var onReplaced: @Sendable () -> Void
+    package var onReplaced: @Sendable () -> Void
 
     /// A subscriber that takes the events a room delivers together with `deliverAll`.
-    init(
+    package init(
         member: Member?,
         deliverAll: @escaping @Sendable ([RoomEvent]) -> Bool,
         onOverflow: @escaping @Sendable () -> Void,
@@ -37,7 +37,7 @@ package struct RoomSubscriber: Sendable {
     }
 
     /// A subscriber that takes events one at a time with `deliver`, until it returns false.
-    init(
+    package init(
         member: Member?,
         deliver: @escaping @Sendable (RoomEvent) -> Bool,
         onOverflow: @escaping @Sendable () -> Void,

@@ -10,7 +10,7 @@ import NIOWebSocket
 import Testing
 
 @testable import DuplexHost
-@testable import DuplexServer
+@testable import DuplexChat
 
 /// How a room delivers its events: outside its lock, one thread at a time, in order; and how an
 /// event loop's writers drain at once up to a budget per turn.

@@ -1,25 +1,31 @@
-import DuplexHost
-import DuplexSchema
-import HTTPTypes
-import Hummingbird
+package import DuplexHost
+package import DuplexSchema
+package import HTTPTypes
+package import Hummingbird
 
 /// A request refused before any upgrade or stream, with the protocol's error frame
 /// (`{"type":"error","v":1,"code":…,"message":…}`): a chat join that fails validation, a tick
 /// stream's bad interval, a room past the limit.
-struct ProtocolRefusal: Error {
-    var status: HTTPResponse.Status
-    var error: ChatProtocolError
+package struct ProtocolRefusal: Error {
+    package var status: HTTPResponse.Status
+    package var error: ChatProtocolError
+
+    /// A refusal with `status` and the protocol `error` its frame carries.
+    package init(status: HTTPResponse.Status, error: ChatProtocolError) {
+        self.status = status
+        self.error = error
+    }
 
     var frameJSON: String {
         (try? ChatServerFrame.error(ChatErrorFrame(error)).jsonString()) ?? #"{"type":"error","v":1}"#
     }
 
-    var response: Response {
+    package var response: Response {
         Response.json(status: status, frameJSON)
     }
 
     /// The same refusal, as a stream route answers it.
-    var answer: StreamAnswer {
+    package var answer: StreamAnswer {
         .json(status, frameJSON)
     }
 }

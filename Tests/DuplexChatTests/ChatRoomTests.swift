@@ -4,7 +4,7 @@ import NIOConcurrencyHelpers
 import Testing
 
 @testable import DuplexHost
-@testable import DuplexServer
+@testable import DuplexChat
 
 /// The room's sequencing, history, dedupe, identity and slow-subscriber rules, without sockets.
 @Suite("ChatRoom")

@@ -1,14 +1,14 @@
 import DuplexHost
-import DuplexSchema
+package import DuplexSchema
 import Foundation
 import HTTPTypes
 
 /// The chat protocol's frames as the server makes and reads them (docs/protocol.md): the
 /// welcome and backlog a member gets first, a `say` parsed within the room's limits, its `ack`,
 /// a join's refusal, and resume tokens. Values in, frames out: no server, no connection.
-enum ChatFrames {
+package enum ChatFrames {
     /// The refusal for a room that could not be joined by `name` on a server of `maxRooms` rooms.
-    static func refusal(_ reason: ChatStoreRefusal, name: String, maxRooms: Int) -> ProtocolRefusal {
+    package static func refusal(_ reason: ChatStoreRefusal, name: String, maxRooms: Int) -> ProtocolRefusal {
         switch reason {
         case .roomLimit:
             ProtocolRefusal(
@@ -48,12 +48,12 @@ enum ChatFrames {
     }
 
     /// A frame that is not a valid `say`, as the error frame that answers it.
-    struct SayRefusal: Error {
+    package struct SayRefusal: Error {
         var frame: ChatServerFrame
     }
 
     /// The `say` a member's text frame holds, within the limits; or the error frame answering it.
-    static func parseSay(text: String, limits: ChatLimits) -> Result<ChatSay, SayRefusal> {
+    package static func parseSay(text: String, limits: ChatLimits) -> Result<ChatSay, SayRefusal> {
         let frame: ChatClientFrame
         do {
             frame = try ChatClientFrame.decode(Data(text.utf8))
@@ -73,7 +73,7 @@ enum ChatFrames {
     }
 
     /// The `ack` for a recorded `say`.
-    static func ack(_ say: ChatSay, _ result: ChatRoom.SayResult) -> ChatServerFrame {
+    package static func ack(_ say: ChatSay, _ result: ChatRoom.SayResult) -> ChatServerFrame {
         switch result {
         case .accepted(let seq): .ack(ChatAck(clientMessageID: say.clientMessageID, seq: seq))
         case .duplicate(let seq): .ack(ChatAck(clientMessageID: say.clientMessageID, seq: seq, duplicate: true))

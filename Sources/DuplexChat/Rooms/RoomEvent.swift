@@ -1,7 +1,7 @@
-import DuplexHost
+package import DuplexHost
 package import DuplexSchema
 package import Foundation
-import NIOCore
+package import NIOCore
 
 /// One room event as the server keeps and sends it: encoded once, as a WebSocket frame and, when
 /// the room has SSE observers, as an SSE event, and shared by every subscriber.
@@ -9,25 +9,25 @@ package struct RoomEvent: Sendable {
     /// The event's place in the room sequence.
     package var seq: Int
     /// "message", "joined" or "left": the frame type and the SSE event name.
-    var type: String
+    package var type: String
     /// The frame as JSON text.
-    var json: String
+    package var json: String
     /// The room's epoch when the event was numbered: its SSE id is `EPOCH:SEQ`.
-    var epoch: String
+    package var epoch: String
     /// For a message: the keys that make a repeated `say` idempotent (by token, and by name).
-    var dedupeKeys: [String]
+    package var dedupeKeys: [String]
     /// For a `left` event sequenced by a shared store: whose connection ended, and why. A room
     /// that applies it closes that connection if it is still here (see ``ChatRoom/apply(_:)``).
-    var departure: Departure?
+    package var departure: Departure?
     /// The WebSocket text frame carrying ``json`` (``ServerTextFrame``), encoded once for the
     /// live fan-out and shared by every member; nil in history, which keeps no second copy.
-    var frame: ByteBuffer?
+    package var frame: ByteBuffer?
     /// Its compressed frame, made once for the members that negotiated permessage-deflate; nil
     /// in history.
-    var deflated: DeflatedFrameCache?
+    package var deflated: DeflatedFrameCache?
     /// The event as SSE text (``sseText``), made once for the live fan-out when the room has SSE
     /// observers and shared by them; nil in history, and where no one observes.
-    var sse: ByteBuffer?
+    package var sse: ByteBuffer?
 
     /// Why a member left, as a shared store records it.
     package struct Departure: Sendable, Equatable {
@@ -53,11 +53,11 @@ package struct RoomEvent: Sendable {
 
     /// What the event costs to keep: its JSON (the SSE text is made only for the live fan-out
     /// to observers, or for a backlog).
-    var bytes: Int { json.utf8.count }
+    package var bytes: Int { json.utf8.count }
 
     /// The event as SSE text (`id: EPOCH:SEQ`, `event`, `data`), for room streams: the shared
     /// bytes of the live fan-out, or made now (a backlog).
-    var sseText: ByteBuffer {
+    package var sseText: ByteBuffer {
         sse
             ?? ByteBuffer(
                 string: (try? ServerSentEvent(id: RoomStreamID(epoch: epoch, seq: seq).description, event: type, data: json).encoded()) ?? "")

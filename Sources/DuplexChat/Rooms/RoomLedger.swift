@@ -1,6 +1,6 @@
 import DequeModule
-import DuplexSchema
-import Foundation
+package import DuplexSchema
+package import Foundation
 import OrderedCollections
 
 /// What a chat room decides, as a value: its sequence, its history and the history's bounds,
@@ -11,13 +11,13 @@ import OrderedCollections
 /// answers: the ``Step``s of a join (subscribers replaced, events published, the new subscriber
 /// added, in that order), the event a `say` or a departure publishes, the subscribers a
 /// replica's events or its restart end. Clocks come in as arguments.
-struct RoomLedger: Sendable {
+package struct RoomLedger: Sendable {
     /// The room's name, as its events carry it.
-    let room: String
+    package let room: String
     /// The room's epoch (``ChatRoom/epoch``).
-    let epoch: String
+    package let epoch: String
     /// Who numbers a room's events.
-    enum Sequencing: Sendable, Equatable {
+    package enum Sequencing: Sendable, Equatable {
         /// The room itself, under its lock: the in-memory store.
         case local
         /// A shared store; the room applies its events with ``ChatRoom/apply(_:)``.
@@ -25,13 +25,13 @@ struct RoomLedger: Sendable {
     }
 
     /// Who numbers the events: this room (memory), or a shared store (a replica).
-    let sequencing: Sequencing
+    package let sequencing: Sequencing
     /// At most this many events are kept (0: none, and no message is deduplicated).
-    let historyLimit: Int
+    package let historyLimit: Int
     /// At most this many bytes of events are kept.
-    let historyBytesLimit: Int
+    package let historyBytesLimit: Int
     /// The bytes every room of the server may keep together.
-    let budget: HistoryBudget
+    package let budget: HistoryBudget
 
     /// The latest seq numbered or applied.
     private(set) var latestSeq = 0
@@ -52,7 +52,7 @@ struct RoomLedger: Sendable {
     /// Evicted from the server's rooms: no one may subscribe any more.
     private(set) var evicted = false
 
-    init(
+    package init(
         room: String,
         epoch: String,
         sequencing: Sequencing,
@@ -71,7 +71,7 @@ struct RoomLedger: Sendable {
     }
 
     /// What the room does for a join, in order.
-    enum Step: Sendable {
+    package enum Step: Sendable {
         /// Remove this subscriber, whom a newer connection of the same member replaces, and
         /// tell it so.
         case replace(UInt64)
@@ -82,7 +82,7 @@ struct RoomLedger: Sendable {
     }
 
     /// A subscriber accepted.
-    struct Admission: Sendable {
+    package struct Admission: Sendable {
         var id: UInt64
         var steps: [Step]
         /// The events after `since` when it is added (none without `since`).
@@ -104,7 +104,7 @@ struct RoomLedger: Sendable {
     /// member with another token is refused, one with the same token replaces the connections
     /// of that name, each leaving first; the member's arrival is published as `joined`, to
     /// itself as well. A replica leaves names and presence to its store.
-    mutating func join(
+    package mutating func join(
         _ member: RoomSubscriber.Member?,
         since requested: Int?,
         epoch asked: String? = nil,
@@ -141,7 +141,7 @@ struct RoomLedger: Sendable {
 
     /// Removes a subscriber. Returns whether it was subscribed, and the `left` event a member's
     /// departure publishes in a room that numbers its own events.
-    mutating func leave(_ id: UInt64, now: ContinuousClock.Instant = .now, date: Date = Date()) -> (removed: Bool, left: RoomEvent?) {
+    package mutating func leave(_ id: UInt64, now: ContinuousClock.Instant = .now, date: Date = Date()) -> (removed: Bool, left: RoomEvent?) {
         guard let removed = roster.removeValue(forKey: id) else { return (false, nil) }
         lastActive = now
         guard let member = removed else {
@@ -153,7 +153,7 @@ struct RoomLedger: Sendable {
     }
 
     /// What a `say` comes to.
-    enum SayDecision: Sendable {
+    package enum SayDecision: Sendable {
         /// A resend of a message still in history: its seq, and nothing published.
         case duplicate(seq: Int)
         /// A new message, numbered and kept: publish it.
@@ -168,7 +168,7 @@ struct RoomLedger: Sendable {
     /// connection that presented its token is matched by the token only, so no one else can
     /// claim its ids.
     /// - Throws: when the message cannot be encoded.
-    mutating func say(
+    package mutating func say(
         _ say: ChatSay,
         from name: String,
         token: String,
@@ -188,7 +188,7 @@ struct RoomLedger: Sendable {
     }
 
     /// What a replica does with an event its store numbered.
-    enum Application: Sendable {
+    package enum Application: Sendable {
         /// Applied before: skip it.
         case old
         /// Past the next seq: the events between are missing; apply nothing from here.
@@ -199,7 +199,7 @@ struct RoomLedger: Sendable {
     }
 
     /// Applies an event a shared store numbered, in seq order (``ChatRoom/apply(_:)``).
-    mutating func apply(_ event: RoomEvent, now: ContinuousClock.Instant = .now) -> Application {
+    package mutating func apply(_ event: RoomEvent, now: ContinuousClock.Instant = .now) -> Application {
         guard event.seq > latestSeq else { return .old }
         guard event.seq == latestSeq + 1 else { return .gap }
         var ending: (UInt64, Bool)?
@@ -213,7 +213,7 @@ struct RoomLedger: Sendable {
 
     /// Starts a replica's history again at `latestSeq` with `events`: every subscriber is ended
     /// (returned, in order), since what they had seen is no longer continuous with what is kept.
-    mutating func restart(at latestSeq: Int, with events: [RoomEvent], now: ContinuousClock.Instant = .now) -> [UInt64] {
+    package mutating func restart(at latestSeq: Int, with events: [RoomEvent], now: ContinuousClock.Instant = .now) -> [UInt64] {
         let ended = Array(roster.keys)
         roster = [:]
         observers = 0
@@ -225,7 +225,7 @@ struct RoomLedger: Sendable {
 
     /// Evicts the room if it is empty (or in any case, with `force`): no one may subscribe any
     /// more, and its history is released. Returns whether it was evicted now.
-    mutating func evict(force: Bool = false) -> Bool {
+    package mutating func evict(force: Bool = false) -> Bool {
         guard force || roster.isEmpty, !evicted else { return false }
         evicted = true
         clearHistory()
@@ -235,7 +235,7 @@ struct RoomLedger: Sendable {
     /// Numbers nothing: keeps `event` (already numbered) in the history, within the history's
     /// bounds and the server's budget, dropping the oldest events (and their dedupe keys) past
     /// them.
-    mutating func record(_ event: RoomEvent, now: ContinuousClock.Instant = .now) {
+    package mutating func record(_ event: RoomEvent, now: ContinuousClock.Instant = .now) {
         latestSeq = event.seq
         lastActive = now
         guard historyLimit > 0 else { return }
@@ -258,7 +258,7 @@ struct RoomLedger: Sendable {
     }
 
     /// The sessions of the members present.
-    var memberSessions: [String] {
+    package var memberSessions: [String] {
         roster.values.compactMap { $0?.session }
     }
 

@@ -14,7 +14,7 @@ package final class HistoryBudget: Sendable {
     package var bytes: Int { used.withLockedValue { $0 } }
 
     /// Adds `bytes`; returns whether the total is now over the limit.
-    func add(_ bytes: Int) -> Bool {
+    package func add(_ bytes: Int) -> Bool {
         used.withLockedValue { used in
             used += bytes
             return used > limit
@@ -22,7 +22,7 @@ package final class HistoryBudget: Sendable {
     }
 
     /// Releases `bytes`; returns whether the total is still over the limit.
-    func release(_ bytes: Int) -> Bool {
+    package func release(_ bytes: Int) -> Bool {
         used.withLockedValue { used in
             used -= bytes
             return used > limit

@@ -3,7 +3,7 @@ import Foundation
 import NIOConcurrencyHelpers
 import Testing
 
-@testable import DuplexServer
+@testable import DuplexChat
 
 /// A room replica (the PostgreSQL store's local copy of a room): it applies events numbered
 /// elsewhere strictly in seq order, without sockets or a database.

@@ -1,3 +1,4 @@
+package import DuplexChat
 import DuplexHost
 package import Logging
 

@@ -49,7 +49,7 @@ extension ChatRoom {
     }
 
     /// The rooms whose events wait for the end of an ``applyingTogether(_:)``.
-    final class Gathering: Sendable {
+    package final class Gathering: Sendable {
         private let rooms = NIOLockedValueBox<(rooms: [ChatRoom], ended: Bool)>(([], false))
 
         /// Keeps `room`'s fan-out for the end of the scope; false once the scope ended (a task
@@ -77,7 +77,7 @@ extension ChatRoom {
     }
 
     /// Set inside ``applyingTogether(_:)``.
-    @TaskLocal static var gathering: Gathering?
+    @TaskLocal package static var gathering: Gathering?
 
     /// Runs `body`, in which the events replicas apply (``apply(_:)``) are numbered and kept at
     /// once but not delivered; then delivers each room's, in order, every subscriber getting them

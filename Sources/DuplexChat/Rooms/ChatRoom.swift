@@ -1,8 +1,8 @@
 import DuplexHost
 import DequeModule
-import DuplexSchema
-import Foundation
-import NIOConcurrencyHelpers
+package import DuplexSchema
+package import Foundation
+package import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import OrderedCollections
@@ -39,7 +39,7 @@ package final class ChatRoom: Sendable {
     /// store's epoch, which outlives processes.
     package let epoch: String
 
-    struct State {
+    package struct State {
         /// What the room decides: its sequence, history, dedupe and who is present.
         var ledger: RoomLedger
         /// The subscribers' queues, in the ledger's roster order: a fan-out reaches the earliest
@@ -62,7 +62,7 @@ package final class ChatRoom: Sendable {
     /// than copying every subscriber's closures and strings. `stalled` is set before the slot
     /// is added (under the lock), then only by the thread delivering the outbox, which takes
     /// over from the previous one through the lock (`@unchecked` for that reason).
-    final class Slot: @unchecked Sendable {
+    package final class Slot: @unchecked Sendable {
         let id: UInt64
         let subscriber: RoomSubscriber
         var stalled = false
@@ -75,14 +75,14 @@ package final class ChatRoom: Sendable {
 
     /// What the outbox holds: an event and the subscribers present when it was numbered, or an
     /// action to run once everything before it is delivered.
-    enum Outgoing {
+    package enum Outgoing {
         case event(RoomEvent, [Slot])
         case action(@Sendable () -> Void)
     }
 
-    let state: NIOLockedValueBox<State>
+    package let state: NIOLockedValueBox<State>
 
-    init(name: String, historyLimit: Int, historyBytesLimit: Int = .max, budget: HistoryBudget = HistoryBudget(limit: .max)) {
+    package init(name: String, historyLimit: Int, historyBytesLimit: Int = .max, budget: HistoryBudget = HistoryBudget(limit: .max)) {
         self.name = name
         self.epoch = Self.makeEpoch()
         let ledger = RoomLedger(
@@ -118,12 +118,12 @@ package final class ChatRoom: Sendable {
     /// What a subscriber gets when it starts: the events after its `since`, then live ones.
     package struct Subscription: Sendable {
         package var id: UInt64
-        var backlog: [RoomEvent]
+        package var backlog: [RoomEvent]
         package var latestSeq: Int
-        var oldestSeq: Int?
+        package var oldestSeq: Int?
         package var members: [String]
         /// Whether `since` was honoured: nil without one, false when its epoch was another.
-        var recovered: Bool?
+        package var recovered: Bool?
     }
 
     /// A fresh epoch: 72 random bits, base64url.
@@ -218,7 +218,7 @@ package final class ChatRoom: Sendable {
     /// client that predates tokens, or a first join) is also matched by name, as before tokens;
     /// a connection that presented its token is matched by the token only, so no one else can
     /// claim its ids.
-    func say(_ say: ChatSay, from name: String, token: String, matchByName: Bool = false, at date: Date = Date()) throws -> SayResult {
+    package func say(_ say: ChatSay, from name: String, token: String, matchByName: Bool = false, at date: Date = Date()) throws -> SayResult {
         let (result, claimed) = try state.withLockedValue { state -> (SayResult, Bool) in
             switch try state.ledger.say(say, from: name, token: token, matchByName: matchByName, date: date) {
             case .duplicate(let seq):
@@ -239,10 +239,10 @@ package final class ChatRoom: Sendable {
     package var memberSessions: [String] { state.withLockedValue { $0.ledger.memberSessions } }
 
     /// The number of subscribers, members and observers.
-    var subscriberCount: Int { state.withLockedValue { $0.ledger.roster.count } }
+    package var subscriberCount: Int { state.withLockedValue { $0.ledger.roster.count } }
 
     /// The events and bytes of history kept.
-    var historySize: (events: Int, bytes: Int) { state.withLockedValue { ($0.ledger.history.count, $0.ledger.historyBytes) } }
+    package var historySize: (events: Int, bytes: Int) { state.withLockedValue { ($0.ledger.history.count, $0.ledger.historyBytes) } }
 
     /// When the room is empty, how long ago it was last used; nil while anyone is subscribed.
     package var idleSince: ContinuousClock.Instant? {
@@ -257,7 +257,7 @@ package final class ChatRoom: Sendable {
 
     /// Puts `event` in the outbox for every subscriber present (``fanOut()`` delivers it), with
     /// its frame encoded once for all of them, and its SSE text when an observer is present.
-    static func enqueue(_ event: RoomEvent, in state: inout State) {
+    package static func enqueue(_ event: RoomEvent, in state: inout State) {
         guard !state.slots.isEmpty else { return }
         var live = event
         live.frame = ServerTextFrame.encode(event.json)
@@ -270,7 +270,7 @@ package final class ChatRoom: Sendable {
     /// once, on the caller's thread, when nothing is waiting to be delivered; else on the thread
     /// delivering, right after them. A `say`'s ack goes through here, so that it follows the
     /// message itself to the sender even while another thread delivers the room's events.
-    func afterFanOut(_ body: @escaping @Sendable () -> Void) {
+    package func afterFanOut(_ body: @escaping @Sendable () -> Void) {
         let now = state.withLockedValue { state -> Bool in
             guard state.fanningOut else { return true }
             state.outbox.append(.action(body))
@@ -286,7 +286,7 @@ package final class ChatRoom: Sendable {
     }
 
     /// How many outbox batches a delivering event loop takes in one turn.
-    static let fanOutBatchesPerTurn = 64
+    package static let fanOutBatchesPerTurn = 64
 
     /// Whether the caller, who just put something in the outbox, is to deliver it (nobody is);
     /// marks the outbox as being delivered.

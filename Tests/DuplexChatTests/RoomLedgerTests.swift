@@ -4,7 +4,7 @@ import Foundation
 import OrderedCollections
 import Testing
 
-@testable import DuplexServer
+@testable import DuplexChat
 
 /// What a room decides, as a value: no lock, no subscriber, no clock but the one passed in.
 @Suite("RoomLedger")

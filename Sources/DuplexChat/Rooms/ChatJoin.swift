@@ -1,29 +1,29 @@
-import DuplexHost
-import DuplexSchema
+package import DuplexHost
+package import DuplexSchema
 import Foundation
 import HTTPTypes
-import Hummingbird
+package import Hummingbird
 import HummingbirdWebSocket
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 
 /// A validated request to join a chat room.
-struct ChatJoin: Sendable {
-    var room: String
-    var name: String
-    var since: Int?
+package struct ChatJoin: Sendable {
+    package var room: String
+    package var name: String
+    package var since: Int?
     /// The resume token the member presented, if any.
-    var token: String?
+    package var token: String?
     /// The epoch `since` counts in, if the member gave one.
-    var epoch: String?
+    package var epoch: String?
 }
 
 extension ChatJoin {
     /// Validates `room`, `name`, `since`, `token` and `epoch` of a request to join `room`
     /// within `limits`. It creates no room: rooms are created by the members and watchers who
     /// join them.
-    static func parse(_ request: Request, room roomName: String, limits: ChatLimits) -> Result<ChatJoin, ProtocolRefusal> {
+    package static func parse(_ request: Request, room roomName: String, limits: ChatLimits) -> Result<ChatJoin, ProtocolRefusal> {
         do throws(ChatProtocolError) {
             try limits.validate(room: roomName)
             guard let name = request.uri.queryParameters.get("name") else {
@@ -53,7 +53,7 @@ extension ChannelTextWriter {
     /// compressed frame) when it has them; false when the member is too far behind or finished.
     /// Messages are written at once on the writer's loop; presence alone waits for the loop's
     /// batch (see ``offer(frame:textBytes:deflated:batched:)``).
-    func offer(_ events: [RoomEvent]) -> Bool {
+    package func offer(_ events: [RoomEvent]) -> Bool {
         let frames = events.map { event in
             (frame: event.frame ?? ServerTextFrame.encode(event.json), textBytes: event.json.utf8.count, deflated: event.deflated)
         }

@@ -1,13 +1,13 @@
-import CoreMetrics
+package import CoreMetrics
 import NIOConcurrencyHelpers
-import DuplexHost
+package import DuplexHost
 
 /// What the chat rooms count, in the server's metrics (``ServerMetrics/factory``): messages
 /// recorded and resent, resumes, epoch changes, the PostgreSQL store's commits and catching up,
 /// and at each scrape how many rooms there are and how much history they keep.
 package final class ChatMetrics: Sendable {
     /// The chat rooms' counters, whichever store holds them.
-    struct Chat: Sendable {
+    package struct Chat: Sendable {
         /// Messages recorded (numbered and kept), and resends answered as duplicates.
         let recorded: Counter
         let duplicates: Counter
@@ -43,9 +43,9 @@ package final class ChatMetrics: Sendable {
         let commitDuration: CoreMetrics.Timer
         let commitMessages: Recorder
         /// Times the database connection was lost (and reconnecting began).
-        let reconnections: Counter
+        package let reconnections: Counter
         /// Events read back from the table to catch a room up (after a gap, a reconnection).
-        let caughtUpEvents: Counter
+        package let caughtUpEvents: Counter
         /// From the database sending a notification to this server applying its events.
         let notifyLag: CoreMetrics.Timer
 
@@ -78,13 +78,13 @@ package final class ChatMetrics: Sendable {
         }
     }
 
-    let chat: Chat
-    let store: Store
+    package let chat: Chat
+    package let store: Store
     private let rooms: Gauge
     private let historyBytes: Gauge
 
     /// The chat metrics, made by `factory` (the server's, ``ServerMetrics/factory``).
-    init(factory: any MetricsFactory) {
+    package init(factory: any MetricsFactory) {
         func resumes(_ recovered: String) -> Counter {
             Counter(label: "duplex_chat_resumes_total", dimensions: [("recovered", recovered)], factory: factory)
         }
@@ -107,7 +107,7 @@ package final class ChatMetrics: Sendable {
     }
 
     /// Has `server` record `store`'s room count and history bytes at each scrape.
-    func readRooms(of store: any ChatStore, at server: ServerMetrics) {
+    package func readRooms(of store: any ChatStore, at server: ServerMetrics) {
         let rooms = self.rooms
         let historyBytes = self.historyBytes
         server.beforeScrape.withLockedValue {
