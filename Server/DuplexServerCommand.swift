@@ -284,10 +284,6 @@ struct DuplexServerCommand: AsyncParsableCommand {
                     minimumBytes: compressionThreshold, maxWindowBits: compressionWindowBits, peerMaxWindowBits: compressionWindowBits)
         )
         configuration.echoFaults = echoFaults.flatMap { try? ScriptFile.faults(from: $0) } ?? WebSocketFaults()
-        if let replay, let cassette = try? Self.cassette(replay) {
-            configuration.replay = ReplayConfiguration(cassette: cassette)
-            configuration.replay?.builtInRoutes = true
-        }
         configuration.http2.enabled = !noHttp2
         configuration.http2.maxConcurrentStreams = http2MaxStreams
         switch (try? storeConfiguration)?.postgres {
@@ -363,6 +359,12 @@ struct DuplexServerCommand: AsyncParsableCommand {
         NIOSingletons.groupLoopCountSuggestion = eventLoops ?? UsableCPUs.count()
         var configuration = serverConfiguration
         configuration.routes = try scriptedRoutes()
+        // Read again here, as --script is: a file that changed since validate() fails the start
+        // with its reason instead of serving without the cassette.
+        if let replay {
+            configuration.replay = ReplayConfiguration(cassette: try Self.cassette(replay))
+            configuration.replay?.builtInRoutes = true
+        }
         let tls = try tlsSettings()
         configuration.tls = tls?.tls
         let server = DuplexServer(
