@@ -28,9 +28,6 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
-        // Benchmarks only: swift-websocket's WSClient, a peer client (already a dependency of
-        // hummingbird-websocket).
-        .package(url: "https://github.com/hummingbird-project/swift-websocket.git", from: "1.6.2"),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         // The server's HTTP/1.1 and WebSocket upgrade pipeline (HTTP types over NIOHTTP1).
         .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2"),
@@ -363,42 +360,6 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         // Benchmarks: run in release mode, see docs/benchmarks.md.
-        .executableTarget(
-            name: "client-echo-benchmark",
-            dependencies: ["Duplex", "DuplexServer", "DuplexTesting"],
-            path: "Benchmarks/ClientEchoBenchmark",
-            swiftSettings: swiftSettings
-        ),
-        .executableTarget(
-            name: "client-peers-benchmark",
-            dependencies: ["Duplex", .product(name: "WSClient", package: "swift-websocket"), .product(name: "Logging", package: "swift-log")],
-            path: "Benchmarks/ClientPeersBenchmark",
-            swiftSettings: swiftSettings
-        ),
-        // Benchmarks only: a bare hummingbird-websocket echo server, a peer for server_echo.sh.
-        .executableTarget(
-            name: "hummingbird-echo-server",
-            dependencies: [
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "NIOCore", package: "swift-nio"),
-            ],
-            path: "Benchmarks/HummingbirdEchoServer",
-            swiftSettings: swiftSettings
-        ),
-        .executableTarget(
-            name: "http2-benchmark",
-            dependencies: ["Duplex", "DuplexSchema"],
-            path: "Benchmarks/HTTP2Benchmark",
-            swiftSettings: swiftSettings
-        ),
-        .executableTarget(
-            name: "sse-benchmark",
-            dependencies: ["Duplex", "DuplexSchema", "DuplexServer", "DuplexTesting"],
-            path: "Benchmarks/SSEBenchmark",
-            swiftSettings: swiftSettings
-        ),
         .testTarget(
             name: "DuplexTests",
             dependencies: [

@@ -9,17 +9,17 @@
 #
 # Benchmarks/install_peers.sh installs the peers that are missing; taskset (util-linux) and a
 # release build are needed:
-#   swift build -c release --scratch-path .build-release --product client-peers-benchmark
+#   swift build -c release --package-path Benchmarks --product client-peers-benchmark
 # DUPLEX_BENCH names another build of it; BEFORE names the same product built from an earlier
 # commit, run beside it in every round as "duplex-before" (a before/after comparison in one run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 messages=${1:-200000}
 rounds=${2:-3}
-swift_bench=${DUPLEX_BENCH:-.build-release/release/client-peers-benchmark}
+swift_bench=${DUPLEX_BENCH:-Benchmarks/.build/release/client-peers-benchmark}
 before=${BEFORE:-}
 [ -z "$before" ] || [ -x "$before" ] || { echo "BEFORE=$before is not an executable" >&2; exit 1; }
-[ -x "$swift_bench" ] || { echo "build it first: swift build -c release --scratch-path .build-release --product client-peers-benchmark" >&2; exit 1; }
+[ -x "$swift_bench" ] || { echo "build it first: swift build -c release --package-path Benchmarks --product client-peers-benchmark" >&2; exit 1; }
 Benchmarks/install_peers.sh
 
 # SERVER picks the echo server: "node" (the default), "uws" (socketify, the fastest peer server),

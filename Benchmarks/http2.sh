@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 rounds=${1:-3}
 seconds=${2:-5}
 swift build -c release --scratch-path .build-release --product duplex-server >/dev/null
-swift build -c release --scratch-path .build-release --product http2-benchmark >/dev/null
+swift build -c release --package-path Benchmarks --product http2-benchmark >/dev/null
 work=$(mktemp -d)
 server=""
 trap '[ -n "$server" ] && kill $server 2>/dev/null; rm -rf "$work"' EXIT
@@ -21,7 +21,7 @@ for round in $(seq 1 "$rounds"); do
         server=$!
         for _ in $(seq 1 100); do grep -q "listening on" "$work/out" 2>/dev/null && break; sleep 0.1; done
         port=$(grep -o 'https://127.0.0.1:[0-9]*' "$work/out" | head -1 | cut -d: -f3)
-        line=$(taskset -c 1 .build-release/release/http2-benchmark "$mode" "$port" "$server" "$work/tls/ca.pem" "$seconds")
+        line=$(taskset -c 1 Benchmarks/.build/release/http2-benchmark "$mode" "$port" "$server" "$work/tls/ca.pem" "$seconds")
         # The server's CPU seconds over the whole run (connecting, the timed part, closing).
         cpu=$(awk '{ printf "%.1f", ($14 + $15) / 100 }' "/proc/$server/stat")
         line="$line	$cpu"

@@ -9,7 +9,7 @@
 # the one core it is pinned to, as Node has one thread).
 #
 #   swift build -c release --scratch-path .build-release --product duplex-server
-#   swift build -c release --scratch-path .build-release --product hummingbird-echo-server
+#   swift build -c release --package-path Benchmarks --product hummingbird-echo-server
 #   Benchmarks/server_echo.sh .build-release/release/duplex-server [ROUNDS] [SECONDS]
 # The hummingbird server is taken from beside duplex-server; SERVERS picks which run
 # (default: "duplex uws picows gorilla node"; also "hummingbird" and "python"; "duplex=PATH" runs another duplex-server binary,
@@ -70,7 +70,7 @@ for round in $(seq "$ROUNDS"); do
         duplex-plain) tls=0; start_duplex "$BIN" 0 ;;
         node) if [ "$tls" = 1 ]; then DUPLEX_TLS_CERT=$WORK/cert.pem DUPLEX_TLS_KEY=$WORK/key.pem start_peer node "$HERE/node_echo_server.js"; else start_peer node "$HERE/node_echo_server.js"; fi ;;
         node-plain) tls=0; start_peer node "$HERE/node_echo_server.js" ;;
-        hummingbird) start_peer "$(dirname "$BIN")/hummingbird-echo-server" 0 1 ;;
+        hummingbird) start_peer "${HUMMINGBIRD_ECHO_SERVER:-$HERE/.build/release/hummingbird-echo-server}" 0 1 ;;
         python) start_peer python3 "$HERE/python_echo_server.py" ;;
         uws) start_peer python3 "$HERE/uws_echo_server.py" ;;
         picows) start_peer python3 "$HERE/picows_echo_server.py" ;;

@@ -11,8 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bytes=${1:-1073741824}
-bench=.build-release/release/client-peers-benchmark
-[ -x "$bench" ] || { echo "build it first: swift build -c release --scratch-path .build-release --product client-peers-benchmark" >&2; exit 1; }
+bench=Benchmarks/.build/release/client-peers-benchmark
+[ -x "$bench" ] || { echo "build it first: swift build -c release --package-path Benchmarks --product client-peers-benchmark" >&2; exit 1; }
 out=$(mktemp)
 taskset -c 0 node Benchmarks/node_flood_server.js >"$out" &
 server=$!

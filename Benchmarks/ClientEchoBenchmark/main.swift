@@ -1,7 +1,7 @@
 // Client echo throughput and round-trip latency against the Duplex server, for the Duplex
 // client and, in the same run, Python's websockets client (Benchmarks/python_echo_client.py).
 //
-//   swift run -c release client-echo-benchmark
+//   swift run -c release --package-path Benchmarks client-echo-benchmark
 import Duplex
 import DuplexServer
 import DuplexTesting

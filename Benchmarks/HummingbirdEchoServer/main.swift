@@ -1,8 +1,8 @@
 // A bare hummingbird-websocket echo server, the peer for Benchmarks/server_echo.sh: the stack
 // duplex-server served /echo with before it moved /echo onto the event loop. Prints its URL.
 //
-//   swift build -c release --product hummingbird-echo-server
-//   .build/release/hummingbird-echo-server [PORT [EVENT_LOOPS]]
+//   swift build -c release --package-path Benchmarks --product hummingbird-echo-server
+//   Benchmarks/.build/release/hummingbird-echo-server [PORT [EVENT_LOOPS]]
 import Foundation
 import Hummingbird
 import HummingbirdWebSocket

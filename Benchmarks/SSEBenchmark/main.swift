@@ -1,7 +1,7 @@
 // Events per second one SSE client parses: through the parser alone, and end to end from the
 // Duplex server on loopback.
 //
-//   swift run -c release sse-benchmark [EVENTS]
+//   swift run -c release --package-path Benchmarks sse-benchmark [EVENTS]
 //
 // EVENTS is how many ticks the end-to-end part replays (100,000 by default); it checks that each
 // arrives once, in order (a burst far past the server's outbound queue goes out whole).
