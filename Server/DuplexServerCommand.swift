@@ -22,12 +22,12 @@ struct DuplexServerCommand: AsyncParsableCommand {
             (https://, with "(CA: FILE)" for --tls-self-signed).
             SIGINT and SIGTERM shut it down gracefully: WebSocket peers get close 1001 and SSE \
             streams end; connections still open after --shutdown-timeout are closed hard; the \
-            exit status is then 0. README's "Limits and timeouts" lists every limit.
+            exit status is then 0. docs/server.md lists every flag and limit.
             With --chaos, POST /_chaos/drop, /_chaos/close?code=C, /_chaos/stall?ms=M, \
             /_chaos/end-sse, /_chaos/refuse?ms=M and /_chaos/restart?ms=M break connections on purpose \
             (scope them with ?route=echo|chat|events|chat-events or ?room=NAME).
             With --store postgres://USER@HOST:PORT/DB (or DUPLEX_STORE), every server on that database \
-            serves the same chat rooms, which survive restarts (README, "Running several nodes").
+            serves the same chat rooms, which survive restarts (docs/server.md, "Running several nodes").
             """
     )
 

@@ -42,7 +42,7 @@ public struct SSEConfiguration: Sendable {
     /// Where the manager logs. Default: a logger labelled `duplex.sse`.
     public var logger: Logger
     /// Where the client counts its connection attempts, failures, reconnections, events and the
-    /// server's `retry:` values it applied (README lists the metrics). Default nil: swift-metrics'
+    /// server's `retry:` values it applied (docs/libraries.md lists the metrics). Default nil: swift-metrics'
     /// `MetricsSystem.factory`, a no-op until the application bootstraps a backend.
     public var metrics: (any MetricsFactory)? = nil
 

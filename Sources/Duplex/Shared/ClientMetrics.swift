@@ -5,7 +5,7 @@ import DuplexSchema
 /// `MetricsSystem.factory` (a no-op until the application bootstraps a backend).
 ///
 /// Every label comes from a fixed set: the client's kind (`websocket`, `sse`) and, for failures
-/// and losses, the error's code. The names are listed in README ("Client metrics").
+/// and losses, the error's code. The names are listed in docs/libraries.md ("Client metrics").
 struct ClientMetrics: Sendable {
     /// `websocket` or `sse`.
     let kind: String

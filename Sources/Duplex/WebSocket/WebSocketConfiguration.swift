@@ -66,7 +66,7 @@ public struct WebSocketConfiguration: Sendable {
     /// Where the socket logs. Default: a logger labelled `duplex.websocket`.
     public var logger: Logger
     /// Where the socket counts its connection attempts, failures, reconnections, messages and
-    /// ping round trips (README lists the metrics). Default nil: swift-metrics'
+    /// ping round trips (docs/libraries.md lists the metrics). Default nil: swift-metrics'
     /// `MetricsSystem.factory`, a no-op until the application bootstraps a backend.
     public var metrics: (any MetricsFactory)? = nil
 
