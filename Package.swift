@@ -535,6 +535,22 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Every Swift snippet of README, docs/ and the DocC articles, as shown (imports included),
+        // in a file of its own or inside one: `SnippetsTests` checks that each is here, and the
+        // target builds them (and runs the ones that are tests) with the products a user adds.
+        .testTarget(
+            name: "DuplexSnippetTests",
+            dependencies: [
+                "Duplex",
+                "DuplexCallbacks",
+                "DuplexCombine",
+                "DuplexServer",
+                "DuplexPostgres",
+                "DuplexTesting",
+                "DuplexSchema",
+            ],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "DuplexServerTests",
             dependencies: [

@@ -10,10 +10,12 @@ import ServiceLifecycle
 import Testing
 import TestSupport
 
-/// The examples of README and of the DocC articles (`Sources/*/*.docc`), compiled and run against
-/// an in-process server. Each says where it is shown; when the docs change, change these with them.
-@Suite("README examples")
-struct ReadmeExamplesTests {
+/// The flows the DocC articles and `docs/` show, run end to end against an in-process server, with
+/// what each promises checked. The snippets themselves, exactly as shown, are compiled (and the
+/// ones that are tests run) in `Tests/DuplexSnippetTests`; here each flow's behaviour is asserted.
+/// Each test says where its flow is shown.
+@Suite("Documented flows")
+struct DocumentedFlowsTests {
     struct ChatLine: Codable, Equatable {
         var user: String
         var text: String
@@ -83,7 +85,7 @@ struct ReadmeExamplesTests {
         }
     }
 
-    @Test("pings, reconnection and queued sends configure as README shows")
+    @Test("pings, reconnection and queued sends configure as ReconnectionAndResume.md shows")
     func configuration() async throws {
         // Duplex.docc/ReconnectionAndResume.md: Dead connections, Reconnection
         let socket = WebSocket(
@@ -107,30 +109,11 @@ struct ReadmeExamplesTests {
         await socket.terminate()
     }
 
-    @Test("README, first screen: a scripted route says hello, and the journal has what the client sent")
-    func readmeScriptedRoute() async throws {
-        try await withTimeout {
-            // README: the first screen, as written, with a client where its comment is
-            let feed = ScriptedRoute.webSocket("/feed") { socket in try socket.send("hello") }
-            try await withDuplexServer(routes: [feed]) { server in
-                let client = WebSocket(url: server.webSocketURL("/feed"))
-                let messages = client.messages
-                try await client.connect()
-                var iterator = messages.makeAsyncIterator()
-                #expect(await iterator.next() == .string("hello"))
-                try await client.send("hi back")
-                let sent = try await server.journal.first(within: .seconds(5)) { $0.direction == .in && $0.kind == .text }
-                #expect(sent.data == "hi back")
-                await client.terminate()
-            }
-        }
-    }
-
-    @Test("README, The libraries: a socket with pings and reconnection echoes")
-    func readmeInShort() async throws {
+    @Test("docs/libraries.md: a socket with pings and reconnection echoes")
+    func librariesInShort() async throws {
         try await withTimeout {
             try await withDuplexServer { server in
-                // README: The libraries, in short
+                // docs/libraries.md, in short
                 let socket = WebSocket(
                     url: server.webSocketURL("/echo"),
                     configuration: .init(
@@ -173,17 +156,6 @@ struct ReadmeExamplesTests {
         }
     }
 
-    @Test("UsingTheServerInTests.md: withTimeout around a join returns the welcome")
-    func timeoutAroundJoin() async throws {
-        try await withDuplexServer { server in
-            let chat = ChatClient(url: server.webSocketURL("/chat/docs"), name: "alice")
-            // DuplexTesting.docc/UsingTheServerInTests.md: Waiting with a time limit
-            let welcome = try await withTimeout(.seconds(5)) { try await chat.join() }
-            #expect(welcome.members == ["alice"])
-            await chat.leave()
-        }
-    }
-
     @Test("testing app code with MockWebSocket")
     func mock() async throws {
         // GettingStarted.md and DuplexTesting.docc/UsingTheServerInTests.md: Without sockets
@@ -197,8 +169,8 @@ struct ReadmeExamplesTests {
     }
 }
 
-@Suite("README examples: SSE")
-struct ReadmeSSEExamplesTests {
+@Suite("Documented flows: SSE")
+struct DocumentedSSEFlowsTests {
     @Test("connect, receive, disconnect and resume, terminate")
     func basics() async throws {
         try await withTimeout {
@@ -236,7 +208,7 @@ struct ReadmeSSEExamplesTests {
     struct Prompt: Encodable { var model: String; var prompt: String; var stream = true }
     struct Chunk: Decodable, Sendable { var text: String }
 
-    /// README's library section and GettingStarted.md's "Streaming a completion", as written, with
+    /// docs/libraries.md's and GettingStarted.md's "Streaming a completion", as written, with
     /// the peer's URL for the API's: a completion, then a 429.
     @Test("streaming a completion: a POST with a JSON body, typed chunks to [DONE], and the API's error")
     func streamingACompletion() async throws {
@@ -277,8 +249,8 @@ struct ReadmeSSEExamplesTests {
     }
 }
 
-@Suite("README examples: chat rooms")
-struct ReadmeChatExampleTests {
+@Suite("Documented flows: chat rooms")
+struct DocumentedChatFlowTests {
     @Test("join, say, read events, wait for delivery, leave")
     func chat() async throws {
         try await withTimeout {
