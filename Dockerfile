@@ -15,7 +15,7 @@ RUN export DEBIAN_FRONTEND=noninteractive \
 WORKDIR /build
 # Dependencies first, so that a change to the sources does not fetch them again.
 COPY Package.swift ./
-RUN mkdir -p Sources Server Client Benchmarks Tests && swift package resolve
+RUN mkdir -p Sources Server Client Tests && swift package resolve
 COPY . .
 # The Swift runtime is linked statically, so the runtime image needs no toolchain.
 RUN swift build -c release --static-swift-stdlib --product duplex-server \
