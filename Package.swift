@@ -359,7 +359,7 @@ let package = Package(
             path: "Tests/Fuzz/DuplexFuzz",
             swiftSettings: swiftSettings
         ),
-        // Benchmarks: run in release mode, see docs/benchmarks.md.
+        // The benchmarks are a package of their own: Benchmarks/Package.swift.
         .testTarget(
             name: "DuplexTests",
             dependencies: [

@@ -25,8 +25,22 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/swift-websocket.git", from: "1.6.2"),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        // ordo-one's package-benchmark, for the micro-benchmarks (`swift package benchmark`).
+        .package(url: "https://github.com/ordo-one/benchmark.git", from: "1.38.1", traits: ["MallocInterposer"]),
     ],
     targets: [
+        // Micro-benchmarks of the wire schema's public code paths (package-benchmark finds its
+        // targets under Benchmarks/ in the package's folder, hence Benchmarks/Benchmarks/).
+        .executableTarget(
+            name: "SchemaBenchmarks",
+            dependencies: [
+                .product(name: "Benchmark", package: "benchmark"),
+                .product(name: "DuplexSchema", package: duplexPackage),
+            ],
+            path: "Benchmarks/SchemaBenchmarks",
+            swiftSettings: swiftSettings,
+            plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
+        ),
         .executableTarget(
             name: "client-echo-benchmark",
             dependencies: [

@@ -8,8 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
 seconds=${2:-5}
-swift build -c release --scratch-path .build-release --product duplex-server >/dev/null
-swift build -c release --package-path Benchmarks --product http2-benchmark >/dev/null
+swift build -c release --scratch-path .build-release --product duplex-server >/dev/null 2>&1 \
+    || { echo "swift build -c release --product duplex-server failed" >&2; exit 1; }
+swift build -c release --package-path Benchmarks --product http2-benchmark >/dev/null 2>&1 \
+    || { echo "swift build -c release --package-path Benchmarks --product http2-benchmark failed" >&2; exit 1; }
 work=$(mktemp -d)
 server=""
 trap '[ -n "$server" ] && kill $server 2>/dev/null; rm -rf "$work"' EXIT
