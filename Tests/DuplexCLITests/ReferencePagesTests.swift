@@ -60,6 +60,58 @@ struct ReferencePagesTests {
         }
     }
 
+    /// GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens.
+    static func anchor(_ heading: String) -> String {
+        let kept = heading.lowercased().filter { $0.isLetter || $0.isNumber || $0 == " " || $0 == "-" || $0 == "_" }
+        return String(kept.map { $0 == " " ? "-" : $0 })
+    }
+
+    /// The anchors of a Markdown file's headings, outside code blocks, numbered as GitHub does
+    /// when a heading repeats.
+    static func anchors(in text: String) -> Set<String> {
+        var anchors: Set<String> = []
+        var seen: [String: Int] = [:]
+        var inCode = false
+        for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
+            if line.hasPrefix("```") { inCode.toggle() }
+            guard !inCode, line.hasPrefix("#"), let space = line.firstIndex(of: " ") else { continue }
+            let base = anchor(String(line[line.index(after: space)...]))
+            let count = seen[base, default: 0]
+            seen[base] = count + 1
+            anchors.insert(count == 0 ? base : "\(base)-\(count)")
+        }
+        return anchors
+    }
+
+    @Test("every relative link of README, docs/ and Benchmarks/README.md leads to a file, and its anchor to a heading there")
+    func links() throws {
+        let files = FileManager.default
+        var pages = ["README.md", "Benchmarks/README.md"]
+        pages += try files.contentsOfDirectory(atPath: Self.root.appendingPathComponent("docs").path)
+            .filter { $0.hasSuffix(".md") }.map { "docs/\($0)" }
+        var checked = 0
+        for page in pages {
+            let text = try Self.page(page)
+            let folder = (page as NSString).deletingLastPathComponent
+            for match in text.matches(of: /\]\(([^)\s]+)\)/) {
+                let target = String(match.output.1)
+                guard !target.contains("://"), !target.hasPrefix("mailto:") else { continue }
+                let parts = target.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
+                let path = parts[0].isEmpty ? page : (folder as NSString).appendingPathComponent(parts[0])
+                let url = Self.root.appendingPathComponent(path).standardizedFileURL
+                let exists = files.fileExists(atPath: url.path)
+                #expect(exists, "\(page): the link \(target) leads to no file")
+                if exists, parts.count == 2, path.hasSuffix(".md") {
+                    let anchors = Self.anchors(in: try String(contentsOf: url, encoding: .utf8))
+                    let found = anchors.contains(parts[1])
+                    #expect(found, "\(page): the link \(target) names no heading of \(path)")
+                }
+                checked += 1
+            }
+        }
+        #expect(checked > 50, "the pages' links were not read")
+    }
+
     @Test("README stays a front door: at most about 250 lines, with the two set-up commands and the three paths")
     func readme() throws {
         let readme = try Self.page("README.md")
