@@ -226,7 +226,8 @@ private func faultsOnATimeline() async throws {
 
 // MARK: - DuplexTesting.docc/TestingYourOwnProtocol.md
 
-private func declaredRoutes() throws -> [ScriptedRoute] {
+@Test("TestingYourOwnProtocol.md: the declared routes serve what they declare")
+func declaredRoutes() async throws {
     let feed = ScriptedRoute.webSocket("/feed", script: WebSocketScript(
         subprotocols: ["feed.v1"],
         onConnect: [.send(#"{"type":"hello"}"#)],
@@ -242,7 +243,30 @@ private func declaredRoutes() throws -> [ScriptedRoute] {
         every: .milliseconds(50),
         then: .drop
     ))
-    return [feed, orders]
+    try await withDuplexServer(routes: [feed, orders]) { server in
+        let socket = WebSocket(request: WebSocketRequest(url: server.webSocketURL("/feed"), protocols: ["feed.v1"]))
+        let messages = socket.messages
+        try await socket.connect()
+        #expect(socket.negotiatedProtocol == "feed.v1")
+        #expect(try await messages.first(within: .seconds(5)) == .string(#"{"type":"hello"}"#))
+        try await socket.send(.string(#"{"type":"ping"}"#))
+        #expect(try await messages.first(within: .seconds(5)) == .string(#"{"type":"pong"}"#))
+        await socket.terminate()
+
+        let sse = ServerSentEventManager(request: SSERequest(url: server.httpURL("/orders")), retryPolicy: .disabled)
+        let events = sse.events
+        try await sse.connect()
+        let ids = try await withTimeout(.seconds(5)) {
+            var ids: [String] = []
+            for await event in events {
+                ids.append(event.id ?? "")
+                if ids.count == 2 { break }
+            }
+            return ids
+        }
+        #expect(ids == ["1", "2"])
+        await sse.terminate()
+    }
 }
 
 // MARK: - DuplexTesting.docc/UsingTheServerInTests.md

@@ -5,8 +5,8 @@ import Testing
 
 @Suite("withDuplexServer")
 struct WithDuplexServerTests {
-    @Test("the README example: a server on a free port with URLs for its routes")
-    func readmeExample() async throws {
+    @Test("a server on a free port with URLs for its routes, gone once the body returns")
+    func freePortAndURLs() async throws {
         let (port, stopped) = try await withTimeout {
             try await withDuplexServer { server in
                 let url = server.webSocketURL("/echo")  // ws://127.0.0.1:<port>/echo
@@ -14,8 +14,8 @@ struct WithDuplexServerTests {
                 #expect(server.httpURL("events?interval=10").absoluteString == "http://127.0.0.1:\(server.port)/events?interval=10")
                 #expect(server.port != 8080 && server.port > 0)
                 try await TestWebSocket.with(port: server.port, path: url.path) { socket in
-                    try await socket.sendText("readme")
-                    #expect(try await socket.receiveText() == "readme")
+                    try await socket.sendText("free port")
+                    #expect(try await socket.receiveText() == "free port")
                 }
                 return (server.port, server.server)
             }
