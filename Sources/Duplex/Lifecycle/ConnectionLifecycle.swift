@@ -302,7 +302,10 @@ struct ConnectionLifecycle<Policy: LifecyclePolicy> {
         guard case .connecting(let current, let retrying) = phase, current == generation else { return [] }
         earlyLoss = nil
         let retry = policy.retry(after: loss, proved: false)
-        if retrying, let next = nextAttempt(retry) {
+        // A wait the server imposed (a 429 or 503 with `Retry-After`) is honoured on a first
+        // attempt too, within the strategy: the server asked to be tried again later.
+        let imposed = if case .after = retry { true } else { false }
+        if retrying || imposed, let next = nextAttempt(retry) {
             phase = .waiting(attempt: next.attempt, after: loss)
             return [.attemptFailed(loss, willRetry: true), .publish(status), .scheduleRetry(attempt: next.attempt, delay: next.delay)]
         }

@@ -22,7 +22,7 @@ import NIOWebSocket
 struct NIOWebSocketTransport: WebSocketTransport {
     private enum UpgradeResult: Sendable {
         case upgraded(NIOWebSocketConnection)
-        case notUpgraded(status: Int?, retryAfter: String?)
+        case notUpgraded(status: Int?, retryAfter: String?, body: String?)
     }
 
     func connect(
@@ -79,11 +79,13 @@ struct NIOWebSocketTransport: WebSocketTransport {
         switch result {
         case .upgraded(let connection):
             return connection
-        case .notUpgraded(let status, let retryAfter):
+        case .notUpgraded(let status, let retryAfter, let body):
             let shown = status.map { "HTTP \($0)" } ?? "a response that was not 101"
-            throw WebSocketError(
+            var error = WebSocketError(
                 .upgradeRejected, "the server answered the WebSocket handshake with \(shown)", status: status,
                 retryAfter: retryAfter.flatMap(DelayArithmetic.retryAfter))
+            error.body = body.flatMap { $0.isEmpty ? nil : $0 }
+            throw error
         }
     }
 
@@ -190,7 +192,7 @@ struct NIOWebSocketTransport: WebSocketTransport {
         configuration: WebSocketConfiguration,
         delegate: any WebSocketTransportDelegate
     ) throws -> EventLoopFuture<UpgradeResult> {
-        let statusRecorder = ResponseStatusRecorder()
+        let statusRecorder = ResponseStatusRecorder(bodyLimit: WebSocketError.bodyLimit)
         let offered = request.protocols
         let upgrader = NIOTypedWebSocketClientUpgrader<UpgradeResult>(
             maxFrameSize: max(configuration.maxMessageBytes, 125),
@@ -224,9 +226,15 @@ struct NIOWebSocketTransport: WebSocketTransport {
             upgradeRequestHead: head,
             upgraders: [upgrader],
             notUpgradingCompletionHandler: { channel in
-                channel.close(promise: nil)
-                return channel.eventLoop.makeSucceededFuture(
-                    .notUpgraded(status: statusRecorder.status.withLockedValue { $0 }, retryAfter: statusRecorder.retryAfter.withLockedValue { $0 }))
+                // The refusal's body says why (a JSON error, a rate limit's text): read its first
+                // bytes, bounded, before closing.
+                statusRecorder.responseRead(on: channel.eventLoop).map {
+                    channel.close(promise: nil)
+                    return .notUpgraded(
+                        status: statusRecorder.status.withLockedValue { $0 },
+                        retryAfter: statusRecorder.retryAfter.withLockedValue { $0 },
+                        body: statusRecorder.body.withLockedValue { $0 })
+                }
             }
         )
         var pipelineConfiguration = NIOUpgradableHTTPClientPipelineConfiguration(upgradeConfiguration: upgradeConfiguration)

@@ -191,6 +191,21 @@ public final class WebSocket: WebSocketProtocol {
         set { core.preamble = newValue }
     }
 
+    /// Opens the connection, and returns once it is open (after the ``preamble``, if any).
+    ///
+    /// One attempt: a failure throws a ``WebSocketError`` that says what went wrong (a refused
+    /// TCP connection, a TLS failure, a timeout, an answer other than 101 with its ``WebSocketError/status``).
+    /// One answer is waited through: a server that refuses the upgrade with 429 or 503 and a
+    /// `Retry-After` is asked again after that wait, as it asked, when
+    /// ``WebSocketConfiguration/reconnection`` is set: the wait is clamped to the strategy's
+    /// delays, counts as one of its attempts, and `connect()` returns once an attempt opens or
+    /// throws once the strategy gives up. Without a strategy it throws
+    /// ``WebSocketError/Code/upgradeRejected`` with the ``WebSocketError/status``, the
+    /// ``WebSocketError/retryAfter`` and the first bytes of the ``WebSocketError/body``.
+    ///
+    /// Calling it while connected returns at once; while an attempt is under way, it waits for
+    /// that attempt. Once the connection is open, its losses are retried as the strategy says.
+    /// - Throws: ``WebSocketError``; ``WebSocketError/Code/terminated`` after ``terminate()``.
     public func connect() async throws {
         try await core.connect()
     }

@@ -69,6 +69,12 @@ public struct WebSocketError: Error, Sendable, Equatable, CustomStringConvertibl
     /// with one is retried after it (clamped to the reconnection strategy's bounds) rather than
     /// after the strategy's own delay.
     public var retryAfter: Duration?
+    /// For ``Code/upgradeRejected``: the first bytes (at most 1 KiB) of the body the server
+    /// answered with, as text: often why it refused. Nil when it sent none.
+    public var body: String?
+
+    /// How much of a refusal's body ``body`` keeps.
+    static let bodyLimit = 1024
 
     public init(_ code: Code, _ message: String, status: Int? = nil, closeCode: WebSocketCloseCode? = nil, retryAfter: Duration? = nil) {
         self.code = code
@@ -78,5 +84,8 @@ public struct WebSocketError: Error, Sendable, Equatable, CustomStringConvertibl
         self.retryAfter = retryAfter
     }
 
-    public var description: String { "\(code): \(message)" }
+    public var description: String {
+        guard let body else { return "\(code): \(message)" }
+        return "\(code): \(message); it said: \(body)"
+    }
 }

@@ -61,6 +61,30 @@ struct ConnectionLifecycleTests {
         #expect(machine.phase == .ended(.lost(.failed(error))))
     }
 
+    @Test("a first attempt refused with 429 or 503 and Retry-After waits that long and tries again within the strategy; connect() keeps waiting")
+    func initialThrottle() {
+        var machine = lifecycle(.exponentialBackoff(baseDelay: .seconds(1), maxDelay: .seconds(10), maxAttempts: 2))
+        _ = machine.connect()
+        let busy = WebSocketError(.upgradeRejected, "429", status: 429, retryAfter: .seconds(2))
+        let first = machine.connectFailed(generation: 1, loss: .failed(busy))
+        #expect(first.contains(.scheduleRetry(attempt: 0, delay: .seconds(2))), "the server's wait, not the strategy's")
+        #expect(first.contains(.attemptFailed(.failed(busy), willRetry: true)))
+        #expect(!first.contains { if case .resumeConnectWaiters = $0 { true } else { false } }, "connect() is still waiting")
+        #expect(machine.retryTimerFired(attempt: 0) == [.publish(.connecting), .startConnecting(generation: 2)])
+        #expect(machine.connectSucceeded(generation: 2).contains(.resumeConnectWaiters(nil)))
+
+        var without = lifecycle(.none)
+        _ = without.connect()
+        let refused = without.connectFailed(generation: 1, loss: .failed(busy))
+        #expect(refused.contains(.resumeConnectWaiters(.failed(.failed(busy)))), "no strategy: connect() fails with the status and the wait")
+        #expect(!schedules(refused))
+
+        var noWait = lifecycle()
+        _ = noWait.connect()
+        let plain = WebSocketError(.upgradeRejected, "429", status: 429)
+        #expect(!schedules(noWait.connectFailed(generation: 1, loss: .failed(plain))), "a 429 without Retry-After is an answer, not a wait")
+    }
+
     @Test("disconnect closes and waits; calling it again, or when disconnected, does nothing")
     func disconnect() {
         var machine = connected()

@@ -144,10 +144,9 @@ struct WebSocketClientTests {
                     let error = error as? WebSocketError
                     return error?.code == .upgradeRejected && error?.status == 400
                 }
-                #expect(
-                    rejected.state
-                        == .disconnected(
-                            .error(WebSocketError(.upgradeRejected, "the server answered the WebSocket handshake with HTTP 400", status: 400))))
+                var refusal = WebSocketError(.upgradeRejected, "the server answered the WebSocket handshake with HTTP 400", status: 400)
+                refusal.body = #"{"error":"no WebSocket is served at this path"}"#
+                #expect(rejected.state == .disconnected(.error(refusal)), "the refusal keeps what the server said")
             }
             let silent = try await SilentListener.start()
             let timeout = WebSocket(url: URL(string: "ws://127.0.0.1:\(silent.port)/")!, configuration: .init(connectTimeout: .milliseconds(200)))
