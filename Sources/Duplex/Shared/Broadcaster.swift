@@ -29,6 +29,8 @@ package final class Broadcaster<Element: Sendable>: Sendable {
         var waiter: Waiter?
         let buffering: StreamBuffering.Kind
         var behind = false
+        /// It asked for an element at least once: someone iterates its stream.
+        var read = false
     }
 
     private struct State {
@@ -44,8 +46,9 @@ package final class Broadcaster<Element: Sendable>: Sendable {
         var idleWatcher: (@Sendable () -> Void)?
 
         /// Every consumer has taken all it was given and waits for more (or none is left):
-        /// whatever it did with the last element is done.
-        var isIdle: Bool { finished || consumers.values.allSatisfy { $0.waiter != nil } }
+        /// whatever it did with the last element is done. A stream that was never read has no
+        /// one to wait for.
+        var isIdle: Bool { finished || consumers.values.allSatisfy { $0.waiter != nil || !$0.read } }
 
         /// The idle watchers to call (outside the lock), when idle now.
         mutating func takeIdleWatchers() -> [@Sendable () -> Void] {
@@ -208,8 +211,8 @@ package final class Broadcaster<Element: Sendable>: Sendable {
 
     /// Calls `body` (at once, or later outside every lock) once every consumer has taken all it
     /// was given and waits for its next element, or the stream finished: what the consumers did
-    /// with the elements so far is done. A consumer that never reads again keeps it waiting: the
-    /// caller bounds the wait.
+    /// with the elements so far is done. A stream that was made but never read is not waited
+    /// for; a consumer that read and stopped keeps it waiting: the caller bounds the wait.
     ///
     /// One watcher waits at a time. A newer one supersedes it, and the superseded one is called at
     /// once (its caller has bounded its wait and goes on): so a stream that is kept but never read
@@ -232,6 +235,7 @@ package final class Broadcaster<Element: Sendable>: Sendable {
         finished: Bool,
         waiter: Waiter?
     ) -> (Take, (@Sendable () -> Void)?) {
+        consumer.read = true
         guard let element = consumer.buffer.popFirst() else {
             if finished { return (.end, nil) }
             if let waiter { consumer.waiter = waiter }

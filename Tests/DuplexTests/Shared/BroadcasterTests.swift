@@ -61,12 +61,28 @@ struct BroadcasterTests {
     }
 
     @Test(
-        "a stream kept but never read holds one idle watcher, however many waits were asked; each superseded one goes on at once, the last when the reader comes back"
+        "a stream read once, then kept but not read, holds one idle watcher, however many waits were asked; each superseded one goes on at once, the last when the reader comes back"
     )
     func idleWatchersDoNotCollect() async throws {
         let broadcaster = Broadcaster<Int>(limit: 100, label: "numbers", logger: Logger(label: "test"))
         let reader = broadcaster.makeStream()
-        broadcaster.yield(1)  // given, not read: the broadcaster is not idle
+        let (proceed, goOn) = AsyncStream.makeStream(of: Void.self)
+        let (firstRead, tookFirst) = AsyncStream.makeStream(of: Void.self)
+        broadcaster.yield(0)
+        let reading = Task {
+            var read: [Int] = []
+            var signals = proceed.makeAsyncIterator()
+            for await number in reader {
+                read.append(number)
+                if number == 0 {
+                    tookFirst.yield()
+                    _ = await signals.next()
+                }
+            }
+            return read
+        }
+        _ = try await firstRead.first(within: .seconds(10))
+        broadcaster.yield(1)  // given, not read: the reader still holds 0, so the broadcaster is not idle
         let called = NIOLockedValueBox(0)
         let (calls, call) = AsyncStream.makeStream(of: Int.self)
         for _ in 0..<1000 {
@@ -81,16 +97,24 @@ struct BroadcasterTests {
         #expect(broadcaster.hasIdleWatcher, "the last one waits")
         // The reader takes the element and comes back for more: the broadcaster is idle, and the
         // last watcher is called.
-        let reading = Task {
-            var read: [Int] = []
-            for await number in reader { read.append(number) }
-            return read
-        }
+        goOn.yield()
         _ = try await calls.first(within: .seconds(10)) { $0 == 1000 }
         #expect(!broadcaster.hasIdleWatcher)
         broadcaster.finish()
-        #expect(await reading.value == [1])
+        #expect(await reading.value == [0, 1])
         #expect(called.withLockedValue { $0 } == 1000)
+    }
+
+    @Test("a stream made but never read is not waited for: the broadcaster is idle at once, whatever it holds")
+    func neverReadIsIdle() {
+        let broadcaster = Broadcaster<Int>(limit: 100, label: "numbers", logger: Logger(label: "test"))
+        let unread = broadcaster.makeStream()
+        broadcaster.yield(1)
+        let called = NIOLockedValueBox(false)
+        broadcaster.whenIdle { called.withLockedValue { $0 = true } }
+        #expect(called.withLockedValue { $0 }, "no one reads the stream: nothing to wait for")
+        #expect(!broadcaster.hasIdleWatcher)
+        _ = unread
     }
 
     @Test("lossless: a consumer that stops reading closes the gate at the limit, loses nothing, and opens it again at half")
