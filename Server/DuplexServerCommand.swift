@@ -211,7 +211,7 @@ struct DuplexServerCommand: AsyncParsableCommand {
             do {
                 _ = try ScriptFile.faults(from: echoFaults)
             } catch {
-                throw ValidationError("--echo-faults: \(error)")
+                throw Self.refused("--echo-faults: \(error)")
             }
         }
         if script != nil {
@@ -220,7 +220,7 @@ struct DuplexServerCommand: AsyncParsableCommand {
                 configuration.routes = try scriptedRoutes()
                 try DuplexServer(configuration: configuration).validateRoutes()
             } catch {
-                throw ValidationError("--script: \(error)")
+                throw Self.refused("--script: \(error)")
             }
         }
         if let replay { _ = try Self.cassette(replay) }
@@ -236,6 +236,14 @@ struct DuplexServerCommand: AsyncParsableCommand {
         ] {
             guard value > 0, value <= 86_400 else { throw ValidationError("\(name) must be from 0 to 86400 seconds") }
         }
+    }
+
+    /// A file the flag names that cannot be used: its error alone, without the usage text that
+    /// a ``ValidationError`` brings (the place in the file is what helps), and exit status 64 all
+    /// the same.
+    static func refused(_ message: String) -> ExitCode {
+        FileHandle.standardError.write(Data("Error: \(message)\n".utf8))
+        return .validationFailure
     }
 
     /// The cassette of `--replay`.

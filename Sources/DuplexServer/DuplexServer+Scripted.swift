@@ -130,7 +130,7 @@ extension DuplexServer {
                     connection: self.journal.newConnection(),
                     journal: self.journal,
                     faults: handler.faults,
-                    answersPings: handler.answersPings,
+                    answerPings: handler.answerPings,
                     eventLoop: channel.eventLoop
                 )
                 let trace = ConnectionTrace(request.headers, route: "scripted", tracer: self.host.activeTracer)

@@ -161,7 +161,7 @@ private func preamble(socket: WebSocket, tokens: Tokens) {
 private func scriptedRoutesInProcess() -> DuplexServer {
     var configuration = DuplexServerConfiguration(port: 0)
     configuration.routes = [
-        .webSocket("/feed", script: WebSocketScript(onConnect: [.send("hello")], onMessage: [ScriptRule(.text("bye"), [.close(code: 4001, reason: "bye")])])),
+        .webSocket("/feed", script: WebSocketScript(onConnect: [.send("hello")], onMessage: [ScriptRule(match: .text("bye"), do: [.close(code: 4001, reason: "bye")])])),
         .sse("/orders", script: SSEScript(events: [SSEScriptEvent(id: "1", data: "a")], then: .drop)),
     ]
     let server = DuplexServer(configuration: configuration)
@@ -232,11 +232,11 @@ func declaredRoutes() async throws {
         subprotocols: ["feed.v1"],
         onConnect: [.send(#"{"type":"hello"}"#)],
         onMessage: [
-            ScriptRule(try .json(#"{"type":"ping"}"#), [.send(#"{"type":"pong"}"#)]),
-            ScriptRule(.text("bye"), [.close(code: 4001, reason: "bye")]),
-            ScriptRule(.nth(3), [.drop]),
+            ScriptRule(match: try .json(#"{"type":"ping"}"#), do: [.send(#"{"type":"pong"}"#)]),
+            ScriptRule(match: .text("bye"), do: [.close(code: 4001, reason: "bye")]),
+            ScriptRule(match: .nth(3), do: [.drop]),
         ],
-        answersPings: false
+        answerPings: false
     ))
     let orders = ScriptedRoute.sse("/orders", script: SSEScript(
         events: [SSEScriptEvent(id: "1", event: "order", data: #"{"n":1}"#), SSEScriptEvent(id: "2", data: "b")],

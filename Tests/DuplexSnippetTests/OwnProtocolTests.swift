@@ -11,7 +11,7 @@ struct Incoming: Codable, Sendable, Equatable { var type: String; var text: Stri
     let upgrades = Mutex(0)
     let backend = ScriptedRoute.webSocket("/chat/42/messages", subprotocols: ["chat.v1"]) { socket in
         try socket.send(json: Incoming(type: "welcome"))
-        if socket.connection > 2 { socket.answersPings = false }  // the third connection's pings fail
+        if socket.connection > 2 { socket.answerPings = false }  // the third connection's pings fail
     } onMessage: { message, socket in
         let frame = try message.decode(Outgoing.self)
         try socket.send(json: Incoming(type: "message", text: frame.text))

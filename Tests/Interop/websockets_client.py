@@ -196,7 +196,7 @@ async def path_switch(port):
 async def scripted_feed(port):
     """docs/examples/feed.json's /feed, as the file says: hello on connect, pong for a JSON
     ping, close 4001 for "bye", a drop with no close frame at the third message, and no pong
-    for a WebSocket ping ("pongs": false)."""
+    for a WebSocket ping ("answerPings": false)."""
     url = f"ws://127.0.0.1:{port}/feed"
     async with websockets.connect(url, subprotocols=["feed.v1"], ping_interval=None) as ws:
         check(ws.subprotocol == "feed.v1", f"subprotocol {ws.subprotocol!r}")

@@ -2,8 +2,9 @@
 /// ``WebSocketConfiguration/reconnection``) and ``ServerSentEventManager`` (as its
 /// ``RetryPolicy``, the same type under the name seed code knows).
 ///
-/// Delays are `Duration`s; every delay can also be given in `Double` seconds, as seed code
-/// writes them. The wait before attempt `n` (from 0) is
+/// Delays are `Duration`s, as everywhere else in Duplex: write them so. Every delay can also be
+/// given in `Double` seconds, and the type is also named ``RetryPolicy``: both are the seeds'
+/// spellings, kept so that seed code compiles as written. The wait before attempt `n` (from 0) is
 /// `initialDelay × backoffMultiplier^n + backoffIncrement × n`, capped at `maxDelay`, and varied by
 /// up to ±`jitter` (a fraction) so that many clients do not reconnect in step; or whatever a
 /// custom strategy returns. A connection that proves itself (a WebSocket that opens, an event

@@ -33,7 +33,7 @@ final class ReplayWebSocketService: EventLoopWebSocketService {
     /// Whether the replay is over (a mismatch, the server's close, or the connection's end).
     private var over = false
     /// Whether the client's pings are answered (a `pongs` step withholds them).
-    private var answersPings = true
+    private var answerPings = true
 
     init(session: Cassette.Session, number: Int, replay: ReplayConfiguration, logger: Logger) {
         self.session = session
@@ -145,14 +145,14 @@ final class ReplayWebSocketService: EventLoopWebSocketService {
             over = true
             context.close(promise: nil)
         case .pongs(let answers):
-            answersPings = answers
+            answerPings = answers
         case .event:
             break
         }
     }
 
     func pinged(_ payload: ByteBuffer) -> Bool {
-        answersPings
+        answerPings
     }
 
     /// Reports a client message the recording does not have there, and closes with 1008.

@@ -136,10 +136,17 @@ public struct ScriptRule: Sendable, Equatable, CustomStringConvertible {
     public var match: MessageMatch
     public var actions: [ScriptAction]
 
-    /// A rule: when `match` holds, `actions` run in order.
-    public init(_ match: MessageMatch, _ actions: [ScriptAction]) {
+    /// A rule: when `match` holds, `actions` run in order, as a script file's
+    /// `{"match": …, "do": […]}` says it.
+    public init(match: MessageMatch, do actions: [ScriptAction]) {
         self.match = match
         self.actions = actions
+    }
+
+    /// A rule without labels; ``init(match:do:)`` says what each argument is.
+    @available(*, deprecated, renamed: "init(match:do:)")
+    public init(_ match: MessageMatch, _ actions: [ScriptAction]) {
+        self.init(match: match, do: actions)
     }
 
     public var description: String {
@@ -196,8 +203,15 @@ public struct WebSocketScript: Sendable, Equatable {
     /// What it does with a message: the first rule that matches applies; a message no rule
     /// matches is only journaled.
     public var onMessage: [ScriptRule]
-    /// Whether it answers pings (`"pongs": false` withholds them).
-    public var answersPings: Bool
+    /// Whether it answers the client's pings; false withholds the pongs (`"answerPings": false`
+    /// in a script file, as the ``ScriptAction/answerPings(_:)`` action spells it).
+    public var answerPings: Bool
+    /// The former name of ``answerPings``.
+    @available(*, deprecated, renamed: "answerPings")
+    public var answersPings: Bool {
+        get { answerPings }
+        set { answerPings = newValue }
+    }
     /// Faults on what it sends.
     public var faults: WebSocketFaults
     /// A refusal of the upgrade, for every request or the first few.
@@ -208,14 +222,14 @@ public struct WebSocketScript: Sendable, Equatable {
         subprotocols: [String] = [],
         onConnect: [ScriptAction] = [],
         onMessage: [ScriptRule] = [],
-        answersPings: Bool = true,
+        answerPings: Bool = true,
         faults: WebSocketFaults = .init(),
         refuse: ScriptRefusal? = nil
     ) {
         self.subprotocols = subprotocols
         self.onConnect = onConnect
         self.onMessage = onMessage
-        self.answersPings = answersPings
+        self.answerPings = answerPings
         self.faults = faults
         self.refuse = refuse
     }

@@ -40,7 +40,7 @@ public enum ScriptFile {
         do {
             root = try JSONDecoder().decode(JSONValue.self, from: data)
         } catch {
-            throw ScriptError(path: "", "not JSON: \(Self.reason(error))")
+            throw ScriptError(path: "", Self.notJSON(data, error))
         }
         let top = try Reader(root, at: "").object(keys: ["routes"])
         guard let routes = top["routes"] else { throw ScriptError(path: "", #"a script is an object with "routes", an array"#) }
@@ -54,7 +54,7 @@ public enum ScriptFile {
         do {
             value = try JSONDecoder().decode(JSONValue.self, from: Data(json.utf8))
         } catch {
-            throw ScriptError(path: "", "not JSON: \(Self.reason(error))")
+            throw ScriptError(path: "", Self.notJSON(Data(json.utf8), error))
         }
         return try faults(Reader(value, at: ""))
     }
@@ -80,12 +80,12 @@ public enum ScriptFile {
     }
 
     private static func webSocket(_ value: Reader) throws(ScriptError) -> WebSocketScript {
-        let members = try value.object(keys: ["subprotocols", "onConnect", "onMessage", "pongs", "faults", "refuse"])
+        let members = try value.object(keys: ["subprotocols", "onConnect", "onMessage", "answerPings", "pongs", "faults", "refuse"])
         var script = WebSocketScript()
         script.subprotocols = try members["subprotocols"]?.array().map { item throws(ScriptError) in try item.string() } ?? []
         script.onConnect = try members["onConnect"]?.array().map { item throws(ScriptError) in try action(item) } ?? []
         script.onMessage = try members["onMessage"]?.array().map { item throws(ScriptError) in try rule(item) } ?? []
-        script.answersPings = try members["pongs"]?.bool() ?? true
+        script.answerPings = try answerPings(members)?.bool() ?? true
         if let faults = members["faults"] { script.faults = try self.faults(faults) }
         script.refuse = try members["refuse"].map { value throws(ScriptError) in try refusal(value) }
         return script
@@ -95,7 +95,7 @@ public enum ScriptFile {
         let members = try value.object(keys: ["match", "do"])
         guard let match = members["match"] else { throw value.error(#"a rule needs "match""#) }
         guard let actions = members["do"] else { throw value.error(#"a rule needs "do", a list of actions"#) }
-        return ScriptRule(try self.match(match), try actions.array().map { item throws(ScriptError) in try action(item) })
+        return ScriptRule(match: try self.match(match), do: try actions.array().map { item throws(ScriptError) in try action(item) })
     }
 
     private static func match(_ value: Reader) throws(ScriptError) -> MessageMatch {
@@ -113,11 +113,21 @@ public enum ScriptFile {
         return match
     }
 
-    private static let actionKeys = ["send", "sendBinary", "sendJSON", "delayMs", "close", "drop", "ping", "pongs", "fragment", "fault"]
+    private static let actionKeys = ["send", "sendBinary", "sendJSON", "delayMs", "close", "drop", "ping", "answerPings", "fragment", "fault"]
+    /// Former names of actions, still read.
+    private static let formerActionKeys = ["pongs"]
+
+    /// `"answerPings"`, or `"pongs"`, its former name, still read; not both.
+    private static func answerPings(_ members: [String: Reader]) throws(ScriptError) -> Reader? {
+        if let both = members["pongs"], members["answerPings"] != nil {
+            throw both.error(#""pongs" is the former name of "answerPings": give one"#)
+        }
+        return members["answerPings"] ?? members["pongs"]
+    }
 
     private static func action(_ value: Reader) throws(ScriptError) -> ScriptAction {
-        let members = try value.object(keys: actionKeys + ["reason", "frames"])
-        let named = actionKeys.filter { members[$0] != nil }
+        let members = try value.object(keys: actionKeys + formerActionKeys + ["reason", "frames"])
+        let named = (actionKeys + formerActionKeys).filter { members[$0] != nil }
         guard named.count == 1, let key = named.first, let argument = members[key] else {
             throw value.error(
                 "an action has exactly one of \(actionKeys.joined(separator: ", ")) (got \(named.isEmpty ? "none" : named.joined(separator: ", ")))")
@@ -149,7 +159,7 @@ public enum ScriptFile {
             let payload = try argument.string()
             guard payload.utf8.count <= 125 else { throw argument.error("a ping's payload is at most 125 bytes") }
             return .ping(payload)
-        case "pongs":
+        case "answerPings", "pongs":
             return .answerPings(try argument.bool())
         case "fragment":
             return .fragment(try argument.string(), frames: try members["frames"]?.integer(in: 1...1024) ?? 2)
@@ -226,6 +236,12 @@ public enum ScriptFile {
             data: try members["data"]?.string(),
             retry: try members["retry"]?.integer(in: 0...86_400_000)
         )
+    }
+
+    /// Why `data` did not decode: where it first breaks JSON's grammar, with the text around it.
+    private static func notJSON(_ data: Data, _ error: any Error) -> String {
+        if let place = JSONSyntaxError.locate(in: data) { return "not JSON \(place)" }
+        return "not JSON: \(reason(error))"
     }
 
     private static func reason(_ error: any Error) -> String {

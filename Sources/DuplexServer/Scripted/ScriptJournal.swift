@@ -50,6 +50,10 @@ public final class ScriptJournal: Sendable {
             case timeout
             /// The route's handler threw (``data`` holds the error); the connection closed with 1011.
             case error
+            /// The route sent a frame the client must reject (``ScriptAction/fault(_:)``); ``data``
+            /// names the ``FrameFault`` (`invalidUTF8`, …) and ``code`` is the close code the client
+            /// should answer with.
+            case fault
         }
 
         /// The connection's number, from 1, in the order they opened.

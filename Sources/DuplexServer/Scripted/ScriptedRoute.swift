@@ -52,8 +52,8 @@ public struct ScriptedRoute: Sendable, CustomStringConvertible {
     ///   - subprotocols: the subprotocols the route speaks, preferred first: the first the client
     ///     offers is chosen; none is chosen when it offers none of them (or when this is empty).
     ///   - faults: faults applied to every message the route sends (``WebSocketFaults``).
-    ///   - answersPings: whether the client's pings get a pong; false withholds them, so that a
-    ///     client that pings sees its pings fail (``ScriptedWebSocket/answersPings``).
+    ///   - answerPings: whether the client's pings get a pong; false withholds them, so that a
+    ///     client that pings sees its pings fail (``ScriptedWebSocket/answerPings``).
     ///   - onConnect: the connection is open.
     ///   - onMessage: a whole message arrived.
     ///   - accept: decides the upgrade: ``UpgradeDecision/accept`` or a refusal with any status
@@ -62,7 +62,7 @@ public struct ScriptedRoute: Sendable, CustomStringConvertible {
         _ path: String,
         subprotocols: [String] = [],
         faults: WebSocketFaults = .init(),
-        answersPings: Bool = true,
+        answerPings: Bool = true,
         onConnect: @escaping @Sendable (ScriptedWebSocket) throws -> Void = { _ in },
         onMessage: @escaping @Sendable (ScriptedMessage, ScriptedWebSocket) throws -> Void = { _, _ in },
         accept: @escaping @Sendable (ScriptedRequest) -> UpgradeDecision = { _ in .accept }
@@ -74,13 +74,29 @@ public struct ScriptedRoute: Sendable, CustomStringConvertible {
                 WebSocketRouteHandler(
                     subprotocols: subprotocols,
                     faults: faults,
-                    answersPings: answersPings,
+                    answerPings: answerPings,
                     accept: accept,
                     onConnect: onConnect,
                     onMessage: onMessage
                 )
             )
         )
+    }
+
+    /// The former spelling of ``webSocket(_:subprotocols:faults:answerPings:onConnect:onMessage:accept:)``.
+    @available(*, deprecated, renamed: "webSocket(_:subprotocols:faults:answerPings:onConnect:onMessage:accept:)")
+    public static func webSocket(
+        _ path: String,
+        subprotocols: [String] = [],
+        faults: WebSocketFaults = .init(),
+        answersPings: Bool,
+        onConnect: @escaping @Sendable (ScriptedWebSocket) throws -> Void = { _ in },
+        onMessage: @escaping @Sendable (ScriptedMessage, ScriptedWebSocket) throws -> Void = { _, _ in },
+        accept: @escaping @Sendable (ScriptedRequest) -> UpgradeDecision = { _ in .accept }
+    ) -> ScriptedRoute {
+        webSocket(
+            path, subprotocols: subprotocols, faults: faults, answerPings: answersPings, onConnect: onConnect, onMessage: onMessage,
+            accept: accept)
     }
 
     /// A WebSocket route that answers as `script` says: its actions on connect, the first rule
@@ -94,7 +110,7 @@ public struct ScriptedRoute: Sendable, CustomStringConvertible {
             path,
             subprotocols: script.subprotocols,
             faults: script.faults,
-            answersPings: script.answersPings,
+            answerPings: script.answerPings,
             onConnect: { socket in socket.run(script.onConnect) },
             onMessage: { message, socket in
                 if let rule = script.onMessage.first(where: { $0.match.matches(message, number: socket.messagesReceived) }) {

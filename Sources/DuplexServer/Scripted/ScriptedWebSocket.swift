@@ -37,7 +37,7 @@ public final class ScriptedWebSocket: Sendable {
     private struct State {
         var phase = Phase.open
         var received = 0
-        var answersPings: Bool
+        var answerPings: Bool
     }
 
     enum Phase: Equatable {
@@ -53,14 +53,14 @@ public final class ScriptedWebSocket: Sendable {
         case binary(Data)
     }
 
-    init(request: ScriptedRequest, connection: Int, journal: ScriptJournal, faults: WebSocketFaults, answersPings: Bool, eventLoop: any EventLoop) {
+    init(request: ScriptedRequest, connection: Int, journal: ScriptJournal, faults: WebSocketFaults, answerPings: Bool, eventLoop: any EventLoop) {
         self.request = request
         self.connection = connection
         self.journal = journal
         self.faults = faults
         self.eventLoop = eventLoop
         self.served = NIOLoopBoundBox(Served(), eventLoop: eventLoop)
-        self.state = NIOLockedValueBox(State(answersPings: answersPings))
+        self.state = NIOLockedValueBox(State(answerPings: answerPings))
     }
 
     /// How many messages the client sent so far.
@@ -70,9 +70,16 @@ public final class ScriptedWebSocket: Sendable {
 
     /// Whether the client's pings are answered; false withholds the pongs (the client's pings
     /// then fail, as on a link that lost its peer).
+    public var answerPings: Bool {
+        get { state.withLockedValue { $0.answerPings } }
+        set { state.withLockedValue { $0.answerPings = newValue } }
+    }
+
+    /// The former name of ``answerPings``.
+    @available(*, deprecated, renamed: "answerPings")
     public var answersPings: Bool {
-        get { state.withLockedValue { $0.answersPings } }
-        set { state.withLockedValue { $0.answersPings = newValue } }
+        get { answerPings }
+        set { answerPings = newValue }
     }
 
     /// Whether a close began (either side) or the connection is gone: nothing can be sent.
@@ -141,7 +148,7 @@ public final class ScriptedWebSocket: Sendable {
             case .maskedFrame:
                 handler.writeUnchecked(fin: true, opcode: .text, payload: allocator.buffer(string: "masked"), masked: true, context: context)
             }
-            socket.record(.out, .error, data: "sent \(fault)")
+            socket.record(.out, .fault, data: fault.rawValue, code: Int(fault.expectedCloseCode))
             handler.flush(context: context)
         }
     }
@@ -189,7 +196,7 @@ public final class ScriptedWebSocket: Sendable {
                 case .ping(let payload): try ping(payload)
                 case .close(let code, let reason): try close(code: code, reason: reason)
                 case .drop: try drop()
-                case .answerPings(let answers): answersPings = answers
+                case .answerPings(let answers): answerPings = answers
                 case .fragment(let text, let frames): try send(text, frames: frames)
                 case .fault(let fault): try send(fault)
                 case .delay(let duration):
@@ -413,7 +420,7 @@ final class ScriptedWebSocketService: EventLoopWebSocketService {
 
     func pinged(_ payload: ByteBuffer) -> Bool {
         socket.record(.in, .ping, data: String(buffer: payload))
-        let answers = socket.answersPings
+        let answers = socket.answerPings
         if answers { socket.record(.out, .pong, data: String(buffer: payload)) }
         return answers
     }
@@ -467,7 +474,7 @@ final class ScriptedWebSocketService: EventLoopWebSocketService {
 struct WebSocketRouteHandler: Sendable {
     var subprotocols: [String]
     var faults: WebSocketFaults
-    var answersPings: Bool
+    var answerPings: Bool
     var accept: @Sendable (ScriptedRequest) -> UpgradeDecision
     var onConnect: @Sendable (ScriptedWebSocket) throws -> Void
     var onMessage: @Sendable (ScriptedMessage, ScriptedWebSocket) throws -> Void

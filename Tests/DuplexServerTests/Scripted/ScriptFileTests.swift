@@ -34,7 +34,7 @@ struct ScriptFileTests {
                 "subprotocols": ["a.v1", "b.v1"],
                 "onConnect": [
                   {"send": "hi"}, {"sendBinary": "AAEC"}, {"sendJSON": {"type": "hello", "n": 1, "ok": true, "list": [1, null]}},
-                  {"delayMs": 10}, {"ping": "p"}, {"pongs": false}, {"fragment": "abcdef", "frames": 3},
+                  {"delayMs": 10}, {"ping": "p"}, {"answerPings": false}, {"pongs": true}, {"fragment": "abcdef", "frames": 3},
                   {"fault": "invalidUTF8"}, {"fault": "reservedOpcode"}, {"fault": "longControlFrame"}, {"fault": "maskedFrame"},
                   {"close": 4001, "reason": "bye"}, {"drop": true}
                 ],
@@ -43,7 +43,7 @@ struct ScriptFileTests {
                   {"match": {"json": {"type": "ping", "nested": {"k": 1}}}, "do": []}, {"match": {"nth": 2}, "do": []},
                   {"match": {"any": true}, "do": [{"send": "x"}]}
                 ],
-                "pongs": true,
+                "answerPings": false,
                 "faults": {"delaySendsMs": 5, "reorderSends": true, "duplicateSends": true, "fragmentSends": 2, "dropAfterSending": 9},
                 "refuse": {"status": 429, "headers": {"Retry-After": "1"}, "body": "{}", "times": 2}
               }},
@@ -60,13 +60,13 @@ struct ScriptFileTests {
         #expect(
             script.onConnect == [
                 .send("hi"), .sendBinary(Data([0, 1, 2])), .send(#"{"list":[1,null],"n":1,"ok":true,"type":"hello"}"#),
-                .delay(.milliseconds(10)), .ping("p"), .answerPings(false), .fragment("abcdef", frames: 3),
+                .delay(.milliseconds(10)), .ping("p"), .answerPings(false), .answerPings(true), .fragment("abcdef", frames: 3),
                 .fault(.invalidUTF8), .fault(.reservedOpcode), .fault(.longControlFrame), .fault(.maskedFrame),
                 .close(code: 4001, reason: "bye"), .drop,
             ])
         #expect(script.onMessage.map(\.match) == [.text("a"), .contains("b"), try .json(#"{"type":"ping","nested":{"k":1}}"#), .nth(2), .any])
         #expect(script.onMessage.last?.actions == [.send("x")])
-        #expect(script.answersPings)
+        #expect(!script.answerPings)
         #expect(
             script.faults
                 == WebSocketFaults(delaySends: .milliseconds(5), reorderSends: true, duplicateSends: true, fragmentSends: 2, dropAfterSending: 9))
@@ -96,7 +96,7 @@ struct ScriptFileTests {
             ),
             (
                 #"{"routes":[{"path":"/f","websocket":{"onConnect":[{"send":"a","drop":true}]}}]}"#,
-                "routes[0].websocket.onConnect[0]: an action has exactly one of send, sendBinary, sendJSON, delayMs, close, drop, ping, pongs, fragment, fault (got send, drop)"
+                "routes[0].websocket.onConnect[0]: an action has exactly one of send, sendBinary, sendJSON, delayMs, close, drop, ping, answerPings, fragment, fault (got send, drop)"
             ),
             (
                 #"{"routes":[{"path":"/f","websocket":{"onConnect":[{"fault":"loud"}]}}]}"#,
@@ -110,7 +110,14 @@ struct ScriptFileTests {
                 #"{"routes":[{"path":"/f","websocket":{"onConnect":[{"delayMs":1.5}]}}]}"#,
                 "routes[0].websocket.onConnect[0].delayMs: must be a whole number from 0 to 86400000 (got 1.5)"
             ),
-            (#"{"routes":[{"path":"/f","websocket":{"pongs":"no"}}]}"#, #"routes[0].websocket.pongs: must be true or false (got a string, "no")"#),
+            (
+                #"{"routes":[{"path":"/f","websocket":{"answerPings":"no"}}]}"#,
+                #"routes[0].websocket.answerPings: must be true or false (got a string, "no")"#
+            ),
+            (
+                #"{"routes":[{"path":"/f","websocket":{"answerPings":false,"pongs":false}}]}"#,
+                #"routes[0].websocket.pongs: "pongs" is the former name of "answerPings": give one"#
+            ),
             (
                 #"{"routes":[{"path":"/f","websocket":{"refuse":{"status":200}}}]}"#,
                 "routes[0].websocket.refuse.status: must be a whole number from 400 to 599 (got 200)"
@@ -126,7 +133,11 @@ struct ScriptFileTests {
             (#"{"routes":[{"path":"/f","sse":{"events":[{"id":"a\nb"}]}}]}"#, "routes[0].sse.events[0].id: an event's id is one line"),
             (#"{"route":[]}"#, #"unknown key "route" (known: routes)"#),
             (#"[1]"#, "must be an object (got an array)"),
-            ("{", "not JSON"),
+            ("{", "not JSON at line 1, column 2: expected a member name in double quotes (got the end of the text)"),
+            (
+                "{\n  \"routes\": [\n    {\"path\": \"/x\", \"websocket\": {\"onConnect\": [{\"send\": hi}]}}\n  ]\n}",
+                #"not JSON at line 3, column 57: expected a value (got "h"): …ket": {"onConnect": [{"send": hi}]}}"#
+            ),
         ])
     func refused(_ json: String, _ expected: String) {
         let said = error(json)

@@ -25,7 +25,7 @@ struct ScriptedProtocolTests {
             if served.withLock({
                 $0 += 1; return $0
             }) == 2 {
-                socket.answersPings = false
+                socket.answerPings = false
             }
             try socket.send(json: Feed(type: "hello"))
         } onMessage: { message, socket in
@@ -96,6 +96,10 @@ struct ScriptedProtocolTests {
                 _ = try await states.first(within: .seconds(10)) { if case .disconnected = $0 { true } else { false } }
                 let closed = try await server.journal.first(within: .seconds(10)) { $0.kind == .close && $0.direction == .in }
                 #expect(closed.code == Int(fault.expectedCloseCode))
+                let sent = server.journal.entries.filter { $0.direction == .out && $0.kind == .fault }
+                #expect(sent.map(\.data) == [fault.rawValue], "journaled as a fault of its own kind, named")
+                #expect(sent.first?.code == Int(fault.expectedCloseCode))
+                #expect(!server.journal.entries.contains { $0.kind == .error }, "an error is a handler that threw, not a fault sent")
             }
         }
     }

@@ -15,9 +15,9 @@ struct ScriptedWebSocketRouteTests {
             subprotocols: ["feed.v1"],
             onConnect: [.send(#"{"type":"hello"}"#)],
             onMessage: [
-                ScriptRule(try! .json(#"{"type":"ping"}"#), [.send(#"{"type":"pong"}"#)]),
-                ScriptRule(.text("bye"), [.close(code: 4001, reason: "bye")]),
-                ScriptRule(.nth(3), [.drop]),
+                ScriptRule(match: try! .json(#"{"type":"ping"}"#), do: [.send(#"{"type":"pong"}"#)]),
+                ScriptRule(match: .text("bye"), do: [.close(code: 4001, reason: "bye")]),
+                ScriptRule(match: .nth(3), do: [.drop]),
             ]
         )
     )
@@ -128,7 +128,8 @@ struct ScriptedWebSocketRouteTests {
 
     @Test("withheld pongs: the client's ping gets no pong, and the journal has the ping")
     func withholdsPongs() async throws {
-        let route = ScriptedRoute.webSocket("/quiet", script: WebSocketScript(onMessage: [ScriptRule(.any, [.send("seen")])], answersPings: false))
+        let route = ScriptedRoute.webSocket(
+            "/quiet", script: WebSocketScript(onMessage: [ScriptRule(match: .any, do: [.send("seen")])], answerPings: false))
         try await withTimeout {
             try await withDuplexServer(routes: [route]) { server in
                 try await TestWebSocket.with(port: server.port, path: "/quiet") { socket in
@@ -236,7 +237,7 @@ struct ScriptedWebSocketRouteTests {
 
     @Test("a client that breaks RFC 6455 or the message limit on a scripted route gets its close code, journaled")
     func hostileClients() async throws {
-        let route = ScriptedRoute.webSocket("/strict", script: WebSocketScript(onMessage: [ScriptRule(.any, [.send("ok")])]))
+        let route = ScriptedRoute.webSocket("/strict", script: WebSocketScript(onMessage: [ScriptRule(match: .any, do: [.send("ok")])]))
         try await withTimeout {
             try await withDuplexServer(configuration: .init(maxMessageBytes: 1024), routes: [route]) { server in
                 try await TestWebSocket.with(port: server.port, path: "/strict") { socket in

@@ -112,6 +112,24 @@ struct ServerProcessTests {
         }
     }
 
+    @Test("a --script or --echo-faults that is not JSON exits 64 with the line, the column and the text there, and no usage text")
+    func scriptNotJSON() async throws {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("not-json-\(UUID().uuidString).json")
+        try Data("{\"routes\": [\n  {\"path\": \"/feed\", \"websocket\": {\"onConnect\": [{\"send\": hello}]}}\n]}\n".utf8).write(to: file)
+        defer { try? FileManager.default.removeItem(at: file) }
+        try await withTimeout(.seconds(60)) {
+            let refused = try await CLIProcess("duplex-server", ["--port", "0", "--script", file.path]).waitForExit()
+            #expect(refused.status == 64, "\(refused)")
+            #expect(refused.stderr.contains("--script: not JSON at line 2, column 58: expected a value (got \"h\")"), "\(refused)")
+            #expect(refused.stderr.contains(#"[{"send": hello}]}}"#), "the text there: \(refused)")
+            #expect(refused.stderr.contains(file.path), "\(refused)")
+            #expect(!refused.stderr.contains("Usage:"), "no usage text after a script's error: \(refused)")
+            let faults = try await CLIProcess("duplex-server", ["--port", "0", "--echo-faults", "{dropAfterSending: 3}"]).waitForExit()
+            #expect(faults.status == 64 && faults.stderr.contains("--echo-faults: not JSON at line 1, column 2"), "\(faults)")
+            #expect(!faults.stderr.contains("Usage:"), "\(faults)")
+        }
+    }
+
     @Test("--compression-window-bits sets the windows the server answers with; 16 is refused")
     func compressionWindowBits() async throws {
         try await withTimeout(.seconds(60)) {

@@ -167,7 +167,7 @@ struct AdapterTests {
             #expect(mockFailures.withLockedValue { $0 } == ["pingFailed"])
             await #expect(throws: WebSocketError.self) { try await client.ping(timeout: .seconds(1)) }
 
-            let quiet = ScriptedRoute.webSocket("/quiet", script: WebSocketScript(answersPings: false))
+            let quiet = ScriptedRoute.webSocket("/quiet", script: WebSocketScript(answerPings: false))
             try await withDuplexServer(routes: [quiet]) { running in
                 let socket = WebSocket(
                     url: running.webSocketURL("/quiet"),

@@ -19,7 +19,7 @@ struct ScriptedAdapterTests {
         "/greeter",
         script: WebSocketScript(
             onConnect: [.send("hello")],
-            onMessage: [ScriptRule(.any, [.send("bye"), .drop])]
+            onMessage: [ScriptRule(match: .any, do: [.send("bye"), .drop])]
         ))
 
     static func isDropped(_ state: WebSocketState) -> Bool {
