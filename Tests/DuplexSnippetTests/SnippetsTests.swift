@@ -149,6 +149,26 @@ struct SnippetsTests {
             process.waitUntilExit()
             #expect(process.terminationStatus == 0, "\(manifest): swift package dump-package failed:\n\(text)")
             #expect(text.contains("\"DuplexTesting\""), "\(manifest): the manifest does not name DuplexTesting:\n\(text)")
+            if manifest.document == "README.md" {
+                // The normal case: the app's target wraps the client, its tests add the helpers.
+                let products = Self.productsByTarget(in: Data(text.utf8))
+                #expect(products["MyApp"] == ["Duplex"], "\(manifest): the app's target gets Duplex: \(products)")
+                #expect(products["MyAppTests"]?.contains("DuplexTesting") == true, "\(manifest): its tests get DuplexTesting: \(products)")
+            }
         }
+    }
+
+    /// The products each target of a `dump-package` output depends on, by target name.
+    static func productsByTarget(in dump: Data) -> [String: [String]] {
+        guard let root = try? JSONSerialization.jsonObject(with: dump) as? [String: Any],
+            let targets = root["targets"] as? [[String: Any]]
+        else { return [:] }
+        var products: [String: [String]] = [:]
+        for target in targets {
+            guard let name = target["name"] as? String else { continue }
+            let dependencies = target["dependencies"] as? [[String: Any]] ?? []
+            products[name] = dependencies.compactMap { ($0["product"] as? [Any])?.first as? String }
+        }
+        return products
     }
 }
