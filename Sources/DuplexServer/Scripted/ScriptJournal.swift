@@ -138,6 +138,8 @@ public final class ScriptJournal: Sendable {
 
     private struct State {
         var entries = Deque<Entry>()
+        /// How many entries were ever appended: the sequence number of the next one.
+        var appended = 0
         var bytes = 0
         var dropped = 0
         var lastConnection = 0
@@ -177,26 +179,41 @@ public final class ScriptJournal: Sendable {
     /// - Throws: ``TimeoutError`` with the newest entries when none comes in time;
     ///   `CancellationError` when the task is cancelled.
     public func first(within limit: Duration, where matches: @escaping @Sendable (Entry) -> Bool) async throws -> Entry {
-        if let found = state.withLockedValue({ $0.entries.first(where: matches) }) { return found }
+        if let found = entries.first(where: matches) { return found }
         return try await withDeadline(limit, orThrow: { [self] in TimeoutError(limit: limit, recent: Array(entries.suffix(10))) }) { [self] in
             try await wait(for: matches)
         }
     }
 
+    /// Waits for a matching entry. The test's predicate never runs under the journal's lock (it
+    /// may read the journal): the entries are searched outside it, and the wait is registered
+    /// only once no entry came meanwhile, else those are searched first.
     private func wait(for matches: @escaping @Sendable (Entry) -> Bool) async throws -> Entry {
         let key = state.withLockedValue { $0.waiters.reserveKey() }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                let found: Result<Entry, any Error>? = state.withLockedValue { state in
-                    if let found = state.entries.first(where: matches) { return .success(found) }
-                    // Cancelled before it could wait (the limit passed meanwhile): the
-                    // cancellation handler found no waiter to resume, so it must not wait.
-                    if Task.isCancelled { return .failure(CancellationError()) }
-                    state.waiters.add(continuation, key: key)
-                    state.matchers[key] = matches
-                    return nil
+                var searched = 0
+                while true {
+                    let (unsearched, appended) = state.withLockedValue { state in
+                        (Array(state.entries.suffix(min(state.entries.count, state.appended - searched))), state.appended)
+                    }
+                    if let found = unsearched.first(where: matches) { return continuation.resume(returning: found) }
+                    searched = appended
+                    let registered: Result<Bool, any Error> = state.withLockedValue { state in
+                        guard state.appended == appended else { return .success(false) }
+                        // Cancelled before it could wait (the limit passed meanwhile): the
+                        // cancellation handler found no waiter to resume, so it must not wait.
+                        if Task.isCancelled { return .failure(CancellationError()) }
+                        state.waiters.add(continuation, key: key)
+                        state.matchers[key] = matches
+                        return .success(true)
+                    }
+                    switch registered {
+                    case .success(true): return
+                    case .success(false): continue
+                    case .failure(let error): return continuation.resume(throwing: error)
+                    }
                 }
-                if let found { continuation.resume(with: found) }
             }
         } onCancel: {
             let waiter = state.withLockedValue { state in
@@ -216,21 +233,26 @@ public final class ScriptJournal: Sendable {
     }
 
     /// Adds `entry`, letting the oldest go past the limits, and wakes the waits it matches.
+    /// The waits' predicates run after the lock is let go (a predicate may read the journal).
     func append(_ entry: Entry) {
-        let woken: [CheckedContinuation<Entry, any Error>] = state.withLockedValue { state in
+        let matchers = state.withLockedValue { state in
             state.entries.append(entry)
+            state.appended += 1
             state.bytes += entry.size
             while state.entries.count > maxEntries || (state.bytes > maxBytes && state.entries.count > 1) {
                 let old = state.entries.removeFirst()
                 state.bytes -= old.size
                 state.dropped += 1
             }
-            var woken: [CheckedContinuation<Entry, any Error>] = []
-            for (key, matches) in state.matchers where matches(entry) {
+            return state.matchers
+        }
+        let matching = matchers.filter { $0.value(entry) }.map(\.key)
+        guard !matching.isEmpty else { return }
+        let woken: [CheckedContinuation<Entry, any Error>] = state.withLockedValue { state in
+            matching.compactMap { key in
                 state.matchers[key] = nil
-                if let continuation = state.waiters.remove(key) { woken.append(continuation) }
+                return state.waiters.remove(key)
             }
-            return woken
         }
         for continuation in woken { continuation.resume(returning: entry) }
     }
