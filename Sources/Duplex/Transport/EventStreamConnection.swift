@@ -67,16 +67,20 @@ enum EventStreamConnection {
     /// HTTP/1 codec (which makes `Host` the `:authority`), so that the same response handler
     /// reads it. The response head must come within the connect timeout.
     private static func openHTTP2(endpoint: WebSocketRequest.Endpoint, request: Request, configuration: SSEConfiguration) async throws -> Opened {
-        let lease = try await HTTP2ClientPool.shared.lease(
-            endpoint: endpoint,
-            settings: configuration,
-            preference: configuration.httpVersion,
-            waterMark: .init(low: 32 * 1024, high: 64 * 1024),
-            forWebSockets: false
-        )
+        let leasing: @Sendable () async throws -> HTTP2ClientPool.Lease = {
+            try await HTTP2ClientPool.shared.lease(
+                endpoint: endpoint,
+                settings: configuration,
+                preference: configuration.httpVersion,
+                waterMark: .init(low: 32 * 1024, high: 64 * 1024),
+                forWebSockets: false
+            )
+        }
         let readTimeout = TimeAmount(configuration.readTimeout)
         let connectTimeout = TimeAmount(configuration.connectTimeout)
-        return try await lease.openStream { (channel, opened: EventLoopPromise<Opened>) in
+        // A request the server did not act on (refused, or crossed by GOAWAY) goes once more on
+        // a new connection.
+        return try await HTTP2ClientPool.shared.openStream(leasing: leasing) { (channel, opened: EventLoopPromise<Opened>) in
             let response = EventStreamResponseHandler(request: request, readTimeout: readTimeout, headPromise: channel.eventLoop.makePromise())
             let operations = channel.pipeline.syncOperations
             try operations.addHandler(HTTP2FramePayloadToHTTP1ClientCodec(httpProtocol: .https))

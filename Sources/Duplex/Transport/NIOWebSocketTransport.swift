@@ -100,40 +100,39 @@ struct NIOWebSocketTransport: WebSocketTransport {
         configuration: WebSocketConfiguration,
         delegate: any WebSocketTransportDelegate
     ) async throws -> any WebSocketTransportConnection {
-        let lease: HTTP2ClientPool.Lease
-        do {
-            lease = try await HTTP2ClientPool.shared.lease(
-                endpoint: endpoint,
-                settings: configuration,
-                preference: configuration.httpVersion,
-                waterMark: Self.waterMark(configuration),
-                forWebSockets: true
-            )
-        } catch let unavailable as HTTP2ClientConnection.Unavailable {
-            throw unavailable
-        } catch {
-            throw Self.describe(error, endpoint: endpoint)
+        let waterMark = Self.waterMark(configuration)
+        let leasing: @Sendable () async throws -> HTTP2ClientPool.Lease = {
+            do {
+                return try await HTTP2ClientPool.shared.lease(
+                    endpoint: endpoint, settings: configuration, preference: configuration.httpVersion, waterMark: waterMark, forWebSockets: true)
+            } catch let unavailable as HTTP2ClientConnection.Unavailable {
+                throw unavailable
+            } catch {
+                throw Self.describe(error, endpoint: endpoint)
+            }
         }
         let head = Self.connectRequest(request: request, endpoint: endpoint, configuration: configuration)
         do {
-            return try await openWebSocketStream(on: lease, head: head, request: request, configuration: configuration, delegate: delegate)
+            return try await openWebSocketStream(leasing: leasing, head: head, request: request, configuration: configuration, delegate: delegate)
+        } catch let unavailable as HTTP2ClientConnection.Unavailable {
+            throw unavailable
         } catch {
-            // A stream the connection could not open (GOAWAY came first, say) fails as a
-            // connection that could not be made.
+            // A stream the connection could not open fails as a connection that could not be
+            // made (one the server did not act on was tried on a new connection first).
             throw Self.describe(error, endpoint: endpoint)
         }
     }
 
-    /// The WebSocket's stream on `lease`'s connection: the CONNECT, and the socket once the
-    /// server answered 200.
+    /// The WebSocket's stream on a connection `leasing` gives: the CONNECT, and the socket once
+    /// the server answered 200.
     private func openWebSocketStream(
-        on lease: HTTP2ClientPool.Lease,
+        leasing: @escaping @Sendable () async throws -> HTTP2ClientPool.Lease,
         head: HTTPRequest,
         request: WebSocketRequest,
         configuration: WebSocketConfiguration,
         delegate: any WebSocketTransportDelegate
     ) async throws -> NIOWebSocketConnection {
-        try await lease.openStream { (channel, opened: EventLoopPromise<NIOWebSocketConnection>) in
+        try await HTTP2ClientPool.shared.openStream(leasing: leasing) { (channel, opened: EventLoopPromise<NIOWebSocketConnection>) in
             let response = channel.eventLoop.makePromise(of: HTTPResponse.self)
             let handshake = HTTP2WebSocketHandshake(request: head, timeout: TimeAmount(configuration.connectTimeout), response: response)
             try channel.pipeline.syncOperations.addHandler(HTTP2FramePayloadToHTTPClientCodec())

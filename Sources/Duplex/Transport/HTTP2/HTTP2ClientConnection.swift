@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP2
 
@@ -10,6 +11,26 @@ struct HTTP2ClientConnection: Sendable {
     let extendedConnect: Bool
     /// Succeeds when the server sends GOAWAY.
     let goAway: EventLoopFuture<Void>
+    /// The last stream the server's GOAWAY said it would process (the lowest, if it sent more
+    /// than one); nil before any.
+    let lastProcessed: NIOLockedValueBox<HTTP2StreamID?>
+
+    /// Whether a stream that failed with `error` was never acted on by the server, so that its
+    /// request may be sent again on another connection (RFC 9113 section 8.7): it was refused
+    /// (`REFUSED_STREAM`), its number is above the last one a GOAWAY promised to process, or it
+    /// was opened after the GOAWAY arrived.
+    func didNotProcess(_ error: any Error) -> Bool {
+        switch error {
+        case is NIOHTTP2Errors.CreatedStreamAfterGoaway:
+            return true
+        case let closed as NIOHTTP2Errors.StreamClosed:
+            if closed.errorCode == .refusedStream { return true }
+            guard let last = lastProcessed.withLockedValue({ $0 }) else { return false }
+            return closed.streamID > last
+        default:
+            return false
+        }
+    }
 
     /// What stops a connection from being used over HTTP/2.
     struct Unavailable: Error {
@@ -43,12 +64,14 @@ struct HTTP2ClientConnection: Sendable {
         }
         try operations.addHandler(monitor)
         let goAway = monitor.goAway.futureResult
+        let lastProcessed = monitor.lastProcessed
         return monitor.settings.futureResult.map { settings in
             HTTP2ClientConnection(
                 channel: channel,
                 multiplexer: multiplexer,
                 extendedConnect: settings.contains(HTTP2Setting(parameter: .enableConnectProtocol, value: 1)),
-                goAway: goAway
+                goAway: goAway,
+                lastProcessed: lastProcessed
             )
         }
     }
@@ -60,6 +83,7 @@ private final class HTTP2ClientMonitor: ChannelInboundHandler {
 
     let settings: EventLoopPromise<HTTP2Settings>
     let goAway: EventLoopPromise<Void>
+    let lastProcessed = NIOLockedValueBox<HTTP2StreamID?>(nil)
 
     init(eventLoop: any EventLoop) {
         settings = eventLoop.makePromise()
@@ -69,7 +93,9 @@ private final class HTTP2ClientMonitor: ChannelInboundHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data).payload {
         case .settings(.settings(let values)): settings.succeed(values)
-        case .goAway: goAway.succeed()
+        case .goAway(let last, _, _):
+            lastProcessed.withLockedValue { $0 = min($0 ?? last, last) }
+            goAway.succeed()
         default: break
         }
         context.fireChannelRead(data)

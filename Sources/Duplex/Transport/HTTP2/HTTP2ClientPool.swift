@@ -96,6 +96,23 @@ final class HTTP2ClientPool: Sendable {
         }
     }
 
+    /// Opens a stream, as ``Lease/openStream(_:)`` does, on a connection `leasing` gives. A
+    /// stream the server did not act on (``HTTP2ClientConnection/didNotProcess(_:)``: refused,
+    /// or crossed by a GOAWAY) is opened once more on a new connection, its old one retired
+    /// first: a request never sent twice to a server that acted on it.
+    func openStream<Output: Sendable>(
+        leasing: @Sendable () async throws -> Lease,
+        _ configure: @escaping @Sendable (_ stream: any Channel, _ opened: EventLoopPromise<Output>) throws -> Void
+    ) async throws -> Output {
+        let lease = try await leasing()
+        do {
+            return try await lease.openStream(configure)
+        } catch where lease.connection.didNotProcess(error) {
+            retire(lease.id)
+            return try await leasing().openStream(configure)
+        }
+    }
+
     /// A lease on `key`'s connection, opened with `open` when there is none to share.
     /// - Throws: what `open` threw.
     func lease(_ key: Key, open: @escaping @Sendable () async throws -> HTTP2ClientConnection) async throws -> Lease {
