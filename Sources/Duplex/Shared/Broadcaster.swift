@@ -44,11 +44,13 @@ package final class Broadcaster<Element: Sendable>: Sendable {
         /// Called once every consumer waits for its next element (``whenIdle(_:)``). One at a
         /// time: a newer one supersedes it, so that a stream nobody reads cannot collect them.
         var idleWatcher: (@Sendable () -> Void)?
+        /// The watcher no longer waits for streams that were never read (``stopWaitingForUnread()``).
+        var unreadAreIdle = false
 
         /// Every consumer has taken all it was given and waits for more (or none is left):
-        /// whatever it did with the last element is done. A stream that was never read has no
-        /// one to wait for.
-        var isIdle: Bool { finished || consumers.values.allSatisfy { $0.waiter != nil || !$0.read } }
+        /// whatever it did with the last element is done. Once ``unreadAreIdle``, a stream that
+        /// was never read is not waited for.
+        var isIdle: Bool { finished || consumers.values.allSatisfy { $0.waiter != nil || (unreadAreIdle && !$0.read) } }
 
         /// The idle watchers to call (outside the lock), when idle now.
         mutating func takeIdleWatchers() -> [@Sendable () -> Void] {
@@ -211,20 +213,32 @@ package final class Broadcaster<Element: Sendable>: Sendable {
 
     /// Calls `body` (at once, or later outside every lock) once every consumer has taken all it
     /// was given and waits for its next element, or the stream finished: what the consumers did
-    /// with the elements so far is done. A stream that was made but never read is not waited
-    /// for; a consumer that read and stopped keeps it waiting: the caller bounds the wait.
+    /// with the elements so far is done. A consumer that stops reading keeps it waiting: the
+    /// caller bounds the wait, and may stop waiting for streams never read sooner
+    /// (``stopWaitingForUnread()``).
     ///
     /// One watcher waits at a time. A newer one supersedes it, and the superseded one is called at
     /// once (its caller has bounded its wait and goes on): so a stream that is kept but never read
     /// holds one closure, however many waits were asked of it.
     package func whenIdle(_ body: @escaping @Sendable () -> Void) {
         let (now, superseded) = state.withLockedValue { state -> (Bool, (@Sendable () -> Void)?) in
+            state.unreadAreIdle = false
             if state.isIdle { return (true, nil) }
             defer { state.idleWatcher = body }
             return (false, state.idleWatcher)
         }
         superseded?()
         if now { body() }
+    }
+
+    /// The ``whenIdle(_:)`` watcher stops waiting for streams that were made but never read
+    /// (asked for, and not iterated yet): it is called now if only those keep it waiting.
+    package func stopWaitingForUnread() {
+        let watchers = state.withLockedValue { state in
+            state.unreadAreIdle = true
+            return state.takeIdleWatchers()
+        }
+        for watcher in watchers { watcher() }
     }
 
     /// Whether a ``whenIdle(_:)`` watcher waits (for tests).

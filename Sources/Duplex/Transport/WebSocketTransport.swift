@@ -72,7 +72,7 @@ public protocol WebSocketTransportDelegate: AnyObject, Sendable {
     func transportDidDrain()
     /// The peer broke the protocol: the transport reads no more, and fails the connection once
     /// `proceed` is called, which the delegate does when what it was given before has been
-    /// handled (every reader came back for more; a stream never read is not waited for), so that the application's answers to those
+    /// handled (every reader came back for more; a stream never read, for 50 ms at most), so that the application's answers to those
     /// messages go out before the close frame. The transport bounds the wait with its close
     /// timeout. By default, at once.
     func transportWillFail(_ proceed: @escaping @Sendable () -> Void)

@@ -444,8 +444,14 @@ final class WebSocketCore: LifecycleRunner {
         events.yield(.message(message))
     }
 
+    /// How long a protocol error waits for a stream that was asked for but never read to start
+    /// reading (its reader may be about to iterate it, right after `connect()` returned).
+    static let unreadGrace = Duration.milliseconds(50)
+
     /// Calls `proceed` once every reader of ``events``, ``messages`` and ``reports`` has handled
-    /// what it was given (each came back for more), or the stream finished.
+    /// what it was given (each came back for more), or the stream finished. A stream never read
+    /// is waited for only ``unreadGrace``: one the app asked for and does not read holds nothing
+    /// back for longer.
     func whenDeliveredHandled(_ proceed: @escaping @Sendable () -> Void) {
         let remaining = NIOLockedValueBox(3)
         let one: @Sendable () -> Void = {
@@ -459,6 +465,13 @@ final class WebSocketCore: LifecycleRunner {
         events.whenIdle(one)
         messages.whenIdle(one)
         reports.whenIdle(one)
+        // Real time, as the close timeout that bounds the whole wait is: a bound on the app.
+        Task { [events, messages, reports] in
+            try? await Task.sleep(for: Self.unreadGrace)
+            events.stopWaitingForUnread()
+            messages.stopWaitingForUnread()
+            reports.stopWaitingForUnread()
+        }
     }
 
     /// The connection of `generation` proved itself (for a client whose policy says when:

@@ -105,15 +105,22 @@ struct BroadcasterTests {
         #expect(called.withLockedValue { $0 } == 1000)
     }
 
-    @Test("a stream made but never read is not waited for: the broadcaster is idle at once, whatever it holds")
-    func neverReadIsIdle() {
+    @Test("a stream made but never read keeps the watcher waiting until told to stop waiting for unread streams; one that reads still does")
+    func neverReadIsIdleWhenTold() {
         let broadcaster = Broadcaster<Int>(limit: 100, label: "numbers", logger: Logger(label: "test"))
         let unread = broadcaster.makeStream()
         broadcaster.yield(1)
-        let called = NIOLockedValueBox(false)
-        broadcaster.whenIdle { called.withLockedValue { $0 = true } }
-        #expect(called.withLockedValue { $0 }, "no one reads the stream: nothing to wait for")
+        let called = NIOLockedValueBox(0)
+        broadcaster.whenIdle { called.withLockedValue { $0 += 1 } }
+        #expect(called.withLockedValue { $0 } == 0, "a stream asked for may be about to be read")
+        broadcaster.stopWaitingForUnread()
+        #expect(called.withLockedValue { $0 } == 1, "no one read it: nothing to wait for")
         #expect(!broadcaster.hasIdleWatcher)
+        // A new wait waits for the unread stream again, until told.
+        broadcaster.whenIdle { called.withLockedValue { $0 += 1 } }
+        #expect(called.withLockedValue { $0 } == 1)
+        broadcaster.stopWaitingForUnread()
+        #expect(called.withLockedValue { $0 } == 2)
         _ = unread
     }
 

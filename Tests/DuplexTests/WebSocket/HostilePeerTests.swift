@@ -76,22 +76,28 @@ struct HostilePeerTests {
             }
             let socket = WebSocket(url: URL(string: "ws://127.0.0.1:\(peer.port)/")!)
             let events = socket.events
-            try await socket.connect()
-            var received: [String] = []
-            var failure: WebSocketError?
-            loop: for await event in events {
-                switch event {
-                case .message(let message):
-                    received.append(message.text ?? "")
-                    try? await socket.send(message)
-                case .error(let error):
-                    failure = error
-                case .disconnected:
-                    break loop
-                case .connected:
-                    continue
+            // Reading before the connection opens: a stream not read yet is waited for only
+            // briefly, and the peer sends its frames at once.
+            let reading = Task {
+                var received: [String] = []
+                var failure: WebSocketError?
+                loop: for await event in events {
+                    switch event {
+                    case .message(let message):
+                        received.append(message.text ?? "")
+                        try? await socket.send(message)
+                    case .error(let error):
+                        failure = error
+                    case .disconnected:
+                        break loop
+                    case .connected:
+                        continue
+                    }
                 }
+                return (received, failure)
             }
+            try await socket.connect()
+            let (received, failure) = await reading.value
             #expect(received == ["hello"], "nothing after the bad frame is delivered")
             #expect(failure?.code == .protocolViolation && failure?.closeCode == .protocolError)
             await peer.waitForTexts(1)
