@@ -12,7 +12,9 @@ struct ScriptJournalTests {
         ScriptJournal.Entry(connection: connection, path: "/x", direction: .in, kind: kind, data: data)
     }
 
-    @Test("a predicate that reads the journal does not deadlock: on an entry already there, on one appended later, and on one appended while the wait registers")
+    @Test(
+        "a predicate that reads the journal does not deadlock: on an entry already there, on one appended later, and on one appended while the wait registers"
+    )
     func predicateReadsTheJournal() async throws {
         let journal = ScriptJournal()
         journal.append(Self.entry(1))
