@@ -107,7 +107,7 @@ final class HTTP2ClientPool: Sendable {
         let lease = try await leasing()
         do {
             return try await lease.openStream(configure)
-        } catch  where lease.connection.didNotProcess(error) {
+        } catch let error where lease.connection.didNotProcess(error) {
             retire(lease.id)
             return try await leasing().openStream(configure)
         }
