@@ -29,7 +29,7 @@ final class ConnectionDelegate: WebSocketTransportDelegate {
 
     func transportWillFail(_ proceed: @escaping @Sendable () -> Void) {
         guard let core else { return proceed() }
-        core.whenDeliveredHandled(proceed)
+        core.whenDeliveredHandled(generation: generation, proceed)
     }
 
     func transportDidClose(code: WebSocketCloseCode?, reason: String, error: WebSocketError?, unwrittenMessages: Int) {

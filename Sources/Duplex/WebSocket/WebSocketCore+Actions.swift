@@ -30,10 +30,17 @@ extension WebSocketCore {
                 if state.connection?.connection.write(message) == true { state.aboveHighWatermark = true }
             }
         case .deliverHeld(let generation):
-            guard state.early.generation == generation else { break }
-            let held = state.early.messages
-            state.early = (0, [])
-            for message in held { deliver(message, generation: generation, in: &state) }
+            if state.early.generation == generation {
+                let held = state.early.messages
+                state.early = (0, [])
+                for message in held { deliver(message, generation: generation, in: &state) }
+            }
+            // A protocol error that came before the opening was processed waits for the readers
+            // of what was just delivered.
+            if let waiting = state.failureWaiting, waiting.generation == generation {
+                state.failureWaiting = nil
+                state.afterUnlock.append { [self] in whenReadersCameBack(waiting.proceed) }
+            }
         case .startPinging:
             startPinging(in: &state)
         case .stopPinging:

@@ -38,6 +38,10 @@ final class WebSocketCore: LifecycleRunner {
         var negotiatedProtocol: String?
         /// Messages that arrived before their connection's opening was processed.
         var early: (generation: UInt64, messages: [WebSocketMessage]) = (0, [])
+        /// A protocol error on a connection whose opening is not processed yet: its wait for the
+        /// readers (``whenDeliveredHandled(generation:_:)``) starts once the held messages are
+        /// delivered.
+        var failureWaiting: (generation: UInt64, proceed: @Sendable () -> Void)?
         var connectWaiters = Waiters<Void>()
         var disconnectWaiters = Waiters<Void>()
         /// The attempt under way, the retry timer, and the keep-alive pings: each cancelled by the
@@ -449,10 +453,22 @@ final class WebSocketCore: LifecycleRunner {
     static let unreadGrace = Duration.milliseconds(50)
 
     /// Calls `proceed` once every reader of ``events``, ``messages`` and ``reports`` has handled
-    /// what it was given (each came back for more), or the stream finished. A stream never read
-    /// is waited for only ``unreadGrace``: one the app asked for and does not read holds nothing
-    /// back for longer.
-    func whenDeliveredHandled(_ proceed: @escaping @Sendable () -> Void) {
+    /// what the connection of `generation` gave it (each came back for more), or the stream
+    /// finished: its messages held back until its opening is processed are delivered first. A
+    /// stream never read is waited for only ``unreadGrace``: one the app asked for and does not
+    /// read holds nothing back for longer.
+    func whenDeliveredHandled(generation: UInt64, _ proceed: @escaping @Sendable () -> Void) {
+        let now = state.locked { state -> Bool in
+            guard state.lifecycle.received(generation: generation) == .holdBack else { return true }
+            state.failureWaiting = (generation, proceed)
+            return false
+        }
+        if now { whenReadersCameBack(proceed) }
+    }
+
+    /// Calls `proceed` once every reader came back for more (a stream never read: after
+    /// ``unreadGrace``).
+    func whenReadersCameBack(_ proceed: @escaping @Sendable () -> Void) {
         let remaining = NIOLockedValueBox(3)
         let one: @Sendable () -> Void = {
             if remaining.withLockedValue({ count in
