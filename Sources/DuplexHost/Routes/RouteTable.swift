@@ -2,10 +2,10 @@ package import HTTPTypes
 package import Hummingbird
 
 /// Every route a server serves, in one table: each entry a method, a path pattern and the service
-/// that answers it. It is the one place a path is matched to what serves it: WebSocket upgrades
-/// and SSE streams (over HTTP/1.1 and HTTP/2) are matched here, on the connection's event loop,
-/// and every other request through the Hummingbird router the table builds from the same
-/// entries.
+/// that answers it. It is the one place a path is matched to what serves it, by one matcher
+/// (``RoutePattern``): WebSocket upgrades and SSE streams (over HTTP/1.1 and HTTP/2) are matched
+/// here on the connection's event loop, and every other request is too, handed over by the
+/// Hummingbird router the table builds (``router(middleware:)``), which matches nothing itself.
 ///
 /// A server's table is made of route sets added in order (`DuplexServer.makeRouteTable()`):
 /// the built-in routes, a replayed cassette's, a recording server's. An entry whose method and
@@ -134,22 +134,61 @@ package struct RouteTable: Sendable {
         return routes.contains { $0.servedWhileRefusing && $0.pattern.match(path) != nil }
     }
 
-    /// Hummingbird's router for every plain request: each route at its method and pattern, a
-    /// WebSocket route's `plain` handler for its `GET`, behind `middleware`. Stream routes are
-    /// not in it: their requests never reach it.
-    package func router(middleware: some RouterMiddleware<DuplexRequestContext>) -> Router<DuplexRequestContext> {
-        let router = Router(context: DuplexRequestContext.self)
-        router.add(middleware: middleware)
-        for route in routes {
+    /// The plain route for a request (not a stream route: their requests never come here):
+    /// the most specific whose method and pattern match `path`, with what its pattern captured.
+    package func plain(_ method: HTTPRequest.Method, _ path: some StringProtocol) -> (route: Route, handler: Handler, captures: [String: String])? {
+        var best: (route: Route, handler: Handler, captures: [String: String])?
+        for route in routes where route.method == method {
             let handler: Handler
             switch route.service {
             case .http(let plain), .webSocket(_, let plain): handler = plain
             case .stream: continue
             }
-            router.on(RouterPath(route.pattern.description), method: route.method) { request, context -> Response in
-                try await handler(request, context)
+            guard let captures = route.pattern.match(path) else { continue }
+            if let current = best, !route.pattern.isMoreSpecific(than: current.route.pattern) { continue }
+            best = (route, handler, captures)
+        }
+        return best
+    }
+
+    /// Hummingbird's router for every plain request, behind `middleware`. It matches nothing
+    /// itself: every path at every method the table serves goes to one responder, and the
+    /// table's own matcher (``plain(_:_:)``, as for upgrades and streams) picks the route. The
+    /// route's pattern is the request's endpoint path (for a span's `http.route`), and its
+    /// captures the context's parameters; a path no route matches is 404.
+    package func router(middleware: some RouterMiddleware<DuplexRequestContext>) -> Router<DuplexRequestContext> {
+        let router = Router(context: DuplexRequestContext.self)
+        router.add(middleware: middleware)
+        let table = self
+        var methods: [HTTPRequest.Method] = []
+        for route in routes where !methods.contains(route.method) {
+            if case .stream = route.service { continue }
+            methods.append(route.method)
+        }
+        for method in methods {
+            for path in ["/", "/**"] {
+                router.on(RouterPath(path), method: method) { request, context -> Response in
+                    try await table.respond(to: request, context: context)
+                }
             }
         }
         return router
+    }
+
+    /// Answers a plain request with the route ``plain(_:_:)`` picks.
+    func respond(to request: Request, context: DuplexRequestContext) async throws -> Response {
+        guard let found = plain(request.method, request.uri.path) else {
+            // As Hummingbird names a request no route matches.
+            context.coreContext.endpointPath.value = "NotFound"
+            throw HTTPError(.notFound)
+        }
+        var context = context
+        context.coreContext.endpointPath.value = found.route.pattern.description
+        var parameters = Parameters()
+        for (name, value) in found.captures.sorted(by: { $0.key < $1.key }) {
+            parameters.append(key: Substring(name), value: Substring(value))
+        }
+        context.coreContext.parameters = parameters
+        return try await found.handler(request, context)
     }
 }

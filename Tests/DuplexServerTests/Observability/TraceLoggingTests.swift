@@ -111,7 +111,7 @@ struct TraceLoggingTests {
                 #expect(health.attributes["http.route"]?.toSpanAttribute() == "/health")
                 #expect(health.attributes["http.response.status_code"]?.toSpanAttribute() == 200)
                 #expect(health.attributes["url.query"] == nil, "the query can carry a token: not recorded")
-                // NotFound: Hummingbird's name for a path no route matches.
+                // NotFound: the name of a path no route matches, as Hummingbird gives it.
                 let missing = try #require(
                     tracer.finishedSpans.first { $0.operationName == "NotFound" }, "\(tracer.finishedSpans.map(\.operationName))")
                 #expect(missing.attributes["http.response.status_code"]?.toSpanAttribute() == 404)

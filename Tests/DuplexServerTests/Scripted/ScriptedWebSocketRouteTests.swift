@@ -100,6 +100,30 @@ struct ScriptedWebSocketRouteTests {
         }
     }
 
+    @Test("a script's * is one segment, as docs/scripts.md says: /feed/* serves /feed/x and /feed/abc, not /feed/a/b; /feed/*/deep serves /feed/x/deep")
+    func wildcardRoutes() async throws {
+        let routes = try ScriptFile.routes(
+            from: Data(
+                #"{"routes": [{"path": "/feed/*", "websocket": {"onConnect": [{"send": "one"}]}}, {"path": "/feed/*/deep", "websocket": {"onConnect": [{"send": "deep"}]}}]}"#
+                    .utf8))
+        try await withTimeout {
+            try await withDuplexServer(routes: routes) { server in
+                for (path, expected) in [("/feed/x", "one"), ("/feed/abc", "one"), ("/feed/x/deep", "deep")] {
+                    try await TestWebSocket.with(port: server.port, path: path) { socket in
+                        #expect(socket.status == 101, "\(path)")
+                        let text = try await socket.receiveText()
+                        #expect(text == expected, "\(path)")
+                    }
+                }
+                for path in ["/feed/a/b", "/feed"] {
+                    try await TestWebSocket.with(port: server.port, path: path) { socket in
+                        #expect(socket.status == 400, "\(path): no route")
+                    }
+                }
+            }
+        }
+    }
+
     @Test("a refusal over HTTP/1.1 without an upgrade is 426; a route's handler refuses with any status")
     func handlerRefuses() async throws {
         let route = ScriptedRoute.webSocket(
