@@ -121,7 +121,8 @@ struct RoutePatternTests {
             }
             let responder = router.buildResponder()
             for path in Self.paths {
-                let request = Request(head: HTTPRequest(method: .get, scheme: "http", authority: "localhost", path: path), body: .init(buffer: .init()))
+                let request = Request(
+                    head: HTTPRequest(method: .get, scheme: "http", authority: "localhost", path: path), body: .init(buffer: .init()))
                 let context = BasicRequestContext(source: ApplicationRequestContextSource(channel: EmbeddedChannel(), logger: Logger(label: "test")))
                 let theirs: String?
                 do {

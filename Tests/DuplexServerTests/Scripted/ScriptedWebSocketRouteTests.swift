@@ -100,7 +100,8 @@ struct ScriptedWebSocketRouteTests {
         }
     }
 
-    @Test("a script's * is one segment, as docs/scripts.md says: /feed/* serves /feed/x and /feed/abc, not /feed/a/b; /feed/*/deep serves /feed/x/deep")
+    @Test(
+        "a script's * is one segment, as docs/scripts.md says: /feed/* serves /feed/x and /feed/abc, not /feed/a/b; /feed/*/deep serves /feed/x/deep")
     func wildcardRoutes() async throws {
         let routes = try ScriptFile.routes(
             from: Data(
