@@ -26,7 +26,9 @@ let package = Package(
         .executable(name: "duplex", targets: ["duplex"]),
     ],
     dependencies: [
-        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        // Without its default traits, which bring swift-configuration (47 files) into every
+        // build of a package that uses Duplex; hummingbird-websocket asks for none either.
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1", traits: []),
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         // The server's HTTP/1.1 and WebSocket upgrade pipeline (HTTP types over NIOHTTP1).

@@ -19,7 +19,7 @@ let package = Package(
     platforms: [.macOS(.v14)],
     dependencies: [
         .package(path: ".."),
-        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1", traits: []),
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
         // swift-websocket's WSClient, a peer of the Duplex client.
         .package(url: "https://github.com/hummingbird-project/swift-websocket.git", from: "1.6.2"),
