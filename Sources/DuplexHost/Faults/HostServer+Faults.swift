@@ -84,57 +84,48 @@ extension HostServer {
     /// Each answers `{"affected":N}` (how many connections it reached), or 400 with the reason.
     /// They are served while the server refuses requests (`refuse`), so a script can lift it.
     package func chaosRoutes(enabled: Bool, routeNames: [String]) -> [RouteTable.Route] {
-        let routes: [RouteTable.Route] = [
-            .post("/_chaos/drop") { request, context in
-                self.chaos(enabled, routeNames, request, context) { (scope, _) throws(ChaosError) in self.dropConnections(scope) }
-            },
-            .post("/_chaos/close") { request, context in
-                self.chaos(enabled, routeNames, request, context) { (scope, query) throws(ChaosError) in
-                    guard let text = query["code"], let number = UInt16(text), WebSocketCloseCode(number).isSendable else {
-                        throw ChaosError("code must be a close code that may be sent (1000-1003, 1007-1014, 3000-4999)")
-                    }
-                    let reason = query["reason"] ?? ""
-                    guard reason.utf8.count <= Self.maxCloseReasonBytes else {
-                        throw ChaosError(
-                            "reason is \(reason.utf8.count) bytes; a close frame holds at most \(Self.maxCloseReasonBytes) bytes of reason")
-                    }
-                    return self.closeConnections(scope, code: WebSocketCloseCode(number), reason: reason)
+        ChaosFault.allCases.map { fault in
+            RouteTable.Route.post(fault.path) { request, context in
+                self.chaos(enabled, routeNames, fault, request, context) { (scope, query) throws(ChaosError) in
+                    try self.inject(fault, scope, query)
                 }
-            },
-            .post("/_chaos/stall") { request, context in
-                self.chaos(enabled, routeNames, request, context) { (scope, query) throws(ChaosError) in
-                    self.stallConnections(scope, for: .milliseconds(try Self.milliseconds(query)))
-                }
-            },
-            .post("/_chaos/path-switch") { request, context in
-                self.chaos(enabled, routeNames, request, context) { (scope, _) throws(ChaosError) in self.switchPath(scope) }
-            },
-            .post("/_chaos/end-sse") { request, context in
-                self.chaos(enabled, routeNames, request, context) { (scope, _) throws(ChaosError) in self.endEventStreams(scope) }
-            },
-            .post("/_chaos/restart") { request, context in
-                // The restart is queued; a graceful shutdown lets this answer finish first.
-                self.chaos(enabled, routeNames, request, context) { (_, query) throws(ChaosError) in
-                    let downtime = Duration.milliseconds(try Self.milliseconds(query))
-                    let affected = self.connections.count
-                    self.restart(downFor: downtime, amnesia: ["1", "true"].contains(query["amnesia"] ?? ""))
-                    return affected
-                }
-            },
-            .post("/_chaos/goaway") { request, context in
-                self.chaos(enabled, routeNames, request, context) { (scope, _) throws(ChaosError) in
-                    guard scope == .all else { throw ChaosError("goaway takes no route or room: it is sent to every HTTP/2 connection") }
-                    return self.http2Connections.goAway()
-                }
-            },
-            .post("/_chaos/refuse") { request, context in
-                self.chaos(enabled, routeNames, request, context) { (_, query) throws(ChaosError) in
-                    self.refusal.refuse(for: .milliseconds(try Self.milliseconds(query)))
-                    return 0
-                }
-            },
-        ]
-        return routes.map { $0.servedWhileRefusing() }
+            }.servedWhileRefusing()
+        }
+    }
+
+    /// Carries out `fault` on `scope` as its query says; how many connections it reached.
+    private func inject(_ fault: ChaosFault, _ scope: ConnectionScope, _ query: [String: String]) throws(ChaosError) -> Int {
+        switch fault {
+        case .drop:
+            return dropConnections(scope)
+        case .close:
+            guard let text = query["code"], let number = UInt16(text), WebSocketCloseCode(number).isSendable else {
+                throw ChaosError("code must be a close code that may be sent (1000-1003, 1007-1014, 3000-4999)")
+            }
+            let reason = query["reason"] ?? ""
+            guard reason.utf8.count <= Self.maxCloseReasonBytes else {
+                throw ChaosError("reason is \(reason.utf8.count) bytes; a close frame holds at most \(Self.maxCloseReasonBytes) bytes of reason")
+            }
+            return closeConnections(scope, code: WebSocketCloseCode(number), reason: reason)
+        case .stall:
+            return stallConnections(scope, for: .milliseconds(try Self.milliseconds(query)))
+        case .pathSwitch:
+            return switchPath(scope)
+        case .endSSE:
+            return endEventStreams(scope)
+        case .refuse:
+            refusal.refuse(for: .milliseconds(try Self.milliseconds(query)))
+            return 0
+        case .restart:
+            // The restart is queued; a graceful shutdown lets this answer finish first.
+            let downtime = Duration.milliseconds(try Self.milliseconds(query))
+            let affected = connections.count
+            restart(downFor: downtime, amnesia: ["1", "true"].contains(query["amnesia"] ?? ""))
+            return affected
+        case .goaway:
+            guard scope == .all else { throw ChaosError("goaway takes no route or room: it is sent to every HTTP/2 connection") }
+            return http2Connections.goAway()
+        }
     }
 
     private struct ChaosError: Error {
@@ -152,6 +143,7 @@ extension HostServer {
     private func chaos(
         _ enabled: Bool,
         _ routeNames: [String],
+        _ fault: ChaosFault,
         _ request: Request,
         _ context: DuplexRequestContext,
         _ apply: (ConnectionScope, [String: String]) throws(ChaosError) -> Int
@@ -177,7 +169,7 @@ extension HostServer {
         }
         do {
             let affected = try apply(scope, query)
-            metrics.injected(String(request.uri.path.split(separator: "/").last ?? ""))
+            metrics.injected(fault)
             logger.notice("chaos", metadata: ["path": "\(request.uri.path)", "affected": "\(affected)"])
             return Response.json(status: .ok, #"{"affected":\#(affected)}"#)
         } catch {

@@ -22,8 +22,6 @@ package final class ServerMetrics: Sendable {
     static let closeCodes: [UInt16] = [1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014]
     /// The HTTP statuses of refusals counted by value; others count as `other`.
     static let refusalStatuses = [400, 408, 414, 426, 431, 503]
-    /// The faults the chaos routes inject.
-    package static let faults = ["drop", "close", "stall", "end-sse", "refuse", "restart", "goaway"]
 
     /// One route's counters. A class: a connection keeps one reference to its route's, 8 bytes.
     package final class Route: Sendable {
@@ -109,7 +107,7 @@ package final class ServerMetrics: Sendable {
     private let otherCloseCodeSent: Counter
     private let refusals: [Int: Counter]
     private let otherRefusal: Counter
-    private let faultsInjected: [String: Counter]
+    private let faultsInjected: [ChaosFault: Counter]
     private let slowConsumersCut: Counter
     private let closeCodesReceivedByCode: [UInt16: Counter]
     private let otherCloseCodeReceived: Counter
@@ -178,8 +176,8 @@ package final class ServerMetrics: Sendable {
         refusals = Dictionary(uniqueKeysWithValues: Self.refusalStatuses.map { ($0, refusal(String($0))) })
         otherRefusal = refusal("other")
         faultsInjected = Dictionary(
-            uniqueKeysWithValues: Self.faults.map {
-                ($0, Counter(label: "duplex_faults_injected_total", dimensions: [("fault", $0)], factory: factory))
+            uniqueKeysWithValues: ChaosFault.allCases.map {
+                ($0, Counter(label: "duplex_faults_injected_total", dimensions: [("fault", $0.rawValue)], factory: factory))
             }
         )
         slowConsumersCut = Counter(label: "duplex_slow_consumers_cut_total", factory: factory)
@@ -238,8 +236,8 @@ package final class ServerMetrics: Sendable {
         (refusals[status] ?? otherRefusal).increment()
     }
 
-    /// A chaos route injected `fault` (one of ``faults``).
-    package func injected(_ fault: String) {
+    /// A chaos route injected `fault`.
+    package func injected(_ fault: ChaosFault) {
         faultsInjected[fault]?.increment()
     }
 

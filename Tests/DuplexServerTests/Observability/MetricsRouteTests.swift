@@ -179,7 +179,12 @@ struct MetricsRouteTests {
                     #expect(status == 200)
                     #expect(try await echo.receiveClose().code == 4321)
                 }
+                let (switched, _) = try await TestHTTPResponse.get(port: server.port, "/_chaos/path-switch", method: .POST) {
+                    ($0.status, try await $0.readBody())
+                }
+                #expect(switched == 200)
                 let scrape = try await Self.scrape(server.port)
+                #expect(scrape[#"duplex_faults_injected_total{fault="path-switch"}"#] == 1, "every fault is counted, the path switch too")
                 #expect(scrape[#"duplex_http_refusals_total{status="426"}"#] == 1)
                 #expect(scrape[#"duplex_http_refusals_total{status="414"}"#] == 1)
                 #expect(scrape[#"duplex_faults_injected_total{fault="close"}"#] == 1)
