@@ -15,6 +15,9 @@ import NIOTLS
 /// - a request line over `DuplexServerConfiguration.maxRequestLineBytes` gets 414, a head over
 ///   `DuplexServerConfiguration.maxRequestHeadBytes` or with more than
 ///   `DuplexServerConfiguration.maxHeaderFields` fields gets 431;
+/// - a request line of another HTTP version than 1.0 or 1.1 (the HTTP/2 preface `PRI *
+///   HTTP/2.0` among them) gets 505; a request asking to upgrade to `h2c` is served as HTTP/1.1,
+///   its `Upgrade` and `HTTP2-Settings` fields left out;
 /// - a malformed WebSocket upgrade gets 400 (no or a bad `Sec-WebSocket-Key`, not GET, not
 ///   HTTP/1.1, no `Connection: Upgrade`) or 426 with `Sec-WebSocket-Version: 13` (another version),
 ///   as RFC 6455 sections 4.2.1 and 4.4 require;
@@ -150,7 +153,7 @@ package final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandl
                     answer(failure, context: context)
                     return
                 }
-                context.fireChannelRead(wrapInboundOut(context.channel.allocator.buffer(bytes: request.bytes)))
+                context.fireChannelRead(wrapInboundOut(context.channel.allocator.buffer(bytes: request.forwardedBytes)))
                 forwardedRequests += 1
                 if request.asksForWebSocket {
                     mode = .upgrading
@@ -237,6 +240,13 @@ package final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandl
     private func check(_ request: RequestHead) -> Failure? {
         guard request.isWellFormed else {
             return Failure(status: 400, reason: "Bad Request", message: "the request line is malformed")
+        }
+        // HTTP/1.0 and 1.1 only: the HTTP decoder would hold an HTTP/2 preface (`PRI *
+        // HTTP/2.0`, as `curl --http2-prior-knowledge` sends it) or another version unanswered.
+        guard request.version == "HTTP/1.1" || request.version == "HTTP/1.0" else {
+            return Failure(
+                status: 505, reason: "HTTP Version Not Supported",
+                message: "\(request.versionShown) is not spoken here: this listener speaks HTTP/1.1 (HTTP/2 needs TLS, chosen by ALPN)")
         }
 
         if refusal.refuses(request.path) {

@@ -39,6 +39,39 @@ struct RequestHead {
         }
     }
 
+    /// The version as the answer names it: the request line's when it looks like one
+    /// (`HTTP/2.0`), else a description (it is the peer's text).
+    var versionShown: String {
+        let shaped = version.count == 8 && version.hasPrefix("HTTP/") && version.dropFirst(5).allSatisfy { $0.isASCII && ($0.isNumber || $0 == ".") }
+        return shaped ? version : "this HTTP version"
+    }
+
+    /// What the HTTP decoder gets: the head as received, but a request to upgrade to `h2c`
+    /// (HTTP/2 over cleartext, RFC 7540 section 3.2, which RFC 9113 dropped) loses its `Upgrade`
+    /// and `HTTP2-Settings` fields, and its `Connection` field the tokens naming them, and is
+    /// served as HTTP/1.1, as the RFC lets a server do.
+    var forwardedBytes: [UInt8] {
+        guard !asksForWebSocket, tokens("upgrade").contains("h2c") else { return bytes }
+        var kept: [UInt8] = []
+        for line in bytes.split(separator: 0x0A, omittingEmptySubsequences: false).dropLast() {
+            let name = String(decoding: line.prefix { $0 != UInt8(ascii: ":") }, as: UTF8.self).trimmingCharacters(in: .whitespaces).lowercased()
+            switch name {
+            case "upgrade", "http2-settings":
+                continue
+            case "connection":
+                let value = String(decoding: line.drop { $0 != UInt8(ascii: ":") }.dropFirst(), as: UTF8.self)
+                let others = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+                    .filter { !["upgrade", "http2-settings"].contains($0.lowercased()) }
+                if others.isEmpty { continue }
+                kept += Array("Connection: \(others.joined(separator: ", "))\r\n".utf8)
+            default:
+                kept += line
+                kept.append(0x0A)
+            }
+        }
+        return kept
+    }
+
     /// The target's path, without its query.
     var path: String {
         String(target.prefix { $0 != "?" })

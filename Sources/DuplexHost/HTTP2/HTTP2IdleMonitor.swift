@@ -52,6 +52,17 @@ package final class HTTP2IdleMonitor: ChannelInboundHandler {
         context.fireUserInboundEventTriggered(event)
     }
 
+    /// swift-nio-http2 hit an error on the connection: on a connection error it has sent GOAWAY
+    /// and leaves the close to the application, which must not let the connection linger until
+    /// a timeout. The connection is closed once what was written is flushed (GOAWAY, or a stream
+    /// error's RST_STREAM), as swift-nio-http2's example server does.
+    package func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.flush()
+        let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
+        context.eventLoop.execute { loopBound.value.close(promise: nil) }
+        context.fireErrorCaught(error)
+    }
+
     /// The client opened `stream`, with this id: it is counted until its channel closes.
     package func opened(_ stream: any Channel, id: HTTP2StreamID) {
         openStreams += 1

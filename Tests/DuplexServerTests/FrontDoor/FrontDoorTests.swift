@@ -139,6 +139,27 @@ struct FrontDoorTests {
         }
     }
 
+    @Test("other HTTP versions are answered at once: the HTTP/2 preface and HTTP/3.0 get 505; a request to upgrade to h2c is served as HTTP/1.1")
+    func otherHTTPVersions() async throws {
+        try await withTimeout(.seconds(30)) {
+            try await withDuplexServer { server in
+                let start = ContinuousClock.now
+                let preface = try await Self.exchange(server.port, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+                #expect(preface.hasPrefix("HTTP/1.1 505 HTTP Version Not Supported"), "\(preface)")
+                #expect(preface.contains("HTTP/2.0 is not spoken here"), "\(preface)")
+                #expect(ContinuousClock.now - start < .seconds(5), "answered, not held until the request head timeout (10 s)")
+                let three = try await Self.exchange(server.port, "GET /health HTTP/3.0\r\nHost: 127.0.0.1\r\n\r\n")
+                #expect(three.hasPrefix("HTTP/1.1 505"), "\(three)")
+                let h2c = try await Self.exchange(
+                    server.port,
+                    "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade, HTTP2-Settings, close\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n"
+                )
+                #expect(h2c.hasPrefix("HTTP/1.1 200"), "served as HTTP/1.1: \(h2c)")
+                #expect(h2c.contains(#""status":"ok""#) || h2c.contains("ok"), "\(h2c)")
+            }
+        }
+    }
+
     @Test("a silent connection, headers never finished and a slowloris are closed at the request head timeout")
     func slowAndSilentPeers() async throws {
         try await withTimeout(.seconds(30)) {
