@@ -64,7 +64,7 @@ extension DuplexServer {
     /// The host's `/_chaos/` routes, on with ``DuplexServerConfiguration/chaos``, scoped by the
     /// built-in routes' names.
     var chaosRoutes: [RouteTable.Route] {
-        host.chaosRoutes(enabled: configuration.chaos, routeNames: ["echo", "chat", "events", "chat-events"])
+        host.chaosRoutes(enabled: configuration.chaos, routeNames: ["echo", "chat", "events", "chat-events"] + configuration.routes.map(\.path))
     }
 
     /// `GET /health`, `{"status":"ok","store":…}`, and `GET /metrics`.
@@ -114,7 +114,7 @@ extension DuplexServer {
                     }
                 }
             )
-            if case .webSocket(let handler) = echo.kind { return scriptedUpgrade(handler, request) }
+            if case .webSocket(let handler) = echo.kind { return scriptedUpgrade(handler, request, route: "echo") }
         }
         let requestHeaders = request.headers
         let headers = HostServer.selecting(from: HostServer.offeredSubprotocols(request), preferring: configuration.echoSubprotocols)

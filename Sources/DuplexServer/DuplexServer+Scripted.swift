@@ -14,12 +14,12 @@ extension DuplexServer {
             case .webSocket(let handler):
                 .webSocket(
                     route.path,
-                    upgrade: { request, _ in self.scriptedUpgrade(handler, request) },
+                    upgrade: { request, _ in self.scriptedUpgrade(handler, request, route: route.path) },
                     plain: { _, _ in self.host.upgradeRequired() }
                 )
             case .sse(let handler):
                 .stream(route.path, method: HTTPRequest.Method(route.method) ?? .get) { request in
-                    self.scriptedStream(handler, request)
+                    self.scriptedStream(handler, request, route: route.path)
                 }
             }
         }
@@ -115,7 +115,8 @@ extension DuplexServer {
     }
 
     /// A scripted WebSocket upgrade: refused as its handler decides, or served on the event loop.
-    func scriptedUpgrade(_ handler: WebSocketRouteHandler, _ request: Request) -> UpgradeAnswer {
+    /// `route` names it in metrics and traces: a scripted route's pattern, or `echo`.
+    func scriptedUpgrade(_ handler: WebSocketRouteHandler, _ request: Request, route: String) -> UpgradeAnswer {
         let offered = HostServer.offeredSubprotocols(request)
         var scripted = Self.scriptedRequest(request, subprotocols: offered)
         if let refusal = refusal(handler.accept(scripted), scripted) { return .refuse(refusal) }
@@ -133,16 +134,17 @@ extension DuplexServer {
                     answerPings: handler.answerPings,
                     eventLoop: channel.eventLoop
                 )
-                let trace = ConnectionTrace(request.headers, route: "scripted", tracer: self.host.activeTracer)
+                let trace = ConnectionTrace(request.headers, route: route, tracer: self.host.activeTracer)
                 try self.host.installEventLoopService(
-                    ScriptedWebSocketService(socket: socket, route: handler), on: channel, deflate: deflate, trace: trace)
+                    ScriptedWebSocketService(socket: socket, route: handler, name: route), on: channel, deflate: deflate, trace: trace)
             }
         )
     }
 
     /// A scripted SSE stream: the request's body (read within the message limit) given to its
-    /// handler, refused as the handler decides, or its script streamed.
-    func scriptedStream(_ handler: SSERouteHandler, _ stream: StreamRequest) -> StreamAnswer {
+    /// handler, refused as the handler decides, or its script streamed. `route` (its pattern)
+    /// names it in metrics and traces.
+    func scriptedStream(_ handler: SSERouteHandler, _ stream: StreamRequest, route: String) -> StreamAnswer {
         let request = stream.request
         var scripted = Self.scriptedRequest(request)
         if request.method != .get {
@@ -180,7 +182,7 @@ extension DuplexServer {
         let eventLoop = stream.eventLoop
         return .stream(
             EventStream(
-                route: "scripted",
+                route: route,
                 headers: request.headers,
                 tracer: host.activeTracer,
                 scripted: true,

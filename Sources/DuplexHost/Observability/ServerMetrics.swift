@@ -124,8 +124,12 @@ package final class ServerMetrics: Sendable {
     /// They count through `factory`, which `emit` writes out; by default nowhere (a server with
     /// no `/metrics`, such as `duplex replay`'s).
     package init(
-        transport: String = "tcp", factory: any MetricsFactory = NOOPMetricsHandler.instance, emit: @escaping @Sendable () -> [UInt8] = { [] }
+        transport: String = "tcp", routes extra: [String] = [], factory: any MetricsFactory = NOOPMetricsHandler.instance,
+        emit: @escaping @Sendable () -> [UInt8] = { [] }
     ) {
+        // The built-in routes' names, then the server's own (a scripted route's pattern), once each.
+        var names = Self.routes
+        for name in extra where !names.contains(name) { names.append(name) }
         self.factory = factory
         self.emit = emit
         let compression = Compression(
@@ -152,10 +156,10 @@ package final class ServerMetrics: Sendable {
                 compression: compression
             )
         }
-        routes = Dictionary(uniqueKeysWithValues: Self.routes.map { ($0, route($0)) })
+        routes = Dictionary(uniqueKeysWithValues: names.map { ($0, route($0)) })
         otherRoute = route("other")
         http2Connections = Dictionary(
-            uniqueKeysWithValues: (Self.routes + ["other"]).map { name in
+            uniqueKeysWithValues: (names + ["other"]).map { name in
                 (
                     name,
                     (

@@ -388,14 +388,17 @@ public struct ScriptedWebSocketError: Error, Sendable, Equatable, CustomStringCo
 final class ScriptedWebSocketService: EventLoopWebSocketService {
     private let socket: ScriptedWebSocket
     private let route: WebSocketRouteHandler
+    /// The route's name in metrics and fault scopes: its pattern (`echo` for /echo's faults).
+    private let name: String
     private var sawClose = false
 
-    init(socket: ScriptedWebSocket, route: WebSocketRouteHandler) {
+    init(socket: ScriptedWebSocket, route: WebSocketRouteHandler, name: String) {
         self.socket = socket
         self.route = route
+        self.name = name
     }
 
-    var connectionInfo: ConnectionInfo { .init(kind: .webSocket, route: "scripted") }
+    var connectionInfo: ConnectionInfo { .init(kind: .webSocket, route: name) }
 
     func start(handler: EventLoopWebSocketHandler, context: ChannelHandlerContext) {
         socket.attach(handler, context: context)

@@ -49,6 +49,32 @@ struct MetricsRouteTests {
         _ = try await lines.first(within: .seconds(10)) { $0.message == message && $0.metadata["route"] == route }
     }
 
+    @Test("a scripted route's connections are counted under its own pattern, never as other, and its pattern is a chaos route= scope")
+    func scriptedRouteLabels() async throws {
+        let feed = ScriptedRoute.webSocket("/feed/*", script: WebSocketScript(onConnect: [.send("hello")]))
+        var scripted = DuplexServerConfiguration(chaos: true)
+        scripted.routes = [feed]
+        let configuration = scripted
+        try await withTimeout {
+            try await withDuplexServer(configuration: configuration) { server in
+                let before = try await Self.scrape(server.port)
+                #expect(before[#"duplex_connections_total{route="/feed/*",transport="tcp"}"#] == 0, "declared at start, from the table")
+                try await TestWebSocket.with(port: server.port, path: "/feed/prices") { socket in
+                    let hello = try await socket.receiveText()
+                    #expect(hello == "hello")
+                    let (status, body) = try await TestHTTPResponse.get(port: server.port, "/_chaos/drop?route=/feed/*", method: .POST) {
+                        ($0.status, try await $0.readBody())
+                    }
+                    #expect(status == 200 && body == #"{"affected":1}"#, "\(body)")
+                }
+                let scrape = try await Self.scrape(server.port)
+                #expect(scrape[#"duplex_connections_total{route="/feed/*",transport="tcp"}"#] == 1)
+                #expect(scrape[#"duplex_messages_total{route="/feed/*",direction="out"}"#] == 1, "\(scrape.text)")
+                #expect(scrape[#"duplex_connections_total{route="other",transport="tcp"}"#] == 0, "no connection counted as other")
+            }
+        }
+    }
+
     @Test("an echo connection's messages and bytes each way, and the connection itself, in Prometheus' text format")
     func echoCounted() async throws {
         try await withTimeout {
