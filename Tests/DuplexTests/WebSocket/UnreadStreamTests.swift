@@ -17,17 +17,19 @@ struct UnreadStreamTests {
         }
         try await withTimeout {
             try await withDuplexServer(routes: [route]) { server in
-                // A close timeout far above the bound below: waiting for the unread stream would show.
-                let socket = WebSocket(url: server.webSocketURL("/bad"), configuration: .init(closeTimeout: .seconds(20)))
+                // A close timeout far above the bound below: waiting for the unread stream would
+                // take all of it.
+                let socket = WebSocket(url: server.webSocketURL("/bad"), configuration: .init(closeTimeout: .seconds(30)))
                 let messages = socket.messages
                 try await socket.connect()
                 let closed = try await server.journal.first(within: .seconds(10)) { $0.kind == .close && $0.direction == .in }
                 #expect(closed.code == 1007)
                 let fault = try #require(server.journal.entries.first { $0.kind == .fault })
                 let delay = closed.at.timeIntervalSince(fault.at)
-                // At once means a loopback round trip; the bound leaves room for a loaded CI
-                // machine, and is far below the 20 s the close would otherwise wait.
-                #expect(delay < 1, "closed \(delay) s after the bad frame")
+                // At once: about 50 ms on an idle machine (the wait for a stream not read yet),
+                // up to 2 s seen on a loaded CI machine running every suite at once; the bound
+                // tells that from the 30 s close timeout the close used to wait, not the speed.
+                #expect(delay < 10, "closed \(delay) s after the bad frame")
                 let first = try await messages.first(within: .seconds(5))
                 #expect(first.text == "before", "what came before the bad frame is still in the stream")
                 await socket.terminate()
