@@ -35,6 +35,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-collections.git", from: "1.6.0"),
+        // A stall's flag, set by the thread that asks and read by the event loop (a dependency
+        // of swift-nio already).
+        .package(url: "https://github.com/apple/swift-atomics.git", from: "1.3.0"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
@@ -151,6 +154,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "Atomics", package: "swift-atomics"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),

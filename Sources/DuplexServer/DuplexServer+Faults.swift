@@ -30,7 +30,9 @@ extension DuplexServer {
     }
 
     /// Stalls the connections in `scope` for `duration`: the server stops reading them (so pings
-    /// go unanswered) and stops writing to them, then carries on.
+    /// go unanswered) and stops writing to them, then carries on. It is in effect when this
+    /// returns: what a WebSocket client sends after it, a ping included, is answered only once
+    /// the stall ends.
     /// - Returns: how many connections it reached.
     @discardableResult
     public func stallConnections(_ scope: FaultScope = .all, for duration: Duration) -> Int {
@@ -40,7 +42,8 @@ extension DuplexServer {
     /// The path to the clients of the connections in `scope` went dead, as when a phone moves
     /// from Wi-Fi to cellular: the server stops reading and writing them for good, and sends no
     /// close, while connections opened after are served. A client notices by its pings, or at
-    /// once when told the network changed (`checkConnection(within:)`). The connections end when
+    /// once when told the network changed (`checkConnection(within:)`). As with
+    /// ``stallConnections(_:for:)``, it is in effect when this returns. The connections end when
     /// the client gives up on them. For the faithful half-open fault, where even a close the
     /// server makes never arrives, put `FaultProxy`'s `.pathSwitch` in front.
     /// - Returns: how many connections it reached.

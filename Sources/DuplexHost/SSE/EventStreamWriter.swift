@@ -155,7 +155,7 @@ package final class EventStreamWriter: Sendable {
 
     /// Writes nothing for `duration`; a later stall replaces an earlier one.
     package func stall(for duration: Duration) {
-        let until = NIODeadline.now() + TimeAmount(duration)
+        let until = eventLoop.now + TimeAmount(duration)
         state.withLockedValue { $0.stalledUntil = until }
         eventLoop.scheduleTask(in: TimeAmount(duration)) { [self] in
             let schedule = state.withLockedValue { state -> Bool in

@@ -160,7 +160,7 @@ package final class ChannelTextWriter: Sendable {
 
     /// Writes nothing for `duration`; a later stall replaces an earlier one.
     package func stall(for duration: Duration) {
-        let until = NIODeadline.now() + TimeAmount(duration)
+        let until = channel.eventLoop.now + TimeAmount(duration)
         state.withLockedValue { $0.stalledUntil = until }
         channel.eventLoop.scheduleTask(deadline: until) { [self] in
             let schedule = state.withLockedValue { state -> Bool in

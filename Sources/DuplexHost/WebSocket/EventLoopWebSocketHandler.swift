@@ -1,3 +1,4 @@
+import Atomics
 import DequeModule
 package import DuplexSchema
 package import DuplexWire
@@ -114,6 +115,10 @@ package final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableCh
     private var sawReadComplete = false
     private var readPending = false
     private var stalledUntil: NIODeadline?
+    /// Set by the thread that asks for a stall, before the command reaches the event loop: bytes
+    /// the loop reads in between (its I/O comes before its tasks) are kept unparsed too, so a
+    /// stall is in effect once ``ConnectionRegistry/send(_:matching:)`` returns.
+    private let stallRequested = ManagedAtomic(false)
     private var closeDeadline: Scheduled<Void>?
     /// Whether the service waits on something (``hold()``): messages are kept, not handed over.
     private var isHeld = false
@@ -148,7 +153,9 @@ package final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableCh
         let bound = NIOLoopBound((self, context), eventLoop: loop)
         var info = service.connectionInfo
         info.overHTTP2 = ConnectionInfo.isHTTP2Stream(context.channel)
+        let stallRequested = self.stallRequested
         registration = registry.register(info) { command in
+            if case .stall = command { stallRequested.store(true, ordering: .releasing) }
             loop.execute {
                 let (handler, context) = bound.value
                 handler.deliver(command, context: context)
@@ -223,9 +230,16 @@ package final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableCh
     /// engine, until the engine reads no more. A frame the parser refuses (longer than the
     /// message limit, a fragmented or long control frame) goes to the engine too, which fails the
     /// connection unless it is closing already.
+    ///
+    /// While stalled (a fault), bytes that still arrive (a read the channel had asked for before
+    /// the stall) are kept unparsed: no frame is answered, not even a ping, until it ends.
     package func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         parser.append(unwrapInboundIn(data))
-        guard !parsing else { return }
+        parseFrames(context: context)
+    }
+
+    private func parseFrames(context: ChannelHandlerContext) {
+        guard !parsing, stalledUntil == nil, !stallRequested.load(ordering: .acquiring) else { return }
         parsing = true
         defer { parsing = false }
         while let action = engine.nextAction(from: &parser) {
@@ -465,8 +479,9 @@ package final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableCh
             context.close(promise: nil)
         case .stall(let duration):
             service.stall(for: duration)
-            let until = NIODeadline.now() + TimeAmount(duration)
+            let until = context.eventLoop.now + TimeAmount(duration)
             stalledUntil = until
+            stallRequested.store(false, ordering: .relaxed)
             // No reads at all meanwhile, not even one the channel would issue by itself.
             try? context.channel.syncOptions?.setOption(ChannelOptions.autoRead, value: false)
             let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
@@ -474,6 +489,10 @@ package final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableCh
                 let (handler, context) = bound.value
                 guard handler.stalledUntil == until else { return }
                 handler.stalledUntil = nil
+                guard context.channel.isActive else { return }
+                // What arrived during the stall is answered now, in order.
+                handler.parseFrames(context: context)
+                handler.flushIfNeeded(context: context)
                 try? context.channel.syncOptions?.setOption(ChannelOptions.autoRead, value: true)
                 handler.readPending = true
                 handler.resumeReading(context: context)
