@@ -266,7 +266,6 @@ let package = Package(
             name: "DuplexPostgres",
             dependencies: [
                 "DuplexChat",
-                "DuplexServer",
                 "DuplexSchema",
                 "DuplexWire",
                 .product(name: "PostgresNIO", package: "postgres-nio"),

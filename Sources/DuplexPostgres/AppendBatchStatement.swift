@@ -1,5 +1,4 @@
 import DuplexChat
-import DuplexServer
 import PostgresNIO
 
 /// `duplex_append_batch` as a prepared statement: each connection parses and plans it once,

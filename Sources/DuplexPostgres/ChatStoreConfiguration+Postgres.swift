@@ -1,5 +1,4 @@
-import DuplexChat
-public import DuplexServer
+public import DuplexChat
 
 extension ChatStoreConfiguration {
     /// In PostgreSQL: every server on the same database serves the same rooms, with one seq per

@@ -1,4 +1,3 @@
-import DuplexServer
 import Foundation
 import Logging
 import NIOConcurrencyHelpers

@@ -1,4 +1,3 @@
-import DuplexServer
 import PostgresNIO
 
 /// The tables and functions of the PostgreSQL room store, created on start by whichever server

@@ -1,5 +1,4 @@
 import DuplexChat
-import DuplexServer
 import DuplexSchema
 import Foundation
 import Logging

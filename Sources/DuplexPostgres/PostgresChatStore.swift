@@ -1,5 +1,4 @@
 import DuplexChat
-import DuplexServer
 import DuplexSchema
 import DuplexWire
 import Foundation

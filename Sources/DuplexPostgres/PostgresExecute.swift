@@ -1,4 +1,3 @@
-import DuplexServer
 import PostgresNIO
 
 extension PostgresConnection {

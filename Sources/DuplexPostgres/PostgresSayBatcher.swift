@@ -1,5 +1,4 @@
 import DuplexChat
-import DuplexServer
 import NIOConcurrencyHelpers
 import NIOCore
 

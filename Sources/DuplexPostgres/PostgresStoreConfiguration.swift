@@ -1,4 +1,3 @@
-import DuplexServer
 import Foundation
 
 /// How to reach PostgreSQL, and the timing of the PostgreSQL store.

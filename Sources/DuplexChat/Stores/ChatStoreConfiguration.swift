@@ -1,8 +1,6 @@
-package import DuplexChat
-import DuplexHost
 package import Logging
 
-/// Where a ``DuplexServer`` keeps its chat rooms: ``memory``, the default, or another store, as
+/// Where a `DuplexServer` keeps its chat rooms: ``memory``, the default, or another store, as
 /// the `DuplexPostgres` library's `.postgres(_:)`, which keeps them in PostgreSQL so that every
 /// server on the same database serves the same rooms. A store that needs a database lives in a
 /// library of its own, so that a server without one links none.
@@ -15,6 +13,22 @@ public struct ChatStoreConfiguration: Sendable, Equatable, CustomStringConvertib
         package var maxRooms: Int
         package var logger: Logger
         package var metrics: ChatMetrics.Store
+
+        package init(
+            historyLimit: Int,
+            historyBytesLimit: Int,
+            totalHistoryBytesLimit: Int,
+            maxRooms: Int,
+            logger: Logger,
+            metrics: ChatMetrics.Store
+        ) {
+            self.historyLimit = historyLimit
+            self.historyBytesLimit = historyBytesLimit
+            self.totalHistoryBytesLimit = totalHistoryBytesLimit
+            self.maxRooms = maxRooms
+            self.logger = logger
+            self.metrics = metrics
+        }
     }
 
     /// The store's kind, as `GET /health` names it: `memory`, `postgres`.
