@@ -2,6 +2,7 @@
 """Checks that the package's imports point one way (issue 48): reads `swift package describe
 --type json` on stdin and fails, naming the edge, when a target reaches what it must not."""
 import json
+import os
 import sys
 
 package = json.load(sys.stdin)
@@ -36,7 +37,23 @@ rules = {
     # The PostgreSQL store is a chat store: it needs no server (ChatStoreConfiguration is chat's).
     "DuplexPostgres": {"DuplexServer", "DuplexRecordReplay", "Duplex", "Prometheus"},
 }
+# What a target must not use itself, by dependency or by `import`, though a target it builds on
+# may (the host serves on Hummingbird; chat only speaks of rooms and frames).
+own_rules = {
+    "DuplexChat": {"Hummingbird", "HummingbirdCore", "HummingbirdWebSocket"},
+}
 failures = []
+for name, forbidden in own_rules.items():
+    target = targets[name]
+    for bad in sorted(forbidden & set(target.get("product_dependencies", []))):
+        failures.append(f"{name} depends on {bad} itself")
+    for source in target.get("sources", []):
+        path = os.path.join(package.get("path", "."), target["path"], source)
+        with open(path, encoding="utf-8") as file:
+            for number, line in enumerate(file, 1):
+                words = line.split()
+                if "import" in words[:3] and words[-1] in forbidden:
+                    failures.append(f"{name} imports {words[-1]} ({target['path']}/{source}:{number})")
 for name, forbidden in rules.items():
     reached, products = closure(name)
     if name in reached:

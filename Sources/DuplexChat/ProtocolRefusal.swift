@@ -1,7 +1,6 @@
 package import DuplexHost
 package import DuplexSchema
 package import HTTPTypes
-package import Hummingbird
 
 /// A request refused before any upgrade or stream, with the protocol's error frame
 /// (`{"type":"error","v":1,"code":…,"message":…}`): a chat join that fails validation, a tick
@@ -16,12 +15,9 @@ package struct ProtocolRefusal: Error {
         self.error = error
     }
 
-    var frameJSON: String {
+    /// The error frame the refusal answers with, as JSON.
+    package var frameJSON: String {
         (try? ChatServerFrame.error(ChatErrorFrame(error)).jsonString()) ?? #"{"type":"error","v":1}"#
-    }
-
-    package var response: Response {
-        Response.json(status: status, frameJSON)
     }
 
     /// The same refusal, as a stream route answers it.

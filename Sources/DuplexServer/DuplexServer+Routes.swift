@@ -50,8 +50,8 @@ extension DuplexServer {
                 "/chat/:room",
                 upgrade: { request, captures in self.chatService(for: request, room: captures["room"] ?? "") },
                 plain: { request, context in
-                    switch ChatJoin.parse(request, room: context.parameters.get("room") ?? "", limits: self.configuration.chatLimits) {
-                    case .failure(let refusal): self.host.counted(refusal.response)
+                    switch self.chatJoin(request, room: context.parameters.get("room") ?? "") {
+                    case .failure(let refusal): self.host.counted(Response.json(status: refusal.status, refusal.frameJSON))
                     case .success: self.host.upgradeRequired()
                     }
                 }
@@ -132,11 +132,17 @@ extension DuplexServer {
         .init(metrics: metrics, chatMetrics: chatMetrics, logger: logger, limits: configuration.chatLimits, maxRooms: configuration.maxRooms)
     }
 
+    /// A request to join `room`, validated (``ChatJoin/parse(room:limits:query:)``).
+    func chatJoin(_ request: Request, room: String) -> Result<ChatJoin, ProtocolRefusal> {
+        let query = request.uri.queryParameters
+        return ChatJoin.parse(room: room, limits: configuration.chatLimits) { query.get($0).map { String($0) } }
+    }
+
     /// `/chat/{room}` on any room store, decided and served on the connection's event loop: a
     /// join that fails validation is refused there too, with its error frame and close code.
     func chatService(for request: Request, room roomName: String) -> UpgradeAnswer {
         let requestHeaders = request.headers
-        let join = ChatJoin.parse(request, room: roomName, limits: configuration.chatLimits)
+        let join = chatJoin(request, room: roomName)
         let headers = HostServer.selecting(from: HostServer.offeredSubprotocols(request), preferring: [ChatProtocol.subprotocol])
         return .accept(
             headers,

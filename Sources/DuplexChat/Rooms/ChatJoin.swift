@@ -2,8 +2,6 @@ package import DuplexHost
 package import DuplexSchema
 import Foundation
 import HTTPTypes
-package import Hummingbird
-import HummingbirdWebSocket
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
@@ -20,26 +18,26 @@ package struct ChatJoin: Sendable {
 }
 
 extension ChatJoin {
-    /// Validates `room`, `name`, `since`, `token` and `epoch` of a request to join `room`
-    /// within `limits`. It creates no room: rooms are created by the members and watchers who
-    /// join them.
-    package static func parse(_ request: Request, room roomName: String, limits: ChatLimits) -> Result<ChatJoin, ProtocolRefusal> {
+    /// Validates `room`, and the `name`, `since`, `token` and `epoch` that `query` gives for a
+    /// request's query parameter (the first value of each), within `limits`. It creates no room:
+    /// rooms are created by the members and watchers who join them.
+    package static func parse(room roomName: String, limits: ChatLimits, query: (String) -> String?) -> Result<ChatJoin, ProtocolRefusal> {
         do throws(ChatProtocolError) {
             try limits.validate(room: roomName)
-            guard let name = request.uri.queryParameters.get("name") else {
+            guard let name = query("name") else {
                 throw ChatProtocolError(.invalidName, "the query parameter name is required, as in ?name=alice")
             }
             try limits.validate(name: name)
             var since: Int?
-            if let text = request.uri.queryParameters.get("since") {
+            if let text = query("since") {
                 guard let value = Int(text), value >= 0 else {
                     throw ChatProtocolError(.invalidSince, "since must be a non-negative integer seq (got \(text.prefix(32).debugDescription))")
                 }
                 since = value
             }
-            let token = request.uri.queryParameters.get("token").map { String($0) }
+            let token = query("token")
             if let token { try limits.validate(token: token) }
-            let epoch = request.uri.queryParameters.get("epoch").map { String($0) }
+            let epoch = query("epoch")
             if let epoch { try limits.validate(epoch: epoch) }
             return .success(ChatJoin(room: roomName, name: name, since: since, token: token, epoch: epoch))
         } catch {
