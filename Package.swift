@@ -217,6 +217,23 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Routes of the user's own protocol (`ScriptedRoute`, scripts, the journal): a route set
+        // on the host, which the server adds to its table.
+        .target(
+            name: "DuplexScripted",
+            dependencies: [
+                "DuplexHost",
+                "DuplexSchema",
+                "DuplexWire",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // The loopback server (echo, chat rooms, SSE, the demo page) as a library.
         .target(
             name: "DuplexServer",
@@ -224,6 +241,7 @@ let package = Package(
                 "DuplexHost",
                 "DuplexChat",
                 "DuplexRecordReplay",
+                "DuplexScripted",
                 "DuplexSchema",
                 "DuplexWire",
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -501,6 +519,17 @@ let package = Package(
         .testTarget(
             name: "DuplexRecordReplayTests",
             dependencies: ["DuplexRecordReplay", "DuplexSchema"],
+            swiftSettings: swiftSettings
+        ),
+        // Scripted routes on their own: script files and the journal.
+        .testTarget(
+            name: "DuplexScriptedTests",
+            dependencies: [
+                "DuplexScripted",
+                // withTimeout
+                "DuplexTesting",
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
             swiftSettings: swiftSettings
         ),
         // The host on its own: the route table, the writers, the frames, the TLS write

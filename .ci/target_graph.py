@@ -24,9 +24,11 @@ def closure(name):
 # What each target must not reach, target or product.
 rules = {
     # The host knows no chat, no database, no client and no Prometheus.
-    "DuplexHost": {"DuplexServer", "DuplexRecordReplay", "DuplexPostgres", "Duplex", "Prometheus", "PostgresNIO"},
+    "DuplexHost": {"DuplexServer", "DuplexScripted", "DuplexRecordReplay", "DuplexPostgres", "Duplex", "Prometheus", "PostgresNIO"},
     # Chat is on the host and knows no server, no client and no database.
-    "DuplexChat": {"DuplexServer", "DuplexRecordReplay", "DuplexPostgres", "Duplex", "Prometheus", "PostgresNIO"},
+    "DuplexChat": {"DuplexServer", "DuplexScripted", "DuplexRecordReplay", "DuplexPostgres", "Duplex", "Prometheus", "PostgresNIO"},
+    # Scripted routes are a route set on the host, not the server's: they know no chat.
+    "DuplexScripted": {"DuplexServer", "DuplexChat", "DuplexRecordReplay", "DuplexPostgres", "Duplex", "Prometheus", "PostgresNIO"},
     # Record and replay are on the host, not the server.
     "DuplexRecordReplay": {"DuplexServer", "DuplexChat", "DuplexPostgres", "Prometheus", "PostgresNIO"},
     # The CLI links no chat server, no PostgreSQL and no Prometheus.

@@ -19,8 +19,8 @@ extension DuplexServer {
     /// every other path, `/_chaos/` included.
     func makeRouteTable() -> RouteTable {
         var table = RouteTable()
-        table.add(scriptedRoutes())
-        table.add(journalRoutes())
+        table.add(host.scriptedRoutes(configuration.routes, journal: journal))
+        if !configuration.routes.isEmpty { table.add(host.journalRoutes(journal)) }
         if let record = configuration.record, replayBook == nil {
             table.add(healthRoutes())
             table.add(host.recordRoutes(record))
@@ -114,7 +114,7 @@ extension DuplexServer {
                     }
                 }
             )
-            if case .webSocket(let handler) = echo.kind { return scriptedUpgrade(handler, request, route: "echo") }
+            return host.scriptedUpgrade(echo, request, name: "echo", journal: journal)
         }
         let requestHeaders = request.headers
         let headers = HostServer.selecting(from: HostServer.offeredSubprotocols(request), preferring: configuration.echoSubprotocols)

@@ -108,7 +108,7 @@ public struct DuplexServerConfiguration: Sendable {
     /// A cassette to replay (`ReplayConfiguration`, from `DuplexRecordReplay`): the server then serves its recorded
     /// sessions, at their paths, instead of echo, chat and the tick stream. Default nil.
     public var replay: ReplayConfiguration? = nil
-    /// Routes of your own protocol, served beside the built-in ones (``ScriptedRoute``); what
+    /// Routes of your own protocol, served beside the built-in ones (`ScriptedRoute`, from `DuplexScripted`); what
     /// they serve and receive goes to ``DuplexServer/journal``. A route that clashes with a
     /// built-in one stops the server from starting (``DuplexServerError/invalidRoutes(_:)``).
     /// Default none.

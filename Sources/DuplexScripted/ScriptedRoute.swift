@@ -3,9 +3,9 @@ public import Foundation
 import NIOConcurrencyHelpers
 
 /// A route of your own protocol that the server serves beside its built-in ones: a WebSocket or
-/// an SSE stream that a test (``DuplexServerConfiguration/routes``) or a script file
+/// an SSE stream that a test (`DuplexServerConfiguration.routes`) or a script file
 /// (`duplex-server --script FILE`, ``ScriptFile``) describes. Everything a scripted route serves
-/// and receives is written to the server's ``DuplexServer/journal``.
+/// and receives is written to the server's `DuplexServer.journal`.
 ///
 /// A WebSocket route answers as its handler or its ``WebSocketScript`` says:
 ///

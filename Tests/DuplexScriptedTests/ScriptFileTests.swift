@@ -1,4 +1,4 @@
-import DuplexServer
+import DuplexScripted
 import Foundation
 import Testing
 
@@ -21,7 +21,7 @@ struct ScriptFileTests {
 
     @Test("docs/examples/feed.json reads into a WebSocket and an SSE route")
     func example() throws {
-        let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../../docs/examples/feed.json").path
+        let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../docs/examples/feed.json").path
         let routes = try ScriptFile.load(path: file)
         #expect(routes.map(\.description) == ["WebSocket /feed", "SSE GET /orders"])
     }

@@ -3,7 +3,7 @@ import Foundation
 import NIOConcurrencyHelpers
 import Testing
 
-@testable import DuplexServer
+@testable import DuplexScripted
 
 /// The journal's waits run the test's predicate outside the journal's lock.
 @Suite("Script journal")

@@ -11,7 +11,7 @@ import NIOWebSocket
 /// Calls made on the connection's event loop (from the route's handlers) act at once; calls from
 /// elsewhere act on the event loop soon after, in the order they were made. The route's
 /// ``WebSocketFaults`` apply to every message sent, and everything is journaled
-/// (``DuplexServer/journal``).
+/// (`DuplexServer.journal`).
 public final class ScriptedWebSocket: Sendable {
     /// The upgrade request, with the subprotocol chosen.
     public let request: ScriptedRequest

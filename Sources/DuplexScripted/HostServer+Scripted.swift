@@ -1,0 +1,170 @@
+package import DuplexHost
+import DuplexSchema
+import Foundation
+import HTTPTypes
+package import Hummingbird
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// Scripted routes as a route set of the host: a server adds them to its table beside its own,
+/// and their journal's routes.
+extension HostServer {
+    /// `routes` as route-table entries, each named in metrics and traces by its pattern; what
+    /// they serve and receive goes to `journal`.
+    package func scriptedRoutes(_ routes: [ScriptedRoute], journal: ScriptJournal) -> [RouteTable.Route] {
+        routes.map { route in
+            switch route.kind {
+            case .webSocket(let handler):
+                .webSocket(
+                    route.path,
+                    upgrade: { request, _ in self.scriptedUpgrade(handler, request, route: route.path, journal: journal) },
+                    plain: { _, _ in self.upgradeRequired() }
+                )
+            case .sse(let handler):
+                .stream(route.path, method: HTTPRequest.Method(route.method) ?? .get) { request in
+                    self.scriptedStream(handler, request, route: route.path, journal: journal)
+                }
+            }
+        }
+    }
+
+    /// `GET /_journal` (the journal as a JSON array) and `DELETE /_journal` (empties it), for
+    /// loopback peers.
+    package func journalRoutes(_ journal: ScriptJournal) -> [RouteTable.Route] {
+        [
+            .get("/_journal") { _, context in
+                guard Self.isLoopback(context.channel.remoteAddress) else { return Self.journalForbidden }
+                var headers = HTTPFields()
+                headers[.contentType] = "application/json; charset=utf-8"
+                // Entries let go past the journal's limits are counted, not hidden.
+                headers[HTTPField.Name("Duplex-Journal-Dropped")!] = String(journal.droppedCount)
+                return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: journal.json())))
+            },
+            .on(.delete, "/_journal") { _, context in
+                guard Self.isLoopback(context.channel.remoteAddress) else { return Self.journalForbidden }
+                journal.removeAll()
+                return Response(status: .noContent)
+            },
+        ]
+    }
+
+    private static var journalForbidden: Response {
+        Response.json(status: .forbidden, #"{"error":"the journal answers loopback peers only"}"#)
+    }
+
+    // MARK: Serving
+
+    /// The request as a scripted route sees it.
+    static func scriptedRequest(_ request: Request, subprotocols: [String] = []) -> ScriptedRequest {
+        ScriptedRequest(
+            method: request.method.rawValue,
+            path: request.uri.path,
+            query: request.uri.query,
+            headers: request.headers.map { .init(name: $0.name.rawName, value: $0.value) },
+            subprotocols: subprotocols,
+            lastEventID: request.headers[HTTPField.Name("Last-Event-ID")!]
+        )
+    }
+
+    /// A refusal a handler decided, journaled, as the front door sends it.
+    func refusal(_ decision: UpgradeDecision, _ request: ScriptedRequest, journal: ScriptJournal) -> RouteRefusal? {
+        guard case .refuse(let status, let headers, let body) = decision else { return nil }
+        journal.append(
+            .init(connection: journal.newConnection(), path: request.path, direction: .out, kind: .refused, code: status, request: request))
+        var fields = HTTPFields()
+        for (name, value) in headers.sorted(by: { $0.key < $1.key }) {
+            if let name = HTTPField.Name(name) { fields[name] = value }
+        }
+        metrics.refused(status: status)
+        return RouteRefusal(status: .init(code: (400..<600).contains(status) ? status : 500), headers: fields, body: body)
+    }
+
+    /// `route`'s answer to a WebSocket upgrade at another path (the server's `/echo` with
+    /// faults), named `name` in metrics and traces; an SSE route refuses it with 500.
+    package func scriptedUpgrade(_ route: ScriptedRoute, _ request: Request, name: String, journal: ScriptJournal) -> UpgradeAnswer {
+        guard case .webSocket(let handler) = route.kind else {
+            return .refuse(RouteRefusal(status: .internalServerError, body: #"{"error":"an SSE route takes no WebSocket upgrade"}"#))
+        }
+        return scriptedUpgrade(handler, request, route: name, journal: journal)
+    }
+
+    /// A scripted WebSocket upgrade: refused as its handler decides, or served on the event loop.
+    /// `route` names it in metrics and traces: a scripted route's pattern, or `echo`.
+    func scriptedUpgrade(_ handler: WebSocketRouteHandler, _ request: Request, route: String, journal: ScriptJournal) -> UpgradeAnswer {
+        let offered = Self.offeredSubprotocols(request)
+        var scripted = Self.scriptedRequest(request, subprotocols: offered)
+        if let refusal = refusal(handler.accept(scripted), scripted, journal: journal) { return .refuse(refusal) }
+        let headers = handler.subprotocols.isEmpty ? [:] : Self.selecting(from: offered, preferring: handler.subprotocols)
+        scripted.subprotocol = headers[.secWebSocketProtocol]
+        let chosen = scripted
+        return .accept(
+            headers,
+            WebSocketService { channel, deflate in
+                let socket = ScriptedWebSocket(
+                    request: chosen,
+                    connection: journal.newConnection(),
+                    journal: journal,
+                    faults: handler.faults,
+                    answerPings: handler.answerPings,
+                    eventLoop: channel.eventLoop
+                )
+                let trace = ConnectionTrace(request.headers, route: route, tracer: self.activeTracer)
+                try self.installEventLoopService(
+                    ScriptedWebSocketService(socket: socket, route: handler, name: route), on: channel, deflate: deflate, trace: trace)
+            }
+        )
+    }
+
+    /// A scripted SSE stream: the request's body (read within the message limit) given to its
+    /// handler, refused as the handler decides, or its script streamed. `route` (its pattern)
+    /// names it in metrics and traces.
+    func scriptedStream(_ handler: SSERouteHandler, _ stream: StreamRequest, route: String, journal: ScriptJournal) -> StreamAnswer {
+        let request = stream.request
+        var scripted = Self.scriptedRequest(request)
+        if request.method != .get {
+            let data = Data(stream.body.readableBytesView)
+            if let text = String(validating: data, as: UTF8.self) { scripted.body = text } else { scripted.bodyBase64 = data.base64EncodedString() }
+        }
+        if let refusal = refusal(handler.accept(scripted), scripted, journal: journal) { return .respond(refusal) }
+        let script = handler.respond(scripted)
+        let connection = journal.newConnection()
+        do {
+            try script.validate()
+        } catch {
+            journal.append(.init(connection: connection, path: scripted.path, direction: .out, kind: .error, data: "\(error)", request: scripted))
+            // The error is this library's own text (a place and a rule), with nothing from the request.
+            return .json(.internalServerError, #"{"error":"the route's script cannot be written: \#(error)"}"#)
+        }
+        let path = scripted.path
+        journal.append(.init(connection: connection, path: path, direction: .in, kind: .open, request: scripted))
+        let record: @Sendable (ScriptJournal.Entry.Kind, ScriptJournal.Entry.Direction, SSEScriptEvent?) -> Void = { kind, direction, event in
+            journal.append(
+                .init(
+                    connection: connection,
+                    path: path,
+                    direction: direction,
+                    kind: event.map { $0.raw != nil || $0.comment != nil ? .text : .event } ?? kind,
+                    data: event.map { $0.raw ?? $0.comment ?? $0.data ?? "" },
+                    id: event?.id,
+                    event: event?.event
+                )
+            )
+        }
+        let source = NIOLockedValueBox<ScriptedEventSource?>(nil)
+        let lastEventID = scripted.lastEventID
+        let eventLoop = stream.eventLoop
+        return .stream(
+            EventStream(
+                route: route,
+                headers: request.headers,
+                tracer: activeTracer,
+                scripted: true,
+                dropsAtEnd: { source.withLockedValue { $0?.drops ?? false } }
+            ) { writer in
+                let feed = ScriptedEventSource(script: script, lastEventID: lastEventID, writer: writer, eventLoop: eventLoop, record: record)
+                source.withLockedValue { $0 = feed }
+                feed.start()
+                return feed.stop
+            })
+    }
+}
