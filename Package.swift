@@ -454,6 +454,13 @@ let package = Package(
                 "DuplexFaultProxy",
                 // withDeadline, the one timeout race.
                 "DuplexWire",
+                // The proxy between the real client and the real server.
+                "Duplex",
+                "DuplexSchema",
+                "DuplexServer",
+                "DuplexTesting",
+                "TestSupport",
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],

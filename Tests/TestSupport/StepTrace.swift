@@ -1,31 +1,31 @@
-import Duplex
+package import Duplex
 import DuplexTesting
 import NIOConcurrencyHelpers
 import Testing
 
 /// A long test's progress, for its failure message: the step it waited on last and what the
 /// client reported meanwhile, so that a timeout on a loaded CI machine says where it stopped.
-final class StepTrace: Sendable {
+package final class StepTrace: Sendable {
     private let state = NIOLockedValueBox((step: "", seen: [String]()))
 
     /// The step entered last.
-    var step: String { state.withLockedValue { $0.step } }
+    package var step: String { state.withLockedValue { $0.step } }
     /// The steps and the events seen, in order.
-    var seen: [String] { state.withLockedValue { $0.seen } }
+    package var seen: [String] { state.withLockedValue { $0.seen } }
 
-    func enter(_ step: String) {
+    package func enter(_ step: String) {
         state.withLockedValue {
             $0.step = step; $0.seen.append("[\(step)]")
         }
     }
 
-    func saw(_ value: some Sendable) {
+    package func saw(_ value: some Sendable) {
         state.withLockedValue { $0.seen.append(String(describing: value)) }
     }
 
     /// Runs `body` with a fresh trace; an error it throws is recorded as an issue that names the
     /// step and what the client saw.
-    static func run(_ body: (StepTrace) async throws -> Void) async {
+    package static func run(_ body: (StepTrace) async throws -> Void) async {
         let trace = StepTrace()
         do {
             try await body(trace)
@@ -37,7 +37,8 @@ final class StepTrace: Sendable {
     /// Sends `text` once, as an application would, and waits within `limit` for it to come
     /// back, noting every event meanwhile. One iteration of `events` throughout: a cancelled
     /// iteration would end the stream.
-    func echo(_ text: String, on socket: WebSocket, _ events: AsyncStream<WebSocketEvent>, within limit: Duration = .seconds(20)) async throws {
+    package func echo(_ text: String, on socket: WebSocket, _ events: AsyncStream<WebSocketEvent>, within limit: Duration = .seconds(20)) async throws
+    {
         try await withTimeout(limit) {
             try await socket.send(text)
             for await event in events {

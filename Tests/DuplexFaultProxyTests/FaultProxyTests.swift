@@ -4,6 +4,7 @@ import DuplexServer
 import DuplexTesting
 import Foundation
 import NIOConcurrencyHelpers
+import TestSupport
 import Testing
 
 /// The fault proxy between the real client and the real server.

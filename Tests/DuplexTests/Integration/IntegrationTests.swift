@@ -4,6 +4,7 @@ import DuplexServer
 import DuplexTesting
 import Foundation
 import NIOConcurrencyHelpers
+import TestSupport
 import Testing
 
 /// The real client against the real server over loopback, through faults, with no mocks.
