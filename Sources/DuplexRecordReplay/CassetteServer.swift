@@ -35,7 +35,7 @@ package final class CassetteServer: Service, Sendable {
             table.add(host.recordRoutes(record))
         case .replay(let replay):
             table.add(host.replayRoutes(ReplayBook(replay)))
-            table.add(host.chaosRoutes(enabled: chaos, routeNames: ["replay"]))
+            table.add(host.chaosRoutes(enabled: chaos))
         }
         self.table = table
     }

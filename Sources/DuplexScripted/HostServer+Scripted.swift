@@ -17,11 +17,12 @@ extension HostServer {
             case .webSocket(let handler):
                 .webSocket(
                     route.path,
+                    name: route.path,
                     upgrade: { request, _ in self.scriptedUpgrade(handler, request, route: route.path, journal: journal) },
                     plain: { _, _ in self.upgradeRequired() }
                 )
             case .sse(let handler):
-                .stream(route.path, method: HTTPRequest.Method(route.method) ?? .get) { request in
+                .stream(route.path, name: route.path, method: HTTPRequest.Method(route.method) ?? .get) { request in
                     self.scriptedStream(handler, request, route: route.path, journal: journal)
                 }
             }

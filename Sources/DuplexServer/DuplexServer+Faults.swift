@@ -10,7 +10,8 @@ public struct FaultScope: Sendable, Hashable {
 
     /// Every WebSocket connection and SSE stream.
     public static let all = FaultScope(value: .all)
-    /// The connections of one route: `echo`, `chat`, `events` or `chat-events`.
+    /// The connections of one route, by its name in the route table: `echo`, `chat`, `events`,
+    /// `chat-events`, `metrics-live`, or a scripted route's path (`/feed/*`).
     public static func route(_ name: String) -> FaultScope { FaultScope(value: .route(name)) }
     /// The members and watchers of one chat room.
     public static func room(_ name: String) -> FaultScope { FaultScope(value: .room(name)) }

@@ -43,11 +43,13 @@ extension DuplexServer {
     func builtInRoutes() -> [RouteTable.Route] {
         [
             .get("/") { _, _ in DemoPage.response() },
-            .stream("/metrics/live") { request in self.liveMetricsStream(request) },
+            .stream("/metrics/live", name: "metrics-live") { request in self.liveMetricsStream(request) },
             .get("/tls-faults") { _, _ in self.tlsFaultsResponse() },
-            .webSocket("/echo", upgrade: { request, _ in self.echoService(for: request) }, plain: { _, _ in self.host.upgradeRequired() }),
+            .webSocket(
+                "/echo", name: "echo", upgrade: { request, _ in self.echoService(for: request) }, plain: { _, _ in self.host.upgradeRequired() }),
             .webSocket(
                 "/chat/:room",
+                name: "chat",
                 upgrade: { request, captures in self.chatService(for: request, room: captures["room"] ?? "") },
                 plain: { request, context in
                     switch self.chatJoin(request, room: context.parameters.get("room") ?? "") {
@@ -56,15 +58,15 @@ extension DuplexServer {
                     }
                 }
             ),
-            .stream("/events") { request in self.tickStream(request) },
-            .stream("/chat/:room/events") { request in self.roomEventStream(request) },
+            .stream("/events", name: "events") { request in self.tickStream(request) },
+            .stream("/chat/:room/events", name: "chat-events") { request in self.roomEventStream(request) },
         ]
     }
 
     /// The host's `/_chaos/` routes, on with ``DuplexServerConfiguration/chaos``, scoped by the
-    /// built-in routes' names.
+    /// names of the table's routes.
     var chaosRoutes: [RouteTable.Route] {
-        host.chaosRoutes(enabled: configuration.chaos, routeNames: ["echo", "chat", "events", "chat-events"] + configuration.routes.map(\.path))
+        host.chaosRoutes(enabled: configuration.chaos)
     }
 
     /// `GET /health`, `{"status":"ok","store":…}`, and `GET /metrics`.

@@ -65,7 +65,7 @@ public final class DuplexServer: Service, Sendable {
     ///   - logger: where the server logs; by default a logger labelled `duplex-server`.
     public init(configuration: DuplexServerConfiguration = .init(), logger: Logger = Logger(label: "duplex-server")) {
         self.configuration = configuration
-        let metrics = ServerMetrics.prometheus(transport: configuration.tls == nil ? "tcp" : "tls", routes: configuration.routes.map(\.path))
+        let metrics = ServerMetrics.prometheus(transport: configuration.tls == nil ? "tcp" : "tls")
         self.host = HostServer(configuration: configuration.hostConfiguration, metrics: metrics, logger: logger)
         let chatMetrics = ChatMetrics(factory: metrics.factory)
         self.chatMetrics = chatMetrics

@@ -22,7 +22,7 @@ package struct ConnectionInfo: Sendable, Equatable {
     }
 
     package var kind: Kind
-    /// The route's name, such as "echo", "chat", "events" or "chat-events".
+    /// The route's name in the route table (``RouteTable/Route/name``), such as "echo".
     package var route: String
     /// The chat room, for chat connections.
     package var room: String?

@@ -66,7 +66,8 @@ extension HostServer {
 
     /// The `/_chaos/` routes: the host's faults over HTTP, so a script can break a client's
     /// connection. Only with `enabled` (else 404), and only for loopback peers (others get 403).
-    /// A `route=` scope must be one of `routeNames`.
+    /// A `route=` scope must name one of the WebSocket or stream routes of the table served
+    /// (``routeNames``).
     ///
     /// - `POST /_chaos/drop[?route=R|room=N]`: drop connections, no close frame.
     /// - `POST /_chaos/close?code=C[&reason=T][&route=R|room=N]`: close with a code and reason
@@ -83,10 +84,10 @@ extension HostServer {
     ///
     /// Each answers `{"affected":N}` (how many connections it reached), or 400 with the reason.
     /// They are served while the server refuses requests (`refuse`), so a script can lift it.
-    package func chaosRoutes(enabled: Bool, routeNames: [String]) -> [RouteTable.Route] {
+    package func chaosRoutes(enabled: Bool) -> [RouteTable.Route] {
         ChaosFault.allCases.map { fault in
             RouteTable.Route.post(fault.path) { request, context in
-                self.chaos(enabled, routeNames, fault, request, context) { (scope, query) throws(ChaosError) in
+                self.chaos(enabled, fault, request, context) { (scope, query) throws(ChaosError) in
                     try self.inject(fault, scope, query)
                 }
             }.servedWhileRefusing()
@@ -142,7 +143,6 @@ extension HostServer {
 
     private func chaos(
         _ enabled: Bool,
-        _ routeNames: [String],
         _ fault: ChaosFault,
         _ request: Request,
         _ context: DuplexRequestContext,
@@ -159,6 +159,7 @@ extension HostServer {
         if let room = query["room"] {
             scope = .room(room)
         } else if let route = query["route"] {
+            let routeNames = self.routeNames
             guard routeNames.contains(route) else {
                 let names = routeNames.dropLast().joined(separator: ", ") + (routeNames.count > 1 ? " or " : "") + (routeNames.last ?? "")
                 return Response.json(status: .badRequest, #"{"error":"route must be \#(names)"}"#)

@@ -9,15 +9,16 @@ package import NIOConcurrencyHelpers
 /// gives a Prometheus registry of its own, so that several servers in one process, as tests run
 /// them, keep apart, and writes its text exposition; the host itself links no Prometheus).
 ///
-/// Every label value comes from a fixed set (routes, close codes, HTTP statuses, fault kinds),
-/// with `other` for anything outside it: no request can add a series. A room's name is never a
-/// label.
+/// Every label value comes from a fixed set (close codes, HTTP statuses, fault kinds), with
+/// `other` for anything outside it, or, for routes, from the server's route table
+/// (``declare(routes:)``, ``RouteTable/connectionRouteNames``): no request can add a series. A
+/// room's name is never a label.
 ///
 /// The hot paths count in plain fields and add them here once per read batch or write batch
 /// (``MessageTally``), not once per message.
 package final class ServerMetrics: Sendable {
-    /// The routes whose connections are counted, as ``ConnectionInfo/route`` names them.
-    package static let routes = ["echo", "chat", "events", "chat-events", "metrics-live", "replay", "record"]
+    /// The most route names counted apart; connections of any further name count as `other`.
+    static let maxRouteNames = 256
     /// The close codes counted by value; others count as `other`.
     static let closeCodes: [UInt16] = [1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014]
     /// The HTTP statuses of refusals counted by value; others count as `other`.
@@ -99,10 +100,17 @@ package final class ServerMetrics: Sendable {
     /// Makes the metrics of this server's registry: the layers above (the chat rooms, a room
     /// store) count through it too.
     package let factory: any MetricsFactory
-    private let routes: [String: Route]
-    private let otherRoute: Route
-    /// Each route's connection counts over HTTP/2 (`transport="h2"`): open, and opened in all.
-    private let http2Connections: [String: (open: Meter, opened: Counter)]
+    /// One route's series: its counters, and its connection counts over HTTP/2
+    /// (`transport="h2"`): open, and opened in all.
+    private struct RouteSeries: Sendable {
+        var route: Route
+        var http2: (open: Meter, opened: Counter)
+    }
+    /// Every route's series, made when the route is declared (or first counted), by name.
+    private let routeSeries: NIOLockedValueBox<[String: RouteSeries]>
+    private let other: RouteSeries
+    private let transport: String
+    private let compression: Compression
     private let closeCodesSent: [UInt16: Counter]
     private let otherCloseCodeSent: Counter
     private let refusals: [Int: Counter]
@@ -124,13 +132,10 @@ package final class ServerMetrics: Sendable {
     /// They count through `factory`, which `emit` writes out; by default nowhere (a server with
     /// no `/metrics`, such as `duplex replay`'s).
     package init(
-        transport: String = "tcp", routes extra: [String] = [], factory: any MetricsFactory = NOOPMetricsHandler.instance,
-        emit: @escaping @Sendable () -> [UInt8] = { [] }
+        transport: String = "tcp", factory: any MetricsFactory = NOOPMetricsHandler.instance, emit: @escaping @Sendable () -> [UInt8] = { [] }
     ) {
-        // The built-in routes' names, then the server's own (a scripted route's pattern), once each.
-        var names = Self.routes
-        for name in extra where !names.contains(name) { names.append(name) }
         self.factory = factory
+        self.transport = transport
         self.emit = emit
         let compression = Compression(
             compressedIn: Counter(
@@ -142,33 +147,9 @@ package final class ServerMetrics: Sendable {
             uncompressedOut: Counter(
                 label: "duplex_compression_bytes_total", dimensions: [("direction", "out"), ("form", "uncompressed")], factory: factory)
         )
-        func route(_ name: String) -> Route {
-            func counter(_ label: String, _ direction: String) -> Counter {
-                Counter(label: label, dimensions: [("route", name), ("direction", direction)], factory: factory)
-            }
-            return Route(
-                open: Meter(label: "duplex_connections_open", dimensions: [("route", name), ("transport", transport)], factory: factory),
-                opened: Counter(label: "duplex_connections_total", dimensions: [("route", name), ("transport", transport)], factory: factory),
-                messagesIn: counter("duplex_messages_total", "in"),
-                messagesOut: counter("duplex_messages_total", "out"),
-                bytesIn: counter("duplex_message_bytes_total", "in"),
-                bytesOut: counter("duplex_message_bytes_total", "out"),
-                compression: compression
-            )
-        }
-        routes = Dictionary(uniqueKeysWithValues: names.map { ($0, route($0)) })
-        otherRoute = route("other")
-        http2Connections = Dictionary(
-            uniqueKeysWithValues: (names + ["other"]).map { name in
-                (
-                    name,
-                    (
-                        open: Meter(label: "duplex_connections_open", dimensions: [("route", name), ("transport", "h2")], factory: factory),
-                        opened: Counter(label: "duplex_connections_total", dimensions: [("route", name), ("transport", "h2")], factory: factory)
-                    )
-                )
-            }
-        )
+        self.compression = compression
+        other = Self.series("other", transport: transport, compression: compression, factory: factory)
+        routeSeries = NIOLockedValueBox([:])
         func closeCode(_ code: String) -> Counter {
             Counter(label: "duplex_close_codes_sent_total", dimensions: [("code", code)], factory: factory)
         }
@@ -197,30 +178,73 @@ package final class ServerMetrics: Sendable {
         http2 = HTTP2Metrics(factory: factory)
     }
 
-    /// The counters of `route` (``ConnectionInfo/route``); `other` for a route not in ``routes``.
+    /// Makes the series of the route `name`.
+    private static func series(_ name: String, transport: String, compression: Compression, factory: any MetricsFactory) -> RouteSeries {
+        func counter(_ label: String, _ direction: String) -> Counter {
+            Counter(label: label, dimensions: [("route", name), ("direction", direction)], factory: factory)
+        }
+        return RouteSeries(
+            route: Route(
+                open: Meter(label: "duplex_connections_open", dimensions: [("route", name), ("transport", transport)], factory: factory),
+                opened: Counter(label: "duplex_connections_total", dimensions: [("route", name), ("transport", transport)], factory: factory),
+                messagesIn: counter("duplex_messages_total", "in"),
+                messagesOut: counter("duplex_messages_total", "out"),
+                bytesIn: counter("duplex_message_bytes_total", "in"),
+                bytesOut: counter("duplex_message_bytes_total", "out"),
+                compression: compression
+            ),
+            http2: (
+                open: Meter(label: "duplex_connections_open", dimensions: [("route", name), ("transport", "h2")], factory: factory),
+                opened: Counter(label: "duplex_connections_total", dimensions: [("route", name), ("transport", "h2")], factory: factory)
+            )
+        )
+    }
+
+    /// Counts the connections of the routes `names` (``RouteTable/connectionRouteNames``) apart,
+    /// from now on: their series show in `/metrics` at zero until something is counted. A server
+    /// declares its table's names before it serves.
+    package func declare(routes names: [String]) {
+        for name in names { _ = series(name) }
+    }
+
+    /// The series of the route `name`, made now if it is new; `other`'s past
+    /// ``maxRouteNames`` names. Names come from the server's code and configuration (a route's
+    /// name, a scripted route's pattern), never from a request.
+    private func series(_ name: String) -> RouteSeries {
+        routeSeries.withLockedValue { series in
+            if let found = series[name] { return found }
+            guard series.count < Self.maxRouteNames else { return other }
+            let made = Self.series(name, transport: transport, compression: compression, factory: factory)
+            series[name] = made
+            return made
+        }
+    }
+
+    /// The counters of `route` (``ConnectionInfo/route``).
     package func route(_ route: String) -> Route {
-        routes[route] ?? otherRoute
+        series(route).route
     }
 
     /// A connection was registered.
     package func opened(_ info: ConnectionInfo) {
-        if info.overHTTP2, let counts = http2Connections[info.route] ?? http2Connections["other"] {
-            counts.opened.increment()
-            counts.open.increment()
-            return
+        let series = series(info.route)
+        if info.overHTTP2 {
+            series.http2.opened.increment()
+            series.http2.open.increment()
+        } else {
+            series.route.opened.increment()
+            series.route.open.increment()
         }
-        let route = route(info.route)
-        route.opened.increment()
-        route.open.increment()
     }
 
     /// A registered connection is gone.
     package func closed(_ info: ConnectionInfo) {
-        if info.overHTTP2, let counts = http2Connections[info.route] ?? http2Connections["other"] {
-            counts.open.decrement()
-            return
+        let series = series(info.route)
+        if info.overHTTP2 {
+            series.http2.open.decrement()
+        } else {
+            series.route.open.decrement()
         }
-        route(info.route).open.decrement()
     }
 
     /// The server sent a close frame with `code` (none: an empty close frame is not counted).

@@ -36,6 +36,10 @@ package struct RouteTable: Sendable {
         package var method: HTTPRequest.Method
         package var pattern: RoutePattern
         package var service: Service
+        /// What its connections are counted under in the server's metrics
+        /// (``ConnectionInfo/route``), and the name a fault's `route=` scope takes: a WebSocket
+        /// or stream route has one; a plain route, whose requests are no connections, has none.
+        package var name: String?
         /// Whether it is served while the server refuses requests (a chaos fault): the chaos
         /// routes are, so that a script can still reach them.
         package var servedWhileRefusing = false
@@ -64,19 +68,29 @@ package struct RouteTable: Sendable {
         package static func get(_ path: String, _ handler: @escaping Handler) -> Route { .on(.get, path, handler) }
         package static func post(_ path: String, _ handler: @escaping Handler) -> Route { .on(.post, path, handler) }
 
-        /// An SSE route: a request with `method` at `path` is answered by `stream`.
-        package static func stream(_ path: String, method: HTTPRequest.Method = .get, _ stream: @escaping Stream) -> Route {
-            Route(method: method, pattern: RoutePattern(path), service: .stream(stream))
+        /// An SSE route named `name`: a request with `method` at `path` is answered by `stream`.
+        package static func stream(_ path: String, name: String, method: HTTPRequest.Method = .get, _ stream: @escaping Stream) -> Route {
+            Route(method: method, pattern: RoutePattern(path), service: .stream(stream), name: name)
         }
 
-        /// A WebSocket route: an upgrade at `path` is decided by `upgrade`; a `GET` without one
-        /// is answered by `plain`.
-        package static func webSocket(_ path: String, upgrade: @escaping Upgrade, plain: @escaping Handler) -> Route {
-            Route(method: .get, pattern: RoutePattern(path), service: .webSocket(upgrade: upgrade, plain: plain))
+        /// A WebSocket route named `name`: an upgrade at `path` is decided by `upgrade`; a `GET`
+        /// without one is answered by `plain`.
+        package static func webSocket(_ path: String, name: String, upgrade: @escaping Upgrade, plain: @escaping Handler) -> Route {
+            Route(method: .get, pattern: RoutePattern(path), service: .webSocket(upgrade: upgrade, plain: plain), name: name)
         }
     }
 
     package private(set) var routes: [Route]
+
+    /// The names of its WebSocket and stream routes (``Route/name``), once each, in order: the
+    /// routes the server's metrics count connections under, and a fault's `route=` can scope.
+    package var connectionRouteNames: [String] {
+        var names: [String] = []
+        for route in routes {
+            if let name = route.name, !names.contains(name) { names.append(name) }
+        }
+        return names
+    }
 
     /// A table with only the host's own route: the answer to a request ``ConnectionGuard``
     /// refused behind others on a keep-alive connection (``Route/refused``), which every server

@@ -91,6 +91,10 @@ package final class HostServer: Sendable {
     package let http2Connections = HTTP2ConnectionSet()
     private let lifecycle = NIOLockedValueBox(Lifecycle())
     private let restartRequest = NIOLockedValueBox<AsyncStream<Restart>.Continuation?>(nil)
+    /// The names of the WebSocket and stream routes of the table served now
+    /// (``RouteTable/connectionRouteNames``): what a fault's `route=` scope may name.
+    package var routeNames: [String] { servedRouteNames.withLockedValue { $0 } }
+    private let servedRouteNames = NIOLockedValueBox<[String]>([])
     /// Closes every connection still open when a graceful shutdown passes its deadline.
     private let shutdownDeadline = NIOLockedValueBox<Task<Void, Never>?>(nil)
 
@@ -202,6 +206,11 @@ package final class HostServer: Sendable {
 
     /// Serves on `port` until a graceful shutdown (returns nil) or a restart (returns it).
     private func serveUntilRestart(port: Int, listeners: [Listener], table: RouteTable) async throws -> Restart? {
+        // The table says which routes there are: their series show at zero before any
+        // connection, and a fault may be scoped to one of them.
+        let names = table.connectionRouteNames
+        metrics.declare(routes: names)
+        servedRouteNames.withLockedValue { $0 = names }
         let group = makeServiceGroup(port: port, listeners: listeners, table: table)
         let (restarts, request) = AsyncStream<Restart>.makeStream()
         restartRequest.withLockedValue { $0 = request }

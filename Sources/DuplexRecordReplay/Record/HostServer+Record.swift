@@ -16,12 +16,13 @@ extension HostServer {
         let stream: RouteTable.Stream = { request in self.recordStream(record, request) }
         return [
             .webSocket(
-                "/**", upgrade: { request, _ in self.recordWebSocketService(record, for: request) }, plain: { _, _ in self.upgradeRequired() }),
-            .stream("/**", method: .get, stream),
-            .stream("/**", method: .post, stream),
-            .stream("/**", method: .put, stream),
-            .stream("/**", method: .patch, stream),
-            .stream("/**", method: .delete, stream),
+                "/**", name: "record", upgrade: { request, _ in self.recordWebSocketService(record, for: request) },
+                plain: { _, _ in self.upgradeRequired() }),
+            .stream("/**", name: "record", method: .get, stream),
+            .stream("/**", name: "record", method: .post, stream),
+            .stream("/**", name: "record", method: .put, stream),
+            .stream("/**", name: "record", method: .patch, stream),
+            .stream("/**", name: "record", method: .delete, stream),
         ]
     }
 

@@ -15,7 +15,8 @@ extension HostServer {
         var routes: [RouteTable.Route] = []
         for path in book.paths(.eventStream) {
             for method in book.methods(at: path) {
-                routes.append(.stream(path, method: HTTPRequest.Method(method) ?? .get) { request in self.replayStream(book, request) })
+                routes.append(
+                    .stream(path, name: "replay", method: HTTPRequest.Method(method) ?? .get) { request in self.replayStream(book, request) })
             }
         }
         // A path recorded both ways answers a plain GET with its stream (a stream route at a
@@ -23,7 +24,8 @@ extension HostServer {
         for path in book.paths(.webSocket) {
             routes.append(
                 .webSocket(
-                    path, upgrade: { request, _ in self.replayWebSocketService(book, for: request) }, plain: { _, _ in self.upgradeRequired() })
+                    path, name: "replay", upgrade: { request, _ in self.replayWebSocketService(book, for: request) },
+                    plain: { _, _ in self.upgradeRequired() })
             )
         }
         return routes

@@ -37,6 +37,7 @@ struct RouteTableTests {
     func webSocket(_ path: String, _ name: String) -> RouteTable.Route {
         .webSocket(
             path,
+            name: name,
             upgrade: { _, captures in
                 var headers: HTTPFields = [.secWebSocketProtocol: name]
                 if let room = captures["room"] { headers[.secWebSocketProtocol] = "\(name) \(room)" }
@@ -75,5 +76,20 @@ struct RouteTableTests {
         plain.add([.get("/health") { _, _ in Response(status: .ok) }, webSocket("/echo", "echo")])
         #expect(upgrade(plain, "/health") == nil, "a plain route takes no upgrade")
         #expect(upgrade(plain, "/nowhere") == nil)
+    }
+
+    @Test("the names the server counts connections under are its WebSocket and stream routes', once each, in order; plain routes have none")
+    func connectionRouteNames() {
+        var table = RouteTable()
+        table.add([
+            .get("/health") { _, _ in Response(status: .ok) },
+            webSocket("/echo", "echo"),
+            .stream("/events", name: "events") { _ in .json(.ok, "{}") },
+            .stream("/events", name: "events", method: .post) { _ in .json(.ok, "{}") },
+            webSocket("/feed/*", "/feed/*"),
+        ])
+        table.add([webSocket("/echo", "echo again")])
+        #expect(table.connectionRouteNames == ["echo", "events", "/feed/*"], "the later set's /echo is left out with its name")
+        #expect(RouteTable().connectionRouteNames.isEmpty)
     }
 }

@@ -1,3 +1,4 @@
+import DuplexHost
 import DuplexSchema
 import DuplexTesting
 import Foundation
@@ -71,6 +72,40 @@ struct MetricsRouteTests {
                 #expect(scrape[#"duplex_connections_total{route="/feed/*",transport="tcp"}"#] == 1)
                 #expect(scrape[#"duplex_messages_total{route="/feed/*",direction="out"}"#] == 1, "\(scrape.text)")
                 #expect(scrape[#"duplex_connections_total{route="other",transport="tcp"}"#] == 0, "no connection counted as other")
+            }
+        }
+    }
+
+    @Test("the route labels at start and the names a chaos route= takes are the route table's, nothing kept by hand")
+    func routeNamesFromTheTable() async throws {
+        var configuration = DuplexServerConfiguration(chaos: true)
+        configuration.routes = [ScriptedRoute.sse("/orders", script: SSEScript(events: [SSEScriptEvent(id: "1", data: "a")]))]
+        let scripted = configuration
+        try await withTimeout {
+            try await withDuplexServer(configuration: scripted) { server in
+                let names = server.server.makeRouteTable().connectionRouteNames
+                #expect(names == ["/orders", "metrics-live", "echo", "chat", "events", "chat-events"])
+                let scrape = try await Self.scrape(server.port)
+                let prefix = #"duplex_connections_total{route=""#
+                let labels = scrape.samples.keys.filter { $0.hasPrefix(prefix) && $0.hasSuffix(#"",transport="tcp"}"#) }
+                    .map { String($0.dropFirst(prefix.count).prefix { $0 != "\"" }) }
+                #expect(Set(labels) == Set(names + ["other"]), "\(labels)")
+                let (status, body) = try await TestHTTPResponse.get(port: server.port, "/_chaos/drop?route=nope", method: .POST) {
+                    ($0.status, try await $0.readBody())
+                }
+                #expect(status == 400)
+                #expect(body == #"{"error":"route must be /orders, metrics-live, echo, chat, events or chat-events"}"#)
+
+                // docs/server.md names the same routes, in the metrics table and for route=.
+                let docs = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../../docs/server.md")
+                let lines = try String(contentsOf: docs, encoding: .utf8).split(separator: "\n")
+                for place in ["| `duplex_connections_open`", "Scope with `?route=NAME`"] {
+                    let at = try #require(lines.firstIndex { $0.contains(place) }, "docs/server.md: \(place)")
+                    let text = lines[at...].prefix(2).joined(separator: " ")
+                    for name in names.dropFirst() {
+                        #expect(text.contains("`\(name)`"), "docs/server.md's \(place) lacks \(name)")
+                    }
+                }
             }
         }
     }
