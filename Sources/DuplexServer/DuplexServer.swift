@@ -66,11 +66,12 @@ public final class DuplexServer: Service, Sendable {
     public init(configuration: DuplexServerConfiguration = .init(), logger: Logger = Logger(label: "duplex-server")) {
         self.configuration = configuration
         let metrics = ServerMetrics.prometheus(transport: configuration.tls == nil ? "tcp" : "tls")
-        self.host = HostServer(configuration: configuration.hostConfiguration, metrics: metrics, logger: logger)
+        let host = HostServer(configuration: configuration.hostConfiguration, metrics: metrics, logger: logger)
+        self.host = host
         let chatMetrics = ChatMetrics(factory: metrics.factory)
         self.chatMetrics = chatMetrics
         let chaos = configuration.chaos
-        self.liveMetrics = LiveMetricsFeed { metrics.liveJSON(chaos: chaos) }
+        self.liveMetrics = LiveMetricsFeed { metrics.liveJSON(chaos: chaos, routes: host.routeNames) }
         let context = ChatStoreConfiguration.Context(
             historyLimit: configuration.historyLimit,
             historyBytesLimit: configuration.historyBytesLimit,

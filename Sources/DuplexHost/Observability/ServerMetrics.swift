@@ -293,15 +293,18 @@ package final class ServerMetrics: Sendable {
         return samples
     }
 
-    /// The live view's event data (`GET /metrics/live`): `{"chaos":BOOL,"samples":{…}}`.
-    package func liveJSON(chaos: Bool) -> String {
+    /// The live view's event data (`GET /metrics/live`): `{"chaos":BOOL,"routes":[…],"samples":{…}}`,
+    /// `routes` the names of the routes served (``RouteTable/connectionRouteNames``), which the
+    /// demo page charts and offers as fault scopes.
+    package func liveJSON(chaos: Bool, routes: [String]) -> String {
         struct Live: Encodable {
             var chaos: Bool
+            var routes: [String]
             var samples: [String: Double]
         }
         let encoder = JSONEncoder()
-        encoder.outputFormatting = .sortedKeys
-        let data = (try? encoder.encode(Live(chaos: chaos, samples: samples()))) ?? Data("{}".utf8)
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let data = (try? encoder.encode(Live(chaos: chaos, routes: routes, samples: samples()))) ?? Data("{}".utf8)
         return String(decoding: data, as: UTF8.self)
     }
 

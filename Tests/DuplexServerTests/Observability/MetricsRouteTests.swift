@@ -261,7 +261,9 @@ struct MetricsRouteTests {
         }
     }
 
-    @Test("GET /metrics/live: the samples as SSE every interval, for the demo page's live view; a bad interval gets 400")
+    @Test(
+        "GET /metrics/live: the samples and the table's route names as SSE every interval, for the demo page's live view, which names no route itself; a bad interval gets 400"
+    )
     func live() async throws {
         try await withTimeout {
             try await withDuplexServer(configuration: .init(chaos: true)) { server in
@@ -274,12 +276,21 @@ struct MetricsRouteTests {
                     try #require(events.count == 2)
                     struct Live: Decodable {
                         var chaos: Bool
+                        var routes: [String]
                         var samples: [String: Double]
                     }
                     let live = try JSONDecoder().decode(Live.self, from: Data(events[1].data.utf8))
                     #expect(live.chaos)
+                    #expect(live.routes == server.server.makeRouteTable().connectionRouteNames)
+                    #expect(live.routes.contains("chat-events"))
                     #expect(live.samples[#"duplex_connections_open{route="metrics-live",transport="tcp"}"#] == 1, "the live stream counts itself")
                     #expect((live.samples[#"duplex_messages_total{route="metrics-live",direction="out"}"#] ?? 0) >= 1, "and the event before")
+                }
+                // The page charts and offers the routes the live events name; it keeps no list.
+                let page = try await TestHTTPResponse.get(port: server.port, "/") { try await $0.readBody() }
+                #expect(page.contains("syncRoutes(data.routes"))
+                for name in ["echo", "chat", "events", "chat-events"] {
+                    #expect(!page.contains(#""\#(name)""#) && !page.contains("route=\(name)\""), "the page names \(name) itself")
                 }
                 for bad in ["0", "99", "60001", "soon"] {
                     let (status, body) = try await TestHTTPResponse.get(port: server.port, "/metrics/live?interval=\(bad)") {
