@@ -404,8 +404,9 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
-                // A test backend for the client's metrics.
+                // A test backend for the client's metrics, and one of the tests' own.
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
                 // The DuplexServer article's example runs the server in a ServiceGroup.
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],

@@ -36,13 +36,16 @@ protocol LifecycleRunner: AnyObject, Sendable {
 }
 
 extension LifecycleRunner {
-    /// Carries out what the lifecycle answered, under the lock.
+    /// Carries out what the lifecycle answered, under the lock. What reaches code not ours (the
+    /// metrics factory's handlers, the log handler, waiters) runs once the lock is released, in
+    /// order (``DeferringWork/afterUnlock``).
     func perform(_ actions: [Lifecycle.Action], in state: inout State) {
+        let (metrics, logger) = (self.metrics, self.logger)
         for action in actions {
-            metrics.observe(action, cause: State.Policy.metricsCause(of:))
+            state.afterUnlock.append { metrics.observe(action, cause: State.Policy.metricsCause(of:)) }
             switch action {
             case .scheduleRetry(let attempt, let delay):
-                logger.info("reconnecting", metadata: ["attempt": "\(attempt + 1)", "delay": "\(delay)"])
+                state.afterUnlock.append { logger.info("reconnecting", metadata: ["attempt": "\(attempt + 1)", "delay": "\(delay)"]) }
                 state.retryTimer = startRetryTimer(after: delay, on: clock) { [weak self] in self?.retryTimerFired(attempt: attempt) }
             case .cancelRetryTimer:
                 state.retryTimer?.cancel()

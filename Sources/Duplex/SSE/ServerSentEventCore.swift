@@ -118,7 +118,8 @@ final class ServerSentEventCore: LifecycleRunner {
         let decision = box.locked { state -> (ConnectionLifecycle<SSEPolicy>.CheckDecision, UInt64) in
             let decision = state.lifecycle.networkChanged()
             if case .reconnectNow(let actions) = decision {
-                logger.info("the network changed: reconnecting now")
+                let logger = self.logger
+                state.afterUnlock.append { logger.info("the network changed: reconnecting now") }
                 perform(actions, in: &state)
             }
             return (decision, state.chunks)
@@ -133,7 +134,8 @@ final class ServerSentEventCore: LifecycleRunner {
             // A reader that is behind holds the body back: its silence is not the network's.
             guard state.chunks == before, gate.isOpen else { return true }
             let error = SSEError(.readTimeout, "nothing arrived within \(deadline) after the network changed")
-            logger.info("the network changed and the stream was silent: reopening it now")
+            let logger = self.logger
+            state.afterUnlock.append { logger.info("the network changed and the stream was silent: reopening it now") }
             perform(state.lifecycle.checkFailed(generation: generation, loss: SSELoss(reason: .streamError(error), retry: .policy())), in: &state)
             return false
         }
@@ -160,7 +162,8 @@ final class ServerSentEventCore: LifecycleRunner {
             break
         case .attemptFailed(let loss, let willRetry):
             if !willRetry, loss.retry == .never {
-                configuration.logger.warning("SSE stream failed for good", metadata: ["reason": "\(loss.reason)"])
+                let (logger, reason) = (configuration.logger, loss.reason)
+                state.afterUnlock.append { logger.warning("SSE stream failed for good", metadata: ["reason": "\(reason)"]) }
             }
         case .publish(let status):
             let new = status.state
@@ -201,7 +204,8 @@ final class ServerSentEventCore: LifecycleRunner {
             // The server's `retry:` is its wish for the delay of every reconnection.
             if loss.retry == .policy(suggested: nil), let wish = state.serverRetryMilliseconds {
                 loss.retry = .policy(suggested: .milliseconds(wish))
-                metrics.appliedRetry(milliseconds: wish)
+                let metrics = self.metrics
+                state.afterUnlock.append { metrics.appliedRetry(milliseconds: wish) }
             }
             let actions =
                 opened
@@ -213,14 +217,13 @@ final class ServerSentEventCore: LifecycleRunner {
 
     /// Events parsed from the stream of `generation`: delivered while it is the live one.
     private func received(_ parsed: [ServerSentEvent], parser: ServerSentEventParser, generation: UInt64) {
+        // Counted as they arrive, before the lock: the metrics backend is not our code.
+        for event in parsed { metrics.received(bytes: event.data.utf8.count) }
         box.locked { state in
             guard state.lifecycle.received(generation: generation) == .deliver else { return }
             state.chunks += 1
             if !state.chunkWaiters.isEmpty { state.resume(state.chunkWaiters.takeAll(), with: .success(())) }
-            for event in parsed {
-                metrics.received(bytes: event.data.utf8.count)
-                events.yield(event)
-            }
+            for event in parsed { events.yield(event) }
             if !parsed.isEmpty { state.lifecycle.proved(generation: generation) }
             state.lastEventID = parser.lastEventID
             state.serverRetryMilliseconds = parser.reconnectionTime ?? state.serverRetryMilliseconds

@@ -25,9 +25,11 @@ extension WebSocketCore {
             state.connection = nil
             releaseDrainWaiters(in: &state)
         case .flush(let queued):
-            for message in queued {
-                metrics.sent(bytes: message.byteCount)
-                if state.connection?.connection.write(message) == true { state.aboveHighWatermark = true }
+            let bytes = queued.map(\.byteCount)
+            let metrics = self.metrics
+            state.afterUnlock.append { for count in bytes { metrics.sent(bytes: count) } }
+            for message in queued where state.connection?.connection.write(message) == true {
+                state.aboveHighWatermark = true
             }
         case .deliverHeld(let generation):
             if state.early.generation == generation {
@@ -55,7 +57,8 @@ extension WebSocketCore {
         case .lost(let loss, _):
             connectionEnded(in: &state)
             if case .pingFailed(let missed) = loss {
-                configuration.logger.warning("ping failed: closing the connection", metadata: ["missed": "\(missed)"])
+                let logger = configuration.logger
+                state.afterUnlock.append { logger.warning("ping failed: closing the connection", metadata: ["missed": "\(missed)"]) }
                 if let hook = state.onPingFailed, let error = loss.error {
                     state.afterUnlock.append { hook(error) }
                 }
@@ -176,12 +179,16 @@ extension WebSocketCore {
             state.pingTracker = tracker
             switch outcome {
             case .failed(let failures):
-                metrics.missedPing()
+                let metrics = self.metrics
+                state.afterUnlock.append { metrics.missedPing() }
                 perform(state.lifecycle.connectionLost(generation: generation, loss: .pingFailed(missed: failures), abort: true), in: &state)
                 return false
             case .missed(let failures):
-                metrics.missedPing()
-                configuration.logger.debug("ping unanswered", metadata: ["failures": "\(failures)"])
+                let (metrics, logger) = (self.metrics, configuration.logger)
+                state.afterUnlock.append {
+                    metrics.missedPing()
+                    logger.debug("ping unanswered", metadata: ["failures": "\(failures)"])
+                }
                 return true
             case .answered, nil:
                 return true

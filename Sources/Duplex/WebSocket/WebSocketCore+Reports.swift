@@ -25,6 +25,8 @@ extension WebSocketCore {
     }
 
     func received(_ message: WebSocketMessage, generation: UInt64) {
+        // Counted as it arrives, before the lock: the metrics backend is not our code.
+        metrics.received(bytes: message.byteCount)
         state.locked { state in
             switch state.lifecycle.received(generation: generation) {
             case .deliver:
@@ -46,7 +48,6 @@ extension WebSocketCore {
 
     func deliver(_ message: WebSocketMessage, generation: UInt64, in state: inout State) {
         state.receivedCount &+= 1
-        metrics.received(bytes: message.byteCount)
         messages.yield(message)
         reports.yield(.message(message, connection: generation))
         events.yield(.message(message))
@@ -105,15 +106,19 @@ extension WebSocketCore {
         state.locked { state in
             if let manual = state.manualPings.removeValue(forKey: payload) {
                 let roundTrip = manual.sentAt.duration(to: now)
-                metrics.pong(after: roundTrip)
-                state.afterUnlock.append { manual.continuation.resume(returning: roundTrip) }
+                let metrics = self.metrics
+                state.afterUnlock.append {
+                    metrics.pong(after: roundTrip)
+                    manual.continuation.resume(returning: roundTrip)
+                }
                 return
             }
             guard state.lifecycle.liveGeneration == generation,
                 let roundTrip = state.pingTracker?.pongReceived(payload, at: now)
             else { return }
             state.roundTripTime = roundTrip
-            metrics.pong(after: roundTrip)
+            let metrics = self.metrics
+            state.afterUnlock.append { metrics.pong(after: roundTrip) }
             roundTrips.yield(roundTrip)
         }
     }

@@ -246,6 +246,8 @@ final class WebSocketCore: LifecycleRunner {
     /// Hands `message` to the connection's outbound buffer, or to the reconnection queue; waits
     /// only while the buffer is above its high watermark.
     func send(_ message: WebSocketMessage) async throws {
+        // Counted once the lock is released: the metrics backend is not our code.
+        var (written, queued) = (false, false)
         let outcome: SendOutcome = state.locked { state in
             if let failure = state.sendFailure {
                 state.sendFailure = nil
@@ -256,9 +258,10 @@ final class WebSocketCore: LifecycleRunner {
                 guard let current = state.connection?.connection else {
                     return .fail(WebSocketError(.notConnected, "the connection is gone"))
                 }
+                written = true
                 return accept(message, on: current, in: &state)
             case .queued:
-                metrics.queued()
+                queued = true
                 return .done
             case .queueFull:
                 let limit = state.lifecycle.policy.maxQueued
@@ -269,6 +272,8 @@ final class WebSocketCore: LifecycleRunner {
                 return .fail(WebSocketError(.terminated, "the socket was terminated"))
             }
         }
+        if written { metrics.sent(bytes: message.byteCount) }
+        if queued { metrics.queued() }
         switch outcome {
         case .done: return
         case .waitForDrain: await waitForDrain()
@@ -280,17 +285,18 @@ final class WebSocketCore: LifecycleRunner {
     /// written on a later connection, never waiting for the outbound buffer to drain.
     /// - Returns: false when that connection is not the open one.
     func write(_ message: WebSocketMessage, onConnection generation: UInt64) -> Bool {
-        state.locked { state in
+        let written = state.locked { state in
             guard state.lifecycle.openGeneration == generation, let current = state.connection, current.generation == generation else {
                 return false
             }
             _ = accept(message, on: current.connection, in: &state)
             return true
         }
+        if written { metrics.sent(bytes: message.byteCount) }
+        return written
     }
 
     private func accept(_ message: WebSocketMessage, on connection: any WebSocketTransportConnection, in state: inout State) -> SendOutcome {
-        metrics.sent(bytes: message.byteCount)
         guard connection.write(message) else { return .done }
         state.aboveHighWatermark = true
         return .waitForDrain
@@ -379,7 +385,8 @@ final class WebSocketCore: LifecycleRunner {
         let decision = state.locked { state -> ConnectionLifecycle<WebSocketPolicy>.CheckDecision in
             let decision = state.lifecycle.networkChanged()
             if case .reconnectNow(let actions) = decision {
-                configuration.logger.info("the network changed: reconnecting now")
+                let logger = configuration.logger
+                state.afterUnlock.append { logger.info("the network changed: reconnecting now") }
                 perform(actions, in: &state)
             }
             return decision
@@ -392,7 +399,8 @@ final class WebSocketCore: LifecycleRunner {
             return state.locked { state in
                 guard gate.isOpen else { return true }
                 let loss = WebSocketLoss.failed(WebSocketError(.pingFailed, "no pong within \(deadline) after the network changed"))
-                configuration.logger.info("the network changed and the connection did not answer: reconnecting now")
+                let logger = configuration.logger
+                state.afterUnlock.append { logger.info("the network changed and the connection did not answer: reconnecting now") }
                 perform(state.lifecycle.checkFailed(generation: generation, loss: loss), in: &state)
                 return false
             }
