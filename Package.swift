@@ -546,9 +546,12 @@ let package = Package(
             name: "DuplexHostTests",
             dependencies: [
                 "DuplexHost",
+                "DuplexSchema",
                 "DuplexWire",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
+                // The server's counters, into a test backend.
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
