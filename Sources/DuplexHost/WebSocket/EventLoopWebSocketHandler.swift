@@ -229,10 +229,8 @@ package final class EventLoopWebSocketHandler: ChannelDuplexHandler, RemovableCh
     /// Takes the frames out of what was read (``WebSocketFrameParser``) and hands each to the
     /// engine, until the engine reads no more. A frame the parser refuses (longer than the
     /// message limit, a fragmented or long control frame) goes to the engine too, which fails the
-    /// connection unless it is closing already.
-    ///
-    /// While stalled (a fault), bytes that still arrive (a read the channel had asked for before
-    /// the stall) are kept unparsed: no frame is answered, not even a ping, until it ends.
+    /// connection unless it is closing already. While stalled (a fault), bytes that still arrive
+    /// are kept unparsed: no frame is answered, not even a ping, until the stall ends.
     package func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         parser.append(unwrapInboundIn(data))
         parseFrames(context: context)
