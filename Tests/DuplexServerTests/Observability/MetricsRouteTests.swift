@@ -289,6 +289,7 @@ struct MetricsRouteTests {
                 // The page charts and offers the routes the live events name; it keeps no list.
                 let page = try await TestHTTPResponse.get(port: server.port, "/") { try await $0.readBody() }
                 #expect(page.contains("syncRoutes(data.routes"))
+                #expect(!page.contains("innerHTML"), "route names (a script's paths) are written as text, never parsed as HTML")
                 for name in ["echo", "chat", "events", "chat-events"] {
                     #expect(!page.contains(#""\#(name)""#) && !page.contains("route=\(name)\""), "the page names \(name) itself")
                 }
