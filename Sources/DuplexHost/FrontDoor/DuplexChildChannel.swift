@@ -1,5 +1,6 @@
 package import DuplexSchema
 package import DuplexWire
+import Foundation
 package import HTTPTypes
 import Hummingbird
 package import HummingbirdCore
@@ -33,6 +34,20 @@ package enum UpgradeAnswer: Sendable {
     /// Answer `status` with `headers` and `body` instead, and close the connection (HTTP/1.1)
     /// or the stream (HTTP/2).
     case refuse(RouteRefusal)
+    /// Answer once the future `answer` makes for the request's channel (HTTP/2: its stream)
+    /// completes (a proxy route's upstream handshake, say); a failed future answers 502 with the
+    /// error. The channel reads nothing meanwhile, and may close before the answer.
+    case later(@Sendable (any Channel) -> EventLoopFuture<UpgradeAnswer>)
+
+    /// The answer once known, on `channel`'s event loop: a `later` answer's own, however deep,
+    /// and a failure as a 502 that says why.
+    package func resolved(for channel: any Channel) -> EventLoopFuture<UpgradeAnswer> {
+        let eventLoop = channel.eventLoop
+        guard case .later(let answer) = self else { return eventLoop.makeSucceededFuture(self) }
+        return answer(channel).hop(to: eventLoop).flatMap { $0.resolved(for: channel) }.flatMapErrorThrowing { error in
+            .refuse(RouteRefusal(status: .badGateway, body: RouteRefusal.errorBody("\(error)")))
+        }
+    }
 }
 
 /// A plain answer a route gives on the event loop: a refused WebSocket upgrade, or a stream
@@ -48,6 +63,12 @@ package struct RouteRefusal: Sendable {
         self.status = status
         self.headers = headers
         self.body = body
+    }
+
+    /// `{"error": message}`, with `message` escaped as JSON.
+    package static func errorBody(_ message: String) -> String {
+        let data = (try? JSONSerialization.data(withJSONObject: ["error": message], options: [.sortedKeys])) ?? Data("{}".utf8)
+        return String(decoding: data, as: UTF8.self)
     }
 
     /// The refusal of a path that serves no WebSocket.
@@ -216,20 +237,24 @@ package struct DuplexChildChannel: ServerChildChannel, HTTPChannelHandler {
                 } catch {
                     return channel.eventLoop.makeFailedFuture(error)
                 }
-                let (headers, service): (HTTPFields, WebSocketService)
-                switch route(request) {
-                case .accept(let accepted, let chosen): (headers, service) = (accepted, chosen)
-                case .refuse(let refusal):
-                    refused.value = refusal
-                    return channel.eventLoop.makeSucceededFuture(nil)
+                return route(request).resolved(for: channel).map { answer -> HTTPHeaders? in
+                    let (headers, service): (HTTPFields, WebSocketService)
+                    switch answer {
+                    case .accept(let accepted, let chosen): (headers, service) = (accepted, chosen)
+                    case .refuse(let refusal):
+                        refused.value = refusal
+                        return nil
+                    case .later:
+                        preconditionFailure("a resolved answer is not later")
+                    }
+                    var responseHeaders = headers
+                    let deflate = compression.flatMap {
+                        PerMessageDeflateNegotiation.answer(offers: request.headers[values: .secWebSocketExtensions], settings: $0)
+                    }
+                    if let deflate { responseHeaders[.secWebSocketExtensions] = deflate.answer }
+                    chosen.value = (service, deflate?.agreement)
+                    return HTTPHeaders(responseHeaders)
                 }
-                var responseHeaders = headers
-                let deflate = compression.flatMap {
-                    PerMessageDeflateNegotiation.answer(offers: request.headers[values: .secWebSocketExtensions], settings: $0)
-                }
-                if let deflate { responseHeaders[.secWebSocketExtensions] = deflate.answer }
-                chosen.value = (service, deflate?.agreement)
-                return channel.eventLoop.makeSucceededFuture(HTTPHeaders(responseHeaders))
             },
             upgradePipelineHandler: { channel, _ in
                 channel.eventLoop.makeCompletedFuture {

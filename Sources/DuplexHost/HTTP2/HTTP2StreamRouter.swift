@@ -66,12 +66,29 @@ final class HTTP2StreamRouter: ChannelInboundHandler, RemovableChannelHandler {
             return
         }
         let request = Request(head: head, body: .init(buffer: .init()))
+        let routed = connection.route(request)
+        guard case .later = routed else {
+            answer(routed, to: request, context: context)
+            return
+        }
+        // Answered once known (a proxy route's upstream handshake): the stream waits.
+        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        routed.resolved(for: context.channel).whenSuccess { resolved in
+            let (router, context) = bound.value
+            router.answer(resolved, to: request, context: context)
+        }
+    }
+
+    /// Serves or refuses the CONNECT as `answer` says.
+    private func answer(_ answer: UpgradeAnswer, to request: Request, context: ChannelHandlerContext) {
         let (headers, service): (HTTPFields, WebSocketService)
-        switch connection.route(request) {
+        switch answer {
         case .accept(let accepted, let chosen): (headers, service) = (accepted, chosen)
         case .refuse(let refusal):
             refuse(refusal, context: context)
             return
+        case .later:
+            preconditionFailure("a resolved answer is not later")
         }
         var responseHeaders = headers
         let deflate = connection.compression.flatMap {

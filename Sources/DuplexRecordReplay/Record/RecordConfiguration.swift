@@ -36,13 +36,6 @@ public struct RecordConfiguration: Sendable {
     /// Headers that are never recorded in clear.
     static let secrets: Set<String> = ["authorization", "proxy-authorization", "cookie"]
 
-    /// Headers that belong to one hop (the client's connection to the recorder): not forwarded.
-    static let hopByHop: Set<String> = [
-        "host", "connection", "upgrade", "content-length", "transfer-encoding", "keep-alive", "te", "trailer",
-        "sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions", "sec-websocket-protocol",
-        "last-event-id", "accept-encoding",
-    ]
-
     /// The upstream URL of a request's path and query, with `scheme` (`ws` or `http`, made
     /// secure when the upstream is); nil when they do not make a URL. The path and query are the
     /// client's, as sent: they are joined as text and parsed, never set on `URLComponents`,
@@ -70,10 +63,6 @@ public struct RecordConfiguration: Sendable {
 
     /// The request's headers forwarded upstream: all but the hop's own.
     static func forwarded(_ headers: [(name: String, value: String)]) -> [String: String] {
-        var forwarded: [String: String] = [:]
-        for (name, value) in headers where !hopByHop.contains(name.lowercased()) {
-            forwarded[name] = forwarded[name].map { $0 + ", " + value } ?? value
-        }
-        return forwarded
+        ForwardedHeaders.forwarded(headers)
     }
 }
