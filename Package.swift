@@ -218,11 +218,13 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         // Routes of the user's own protocol (`ScriptedRoute`, scripts, the journal): a route set
-        // on the host, which the server adds to its table.
+        // on the host, which the server adds to its table. Its proxy routes reach the user's real
+        // backend with the Duplex client.
         .target(
             name: "DuplexScripted",
             dependencies: [
                 "DuplexHost",
+                "Duplex",
                 "DuplexSchema",
                 "DuplexWire",
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -534,6 +536,8 @@ let package = Package(
             name: "DuplexScriptedTests",
             dependencies: [
                 "DuplexScripted",
+                // TLSTrust, which a proxy route's upstream takes
+                "Duplex",
                 // withTimeout
                 "DuplexTesting",
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

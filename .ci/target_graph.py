@@ -27,8 +27,9 @@ rules = {
     "DuplexHost": {"DuplexServer", "DuplexScripted", "DuplexRecordReplay", "DuplexPostgres", "Duplex", "Prometheus", "PostgresNIO"},
     # Chat is on the host and knows no server, no client and no database.
     "DuplexChat": {"DuplexServer", "DuplexScripted", "DuplexRecordReplay", "DuplexPostgres", "Duplex", "Prometheus", "PostgresNIO"},
-    # Scripted routes are a route set on the host, not the server's: they know no chat.
-    "DuplexScripted": {"DuplexServer", "DuplexChat", "DuplexRecordReplay", "DuplexPostgres", "Duplex", "Prometheus", "PostgresNIO"},
+    # Scripted routes are a route set on the host, not the server's: they know no chat. Their
+    # proxy routes reach the user's backend with the Duplex client.
+    "DuplexScripted": {"DuplexServer", "DuplexChat", "DuplexRecordReplay", "DuplexPostgres", "Prometheus", "PostgresNIO"},
     # Record and replay are on the host, not the server.
     "DuplexRecordReplay": {"DuplexServer", "DuplexChat", "DuplexPostgres", "Prometheus", "PostgresNIO"},
     # The CLI links no chat server, no PostgreSQL and no Prometheus.

@@ -25,6 +25,13 @@ extension HostServer {
                 .stream(route.path, name: route.path, method: HTTPRequest.Method(route.method) ?? .get) { request in
                     self.scriptedStream(handler, request, route: route.path, journal: journal)
                 }
+            case .proxy(let script, let refusals):
+                .webSocket(
+                    route.path,
+                    name: route.path,
+                    upgrade: { request, _ in self.proxyUpgrade(script, refusals: refusals, request, route: route.path, journal: journal) },
+                    plain: { _, _ in self.upgradeRequired() }
+                )
             }
         }
     }
@@ -83,10 +90,11 @@ extension HostServer {
     /// `route`'s answer to a WebSocket upgrade at another path (the server's `/echo` with
     /// faults), named `name` in metrics and traces; an SSE route refuses it with 500.
     package func scriptedUpgrade(_ route: ScriptedRoute, _ request: Request, name: String, journal: ScriptJournal) -> UpgradeAnswer {
-        guard case .webSocket(let handler) = route.kind else {
-            return .refuse(RouteRefusal(status: .internalServerError, body: #"{"error":"an SSE route takes no WebSocket upgrade"}"#))
+        switch route.kind {
+        case .webSocket(let handler): scriptedUpgrade(handler, request, route: name, journal: journal)
+        case .proxy(let script, let refusals): proxyUpgrade(script, refusals: refusals, request, route: name, journal: journal)
+        case .sse: .refuse(RouteRefusal(status: .internalServerError, body: #"{"error":"an SSE route takes no WebSocket upgrade"}"#))
         }
-        return scriptedUpgrade(handler, request, route: name, journal: journal)
     }
 
     /// A scripted WebSocket upgrade: refused as its handler decides, or served on the event loop.

@@ -1,3 +1,4 @@
+import Duplex
 import DuplexHost
 import DuplexSchema
 public import Foundation
@@ -60,11 +61,16 @@ public enum ScriptFile {
     }
 
     private static func route(_ value: Reader, index: Int) throws(ScriptError) -> ScriptedRoute {
-        let members = try value.object(keys: ["path", "method", "websocket", "sse"])
+        let members = try value.object(keys: ["path", "method", "websocket", "sse", "proxy"])
         guard let pathValue = members["path"] else { throw value.error(#"a route needs a "path""#) }
         let path = try pathValue.string()
         guard path.hasPrefix("/") else { throw pathValue.error("a path starts with / (got \(path.debugDescription))") }
         let method = try members["method"]?.string().uppercased() ?? "GET"
+        if let proxy = members["proxy"] {
+            guard members["websocket"] == nil, members["sse"] == nil else { throw value.error(#"a route has one of "websocket", "sse" or "proxy""#) }
+            guard method == "GET" else { throw members["method"]!.error("a WebSocket proxy route's method is GET") }
+            return .proxy(path, script: try self.proxy(proxy))
+        }
         switch (members["websocket"], members["sse"]) {
         case (let script?, nil):
             guard method == "GET" else { throw members["method"]!.error("a WebSocket route's method is GET") }
@@ -73,7 +79,7 @@ public enum ScriptFile {
             let (sse, refuse) = try self.sse(script)
             return .sse(path, method: method, script: sse, refuse: refuse)
         case (nil, nil):
-            throw value.error(#"a route needs "websocket" or "sse""#)
+            throw value.error(#"a route needs "websocket", "sse" or "proxy""#)
         case (_?, _?):
             throw value.error(#"a route has "websocket" or "sse", not both"#)
         }
@@ -145,13 +151,8 @@ public enum ScriptFile {
         case "delayMs":
             return .delay(.milliseconds(try argument.integer(in: 0...86_400_000)))
         case "close":
-            let code = try argument.integer(in: 1000...4999)
-            guard ![1004, 1005, 1006, 1015].contains(code) else {
-                throw argument.error("\(code) cannot be sent in a close frame (RFC 6455 section 7.4)")
-            }
-            let reason = try members["reason"]?.string() ?? ""
-            guard reason.utf8.count <= 123 else { throw members["reason"]!.error("a close reason is at most 123 bytes") }
-            return .close(code: UInt16(code), reason: reason)
+            let (code, reason) = try closeCode(argument, reason: members["reason"])
+            return .close(code: code, reason: reason)
         case "drop":
             guard try argument.bool() else { throw argument.error(#""drop" is true"#) }
             return .drop
@@ -170,6 +171,95 @@ public enum ScriptFile {
             }
             return .fault(fault)
         }
+    }
+
+    private static func proxy(_ value: Reader) throws(ScriptError) -> ProxyScript {
+        let members = try value.object(keys: ["upstream", "toUpstream", "toClient", "refuse", "caFile", "insecure"])
+        guard let upstreamValue = members["upstream"] else { throw value.error(#"a proxy needs "upstream", a ws:// or wss:// URL"#) }
+        let text = try upstreamValue.string()
+        guard let upstream = URL(string: text) else { throw upstreamValue.error("not a URL: \(text.debugDescription)") }
+        var script = ProxyScript(upstream: upstream)
+        do {
+            try script.validate()
+        } catch {
+            throw upstreamValue.error(error.reason)
+        }
+        script.toUpstream = try members["toUpstream"]?.array().map { item throws(ScriptError) in try proxyRule(item) } ?? []
+        script.toClient = try members["toClient"]?.array().map { item throws(ScriptError) in try proxyRule(item) } ?? []
+        script.refuse = try members["refuse"].map { value throws(ScriptError) in try refusal(value) }
+        if let caFile = members["caFile"] {
+            do {
+                script.tlsTrust = try .certificateAuthority(pemFile: try caFile.string())
+            } catch let error as ScriptError {
+                throw error
+            } catch {
+                throw caFile.error("cannot read the CA file: \(error)")
+            }
+        }
+        if let insecure = members["insecure"], try insecure.bool() {
+            guard members["caFile"] == nil else { throw insecure.error(#""insecure" and "caFile" do not go together"#) }
+            script.tlsTrust = .insecureAcceptAnyCertificate
+        }
+        return script
+    }
+
+    private static func proxyRule(_ value: Reader) throws(ScriptError) -> ProxyRule {
+        let members = try value.object(keys: ["match", "do"])
+        guard let match = members["match"] else { throw value.error(#"a rule needs "match""#) }
+        guard let actions = members["do"] else { throw value.error(#"a rule needs "do", a list of actions"#) }
+        return ProxyRule(match: try self.match(match), do: try actions.array().map { item throws(ScriptError) in try proxyAction(item) })
+    }
+
+    private static let proxyActionKeys = ["delayMs", "replace", "set", "send", "sendJSON", "reply", "forward", "duplicate", "close", "drop"]
+
+    private static func proxyAction(_ value: Reader) throws(ScriptError) -> ProxyAction {
+        let members = try value.object(keys: proxyActionKeys + ["reason"])
+        let named = proxyActionKeys.filter { members[$0] != nil }
+        guard named.count == 1, let key = named.first, let argument = members[key] else {
+            throw value.error(
+                "an action has exactly one of \(proxyActionKeys.joined(separator: ", ")) (got \(named.isEmpty ? "none" : named.joined(separator: ", ")))"
+            )
+        }
+        if let reason = members["reason"], key != "close" { throw reason.error(#""reason" goes with "close""#) }
+        switch key {
+        case "delayMs":
+            return .delay(.milliseconds(try argument.integer(in: 0...86_400_000)))
+        case "replace":
+            return .replace(try argument.string())
+        case "set":
+            guard case .object(let fields) = argument.value, !fields.isEmpty else {
+                throw argument.error("must be an object with the members to set (got \(argument.value.kind))")
+            }
+            return ProxyAction(step: .set(fields))
+        case "send":
+            return .send(try argument.string())
+        case "sendJSON":
+            return .send(argument.value.jsonText)
+        case "reply":
+            return .reply(try argument.string())
+        case "forward":
+            return .forward(try argument.bool())
+        case "duplicate":
+            guard try argument.bool() else { throw argument.error(#""duplicate" is true"#) }
+            return .duplicate
+        case "close":
+            let (code, reason) = try closeCode(argument, reason: members["reason"])
+            return .close(code: code, reason: reason)
+        default:
+            guard try argument.bool() else { throw argument.error(#""drop" is true"#) }
+            return .drop
+        }
+    }
+
+    /// A close action's code and reason, as a client may be sent them.
+    private static func closeCode(_ argument: Reader, reason: Reader?) throws(ScriptError) -> (UInt16, String) {
+        let code = try argument.integer(in: 1000...4999)
+        guard ![1004, 1005, 1006, 1015].contains(code) else {
+            throw argument.error("\(code) cannot be sent in a close frame (RFC 6455 section 7.4)")
+        }
+        let text = try reason?.string() ?? ""
+        guard text.utf8.count <= 123 else { throw reason!.error("a close reason is at most 123 bytes") }
+        return (UInt16(code), text)
     }
 
     private static func faults(_ value: Reader) throws(ScriptError) -> WebSocketFaults {

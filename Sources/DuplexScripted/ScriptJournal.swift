@@ -56,6 +56,13 @@ public final class ScriptJournal: Sendable {
             case fault
         }
 
+        /// Which side of a proxied connection (a proxy route's): between the client and Duplex,
+        /// or between Duplex and the upstream.
+        public enum Leg: String, Sendable, Codable {
+            case client
+            case upstream
+        }
+
         /// The connection's number, from 1, in the order they opened.
         public var connection: Int
         /// The route's path as requested.
@@ -74,6 +81,13 @@ public final class ScriptJournal: Sendable {
         public var event: String?
         /// The request, on `open` and `refused`.
         public var request: ScriptedRequest?
+        /// On a proxy route: the leg it happened on. There, `in` arrived at Duplex (from the
+        /// client, or from the upstream) and `out` left it. Nil on other routes.
+        public var leg: Leg?
+        /// On a proxy route: what its rules did to a message that arrived (the rule that applied,
+        /// or `forward`), or how a message that left came to be sent (`forwarded`, `duplicate`,
+        /// `injected`, `replied`). Nil on other routes.
+        public var action: String?
         /// When it happened.
         public var at: Date
 
@@ -89,8 +103,12 @@ public final class ScriptJournal: Sendable {
             id: String? = nil,
             event: String? = nil,
             request: ScriptedRequest? = nil,
+            leg: Leg? = nil,
+            action: String? = nil,
             at: Date = Date()
         ) {
+            self.leg = leg
+            self.action = action
             self.connection = connection
             self.path = path
             self.direction = direction
@@ -105,12 +123,13 @@ public final class ScriptJournal: Sendable {
         }
 
         public var description: String {
-            var text = "#\(connection) \(path) \(direction.rawValue) \(kind.rawValue)"
+            var text = "#\(connection) \(path)" + (leg.map { " \($0.rawValue)" } ?? "") + " \(direction.rawValue) \(kind.rawValue)"
             if let code { text += " \(code)" }
             if let id { text += " id=\(id)" }
             if let event { text += " event=\(event)" }
             if let data { text += " \(ScriptJournal.excerpt(data).debugDescription)" }
             if let reason, !reason.isEmpty { text += " reason=\(reason.debugDescription)" }
+            if let action { text += " (\(action))" }
             return text
         }
 

@@ -29,17 +29,51 @@ public struct ScriptedRoute: Sendable, CustomStringConvertible {
     public private(set) var webSocketScript: WebSocketScript?
     /// The script of an SSE route that streams the same script to every request; nil otherwise.
     public private(set) var sseScript: SSEScript?
+    /// What a proxy route forwards to and its rules; nil for other routes.
+    public var proxyScript: ProxyScript? {
+        if case .proxy(let script, _) = kind { script } else { nil }
+    }
 
     enum Kind: Sendable {
         case webSocket(WebSocketRouteHandler)
         case sse(SSERouteHandler)
+        case proxy(ProxyScript, RefusalCounter)
     }
 
     public var description: String {
         switch kind {
         case .webSocket: "WebSocket \(path)"
         case .sse: "SSE \(method) \(path)"
+        case .proxy(let script, _): "WebSocket \(path), proxied to \(script.upstream.absoluteString)"
         }
+    }
+
+    /// A WebSocket route in front of your real backend: each client's upgrade is passed to
+    /// `upstream` first (its headers, but for the hop's own, and the subprotocols it offers),
+    /// and answered as the upstream answered (the subprotocol it chose, or its refusal: status,
+    /// `Retry-After` and body); an upstream that cannot be reached answers 502, saying why.
+    /// Then every message is forwarded both ways, in order, through the rules of its direction:
+    /// the first rule that matches a message applies; a message none matches is forwarded
+    /// unchanged. Both legs of each connection are journaled.
+    ///
+    /// ```swift
+    /// let quotes = ScriptedRoute.proxy("/quotes", to: URL(string: "ws://127.0.0.1:8080/quotes")!,
+    ///     toClient: [ProxyRule(match: .nth(3), do: [.forward(false)])])
+    /// ```
+    /// - Parameters:
+    ///   - path: the route's path.
+    ///   - upstream: a `ws` or `wss` URL; the client's query is added when it has none.
+    ///   - toUpstream: the rules for the client's messages.
+    ///   - toClient: the rules for the upstream's messages.
+    public static func proxy(_ path: String, to upstream: URL, toUpstream: [ProxyRule] = [], toClient: [ProxyRule] = []) -> ScriptedRoute {
+        proxy(path, script: ProxyScript(upstream: upstream, toUpstream: toUpstream, toClient: toClient))
+    }
+
+    /// A WebSocket route in front of your real backend, as `script` says (its upstream, its
+    /// rules per direction, its refusals and the upstream's TLS trust); see
+    /// ``proxy(_:to:toUpstream:toClient:)``.
+    public static func proxy(_ path: String, script: ProxyScript) -> ScriptedRoute {
+        ScriptedRoute(path: path, method: "GET", kind: .proxy(script, RefusalCounter(script.refuse)))
     }
 
     /// A WebSocket route whose connections a handler serves.

@@ -1,3 +1,4 @@
+import Duplex
 import DuplexScripted
 import Foundation
 import Testing
@@ -24,6 +25,43 @@ struct ScriptFileTests {
         let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../docs/examples/feed.json").path
         let routes = try ScriptFile.load(path: file)
         #expect(routes.map(\.description) == ["WebSocket /feed", "SSE GET /orders"])
+    }
+
+    @Test("a proxy route reads its upstream, its rules per direction with every action, and its refusal")
+    func proxy() throws {
+        let json = #"""
+            {"routes": [{"path": "/p", "proxy": {
+              "upstream": "wss://api.example.com/feed",
+              "insecure": true,
+              "refuse": {"status": 429, "headers": {"Retry-After": "1"}, "times": 2},
+              "toUpstream": [
+                {"match": {"json": {"type": "order"}}, "do": [{"set": {"price": 0}}]},
+                {"match": {"text": "ping"}, "do": [{"reply": "pong"}, {"forward": false}]},
+                {"match": {"contains": "x", "nth": 2}, "do": [{"send": "a"}, {"sendJSON": {"b": 1}}, {"duplicate": true}, {"delayMs": 5}]}
+              ],
+              "toClient": [
+                {"match": {"nth": 3}, "do": [{"replace": "r"}]},
+                {"match": {"any": true}, "do": [{"close": 4001, "reason": "bye"}, {"drop": true}]}
+              ]
+            }}]}
+            """#
+        let route = try #require(try routes(json).first)
+        #expect(route.description == "WebSocket /p, proxied to wss://api.example.com/feed")
+        let script = try #require(route.proxyScript)
+        #expect(script.tlsTrust == .insecureAcceptAnyCertificate)
+        #expect(script.refuse == ScriptRefusal(status: 429, headers: ["Retry-After": "1"], times: 2))
+        #expect(
+            script.toUpstream == [
+                ProxyRule(match: try .json(#"{"type":"order"}"#), do: [try .set(#"{"price":0}"#)]),
+                ProxyRule(match: .text("ping"), do: [.reply("pong"), .forward(false)]),
+                ProxyRule(
+                    match: MessageMatch.contains("x").and(.nth(2)), do: [.send("a"), .send(#"{"b":1}"#), .duplicate, .delay(.milliseconds(5))]),
+            ])
+        #expect(
+            script.toClient == [
+                ProxyRule(match: .nth(3), do: [.replace("r")]),
+                ProxyRule(match: .any, do: [.close(code: 4001, reason: "bye"), .drop]),
+            ])
     }
 
     @Test("every action, match, fault and ending of docs/scripts.md is accepted")
@@ -85,7 +123,29 @@ struct ScriptFileTests {
                 #"{"routes":[{"path":"/f","websocket":{"onMessage":[{"match":{"jsn":{}},"do":[]}]}}]}"#,
                 #"routes[0].websocket.onMessage[0].match: unknown key "jsn" (known: any, contains, json, nth, text)"#
             ),
-            (#"{"routes":[{"path":"/f"}]}"#, #"routes[0]: a route needs "websocket" or "sse""#),
+            (#"{"routes":[{"path":"/f"}]}"#, #"routes[0]: a route needs "websocket", "sse" or "proxy""#),
+            (
+                #"{"routes":[{"path":"/p","proxy":{"upstream":"http://127.0.0.1:1/x"}}]}"#,
+                #"routes[0].proxy.upstream: must be a ws:// or wss:// URL with a host (got "http://127.0.0.1:1/x")"#
+            ),
+            (#"{"routes":[{"path":"/p","proxy":{}}]}"#, #"routes[0].proxy: a proxy needs "upstream", a ws:// or wss:// URL"#),
+            (
+                #"{"routes":[{"path":"/p","proxy":{"upstream":"ws://h/x","toClient":[{"match":{"nth":1},"do":[{"forward":false,"drop":true}]}]}}]}"#,
+                "routes[0].proxy.toClient[0].do[0]: an action has exactly one of delayMs, replace, set, send, sendJSON, reply, forward, duplicate, close, drop (got forward, drop)"
+            ),
+            (
+                #"{"routes":[{"path":"/p","proxy":{"upstream":"ws://h/x","toUpstream":[{"match":{"any":true},"do":[{"set":[1]}]}]}}]}"#,
+                "routes[0].proxy.toUpstream[0].do[0].set: must be an object with the members to set (got an array)"
+            ),
+            (
+                #"{"routes":[{"path":"/p","proxy":{"upstream":"ws://h/x","toClient":[{"match":{"nth":1},"do":[{"fault":"invalidUTF8"}]}]}}]}"#,
+                #"routes[0].proxy.toClient[0].do[0]: unknown key "fault""#
+            ),
+            (#"{"routes":[{"path":"/p","proxy":{"upstream":"ws://h/x","toServer":[]}}]}"#, #"routes[0].proxy: unknown key "toServer""#),
+            (
+                #"{"routes":[{"path":"/p","proxy":{"upstream":"ws://h/x"},"websocket":{}}]}"#,
+                #"routes[0]: a route has one of "websocket", "sse" or "proxy""#
+            ),
             (#"{"routes":[{"websocket":{}}]}"#, #"routes[0]: a route needs a "path""#),
             (#"{"routes":[{"path":"f","websocket":{}}]}"#, #"routes[0].path: a path starts with / (got "f")"#),
             (#"{"routes":[{"path":"/f","websocket":{},"sse":{}}]}"#, #"routes[0]: a route has "websocket" or "sse", not both"#),

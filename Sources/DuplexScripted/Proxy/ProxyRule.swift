@@ -1,0 +1,163 @@
+public import Duplex
+import DuplexHost
+public import Foundation
+
+/// One step of what a proxy route does to a message on its way (a rule's `do` list; a script
+/// file writes each as an object: `{"delayMs": 50}`, `{"replace": "…"}`, `{"forward": false}`;
+/// `docs/scripts.md`).
+///
+/// The steps run in order, at their place in the list; then the message, as the steps left it,
+/// is forwarded unless a ``forward(_:)`` of false stands anywhere in the list, or a ``close(code:reason:)``
+/// or ``drop`` ended the connection (no step runs after those).
+public struct ProxyAction: Sendable, Equatable, CustomStringConvertible {
+    enum Step: Sendable, Equatable {
+        case delay(Duration)
+        case replace(ScriptedMessage)
+        case set([String: JSONValue])
+        case send(ScriptedMessage)
+        case reply(ScriptedMessage)
+        case forward(Bool)
+        case duplicate
+        case close(code: UInt16, reason: String)
+        case drop
+    }
+
+    let step: Step
+
+    /// Waits before the steps after it; the later messages of the same direction wait too, so
+    /// order is kept.
+    public static func delay(_ duration: Duration) -> ProxyAction { ProxyAction(step: .delay(duration)) }
+
+    /// Forwards `text` instead of the message.
+    public static func replace(_ text: String) -> ProxyAction { ProxyAction(step: .replace(.text(text))) }
+
+    /// Sets top-level members of a JSON object message before it is forwarded; `members` is a
+    /// JSON object, as text (`{"price": 0}`). A message that is not a JSON object is forwarded
+    /// unchanged, and the journal says so.
+    /// - Throws: ``ScriptError`` when `members` is not a JSON object.
+    public static func set(_ members: String) throws(ScriptError) -> ProxyAction {
+        guard case .object(let fields)? = JSONValue(members) else {
+            throw ScriptError(path: "set", "must be a JSON object, as text (got \(ScriptJournal.excerpt(members).debugDescription))")
+        }
+        return ProxyAction(step: .set(fields))
+    }
+
+    /// Sends `text` to this direction's receiver, before the forwarded message.
+    public static func send(_ text: String) -> ProxyAction { ProxyAction(step: .send(.text(text))) }
+
+    /// Sends `value` encoded as JSON to this direction's receiver, before the forwarded message.
+    public static func sendJSON(_ value: some Encodable, encoder: JSONEncoder = JSONEncoder()) throws -> ProxyAction {
+        .send(String(decoding: try encoder.encode(value), as: UTF8.self))
+    }
+
+    /// Sends `text` back to this direction's sender (the upstream never sees a client's message
+    /// that a rule replies to and does not forward).
+    public static func reply(_ text: String) -> ProxyAction { ProxyAction(step: .reply(.text(text))) }
+
+    /// Whether the message is forwarded: false holds it back, wherever it stands in the list.
+    public static func forward(_ forwards: Bool) -> ProxyAction { ProxyAction(step: .forward(forwards)) }
+
+    /// Forwards the message twice.
+    public static let duplicate = ProxyAction(step: .duplicate)
+
+    /// Closes the client's connection with `code` and `reason`, and the upstream's normally
+    /// (1000); nothing is forwarded.
+    public static func close(code: UInt16, reason: String = "") -> ProxyAction { ProxyAction(step: .close(code: code, reason: reason)) }
+
+    /// Drops both connections with no close frame; nothing is forwarded.
+    public static let drop = ProxyAction(step: .drop)
+
+    public var description: String {
+        switch step {
+        case .delay(let duration): "wait \(duration)"
+        case .replace(let message): "replace with \(message.excerpt.debugDescription)"
+        case .set(let fields): "set \(fields.keys.sorted().joined(separator: ", "))"
+        case .send(let message): "send \(message.excerpt.debugDescription)"
+        case .reply(let message): "reply \(message.excerpt.debugDescription)"
+        case .forward(let forwards): forwards ? "forward" : "hold back"
+        case .duplicate: "forward twice"
+        case .close(let code, let reason): "close \(code)" + (reason.isEmpty ? "" : " \(reason.debugDescription)")
+        case .drop: "drop both connections"
+        }
+    }
+}
+
+/// What a proxy route does with a message that matches, in one direction.
+public struct ProxyRule: Sendable, Equatable, CustomStringConvertible {
+    /// Which messages it applies to; ``MessageMatch/nth(_:)`` counts that direction's messages
+    /// on the connection, from 1, as they arrive (messages a rule injected or replied are not
+    /// counted).
+    public var match: MessageMatch
+    /// What it does, in order.
+    public var actions: [ProxyAction]
+
+    /// A rule: when `match` holds, `actions` run in order, as a script file's
+    /// `{"match": …, "do": […]}` says it.
+    public init(match: MessageMatch, do actions: [ProxyAction]) {
+        self.match = match
+        self.actions = actions
+    }
+
+    public var description: String {
+        "on \(match): " + actions.map(\.description).joined(separator: ", ")
+    }
+}
+
+/// What a proxy route does: where it forwards, and its rules per direction (a script file's
+/// `proxy` object).
+public struct ProxyScript: Sendable, Equatable {
+    /// The upstream: a `ws` or `wss` URL. The client's path is not appended; its query is, when
+    /// the upstream's URL has none.
+    public var upstream: URL
+    /// The rules for the client's messages on their way to the upstream: the first that
+    /// matches applies; a message none matches is forwarded unchanged.
+    public var toUpstream: [ProxyRule]
+    /// The rules for the upstream's messages on their way to the client.
+    public var toClient: [ProxyRule]
+    /// A refusal of the client's upgrade before the upstream is asked, for every request or the
+    /// first few (`"refuse": {"status": 429, "headers": {"Retry-After": "1"}, "times": 2}`).
+    public var refuse: ScriptRefusal?
+    /// The certificates a `wss` upstream's are checked against, as the client's
+    /// (``WebSocketConfiguration/tlsTrust``).
+    public var tlsTrust: TLSTrust
+    /// The certificate the route presents to a `wss` upstream that asks for one.
+    public var tlsIdentity: TLSIdentity?
+
+    /// Creates a proxy script.
+    public init(
+        upstream: URL, toUpstream: [ProxyRule] = [], toClient: [ProxyRule] = [], refuse: ScriptRefusal? = nil,
+        tlsTrust: TLSTrust = .systemRoots, tlsIdentity: TLSIdentity? = nil
+    ) {
+        self.upstream = upstream
+        self.toUpstream = toUpstream
+        self.toClient = toClient
+        self.refuse = refuse
+        self.tlsTrust = tlsTrust
+        self.tlsIdentity = tlsIdentity
+    }
+
+    /// The upstream URL for a client's request with `query`: the upstream's own query, or else
+    /// the client's.
+    func upstreamURL(query: String?) -> URL {
+        guard let query, !query.isEmpty, upstream.query == nil, !upstream.absoluteString.contains("?") else { return upstream }
+        return URL(string: upstream.absoluteString + "?" + query) ?? upstream
+    }
+
+    /// Checks that the upstream is a `ws` or `wss` URL with a host.
+    /// - Throws: ``ScriptError`` at `upstream`.
+    public func validate() throws(ScriptError) {
+        guard let scheme = upstream.scheme?.lowercased(), ["ws", "wss"].contains(scheme), upstream.host?.isEmpty == false else {
+            throw ScriptError(path: "upstream", "must be a ws:// or wss:// URL with a host (got \(upstream.absoluteString.debugDescription))")
+        }
+    }
+}
+
+extension ScriptedMessage {
+    /// The text, or the size of a binary message, cut for a description.
+    var excerpt: String {
+        switch self {
+        case .text(let text): ScriptJournal.excerpt(text)
+        case .binary(let data): "\(data.count) bytes"
+        }
+    }
+}

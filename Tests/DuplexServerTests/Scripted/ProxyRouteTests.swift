@@ -1,0 +1,199 @@
+import Duplex
+import DuplexSchema
+import DuplexServer
+import DuplexTesting
+import Foundation
+import Testing
+import TestSupport
+
+/// Proxy routes in front of a real backend (here, another server in the same process with a
+/// route of its own protocol): the upstream's handshake first, messages both ways through the
+/// rules of each direction, closes and drops passed on, refusals relayed, and both legs journaled.
+@Suite("Proxy routes")
+struct ProxyRouteTests {
+    /// The "real backend": sends `{"n":1}` … `{"n":5}` on connect, answers each message with
+    /// `got:` and the message, and refuses a request whose `Authorization` is `Bearer no`.
+    static let backend = ScriptedRoute.webSocket("/feed", subprotocols: ["feed.v1"]) { socket in
+        for n in 1...5 { try socket.send(#"{"n":\#(n)}"#) }
+    } onMessage: { message, socket in
+        try socket.send("got:" + (message.text ?? ""))
+    } accept: { request in
+        request.headers.contains { $0.name.lowercased() == "authorization" && $0.value == "Bearer no" }
+            ? .refuse(status: 403, body: #"{"error":"not you"}"#) : .accept
+    }
+
+    /// Runs `body` with a backend server and a server whose `/p` proxies to its `/feed`.
+    static func withProxy(
+        toUpstream: [ProxyRule] = [], toClient: [ProxyRule] = [],
+        _ body: @escaping @Sendable (_ proxy: RunningDuplexServer, _ backend: RunningDuplexServer) async throws -> Void
+    ) async throws {
+        try await withTimeout(.seconds(30)) {
+            try await withDuplexServer(routes: [backend]) { backend in
+                let route = ScriptedRoute.proxy("/p", to: backend.webSocketURL("/feed"), toUpstream: toUpstream, toClient: toClient)
+                try await withDuplexServer(routes: [route]) { proxy in try await body(proxy, backend) }
+            }
+        }
+    }
+
+    /// The next `count` text messages.
+    static func texts(_ messages: inout AsyncStream<WebSocketMessage>.Iterator, _ count: Int) async -> [String] {
+        var texts: [String] = []
+        while texts.count < count, let message = await messages.next() {
+            if case .string(let text) = message { texts.append(text) }
+        }
+        return texts
+    }
+
+    @Test("pass-through: the upstream's subprotocol, the client's headers and query go upstream, messages both ways, both legs journaled")
+    func passThrough() async throws {
+        try await Self.withProxy { proxy, backend in
+            let socket = WebSocket(
+                request: WebSocketRequest(
+                    url: URL(string: proxy.webSocketURL("/p").absoluteString + "?token=7")!, protocols: ["other", "feed.v1"],
+                    additionalHeaders: ["Authorization": "Bearer yes", "Origin": "http://app.test"]))
+            var messages = socket.messages.makeAsyncIterator()
+            try await socket.connect()
+            #expect(socket.negotiatedProtocol == "feed.v1")
+            #expect(await Self.texts(&messages, 5) == (1...5).map { #"{"n":\#($0)}"# })
+            try await socket.send(.string("hello"))
+            #expect(await Self.texts(&messages, 1) == ["got:hello"])
+            await socket.disconnect(code: .normalClosure, reason: "done")
+
+            let open = try #require(backend.journal.entries.first { $0.kind == .open }?.request)
+            #expect(open.queryItem("token") == "7")
+            #expect(open.subprotocols == ["other", "feed.v1"])
+            #expect(open.headers.contains { $0.name.lowercased() == "authorization" && $0.value == "Bearer yes" })
+            #expect(open.headers.contains { $0.name.lowercased() == "origin" && $0.value == "http://app.test" })
+            // The backend's own close, as the client sent it.
+            let closed = try await backend.journal.first(within: .seconds(10)) { $0.kind == .close && $0.direction == .in }
+            #expect(closed.code == 1000)
+
+            let legs = proxy.journal.entries.filter { $0.kind == .text }.map { "\($0.leg!.rawValue) \($0.direction.rawValue) \($0.data!)" }
+            #expect(legs.contains("client in hello"))
+            #expect(legs.contains("upstream out hello"))
+            #expect(legs.contains("upstream in got:hello"))
+            #expect(legs.contains("client out got:hello"))
+            #expect(proxy.journal.entries.first { $0.kind == .open }?.request?.subprotocol == "feed.v1")
+        }
+    }
+
+    @Test("rules: nth 3 held back toward the client; set, reply and send toward the upstream, in order")
+    func rules() async throws {
+        try await Self.withProxy(
+            toUpstream: [
+                ProxyRule(match: .text("ping"), do: [.reply("pong"), .forward(false)]),
+                ProxyRule(match: try .json(#"{"type":"order"}"#), do: [try .set(#"{"price":0}"#)]),
+                ProxyRule(match: .text("hi"), do: [.send("injected")]),
+            ],
+            toClient: [ProxyRule(match: .nth(3), do: [.forward(false)])]
+        ) { proxy, backend in
+            let socket = WebSocket(request: WebSocketRequest(url: proxy.webSocketURL("/p")))
+            var messages = socket.messages.makeAsyncIterator()
+            try await socket.connect()
+            #expect(await Self.texts(&messages, 4) == [#"{"n":1}"#, #"{"n":2}"#, #"{"n":4}"#, #"{"n":5}"#])
+            try await socket.send(.string(#"{"type":"order","price":5}"#))
+            #expect(await Self.texts(&messages, 1) == [#"got:{"price":0,"type":"order"}"#])
+            try await socket.send(.string("ping"))
+            #expect(await Self.texts(&messages, 1) == ["pong"])
+            try await socket.send(.string("hi"))
+            #expect(await Self.texts(&messages, 2) == ["got:injected", "got:hi"])
+            await socket.disconnect(code: .normalClosure, reason: "")
+            let received = backend.journal.entries.filter { $0.kind == .text && $0.direction == .in }.compactMap(\.data)
+            #expect(received == [#"{"price":0,"type":"order"}"#, "injected", "hi"], "the upstream never saw ping")
+            let held = try #require(proxy.journal.entries.first { $0.leg == .upstream && $0.direction == .in && $0.data == #"{"n":3}"# })
+            #expect(held.action?.contains("hold back") == true)
+        }
+    }
+
+    @Test("a rule's close reaches the client with its code, the upstream's with 1000")
+    func closeRule() async throws {
+        try await Self.withProxy(toUpstream: [ProxyRule(match: .text("quit"), do: [.close(code: 4001, reason: "bye")])]) { proxy, backend in
+            try await TestWebSocket.with(port: proxy.port, path: "/p") { socket in
+                #expect(try await socket.receiveText() == #"{"n":1}"#)
+                try await socket.sendText("quit")
+                let close = try await socket.receiveClose()
+                #expect(close.code == 4001)
+                #expect(close.reason == "bye")
+            }
+            let closed = try await backend.journal.first(within: .seconds(10)) { $0.kind == .close && $0.direction == .in }
+            #expect(closed.code == 1000)
+            #expect(!backend.journal.entries.contains { $0.data == "quit" })
+        }
+    }
+
+    @Test("a rule's drop ends the client's connection with no close frame, and the upstream's")
+    func dropRule() async throws {
+        try await Self.withProxy(toUpstream: [ProxyRule(match: .text("vanish"), do: [.drop])]) { proxy, backend in
+            try await TestWebSocket.with(port: proxy.port, path: "/p") { socket in
+                #expect(try await socket.receiveText() == #"{"n":1}"#)
+                try await socket.sendText("vanish")
+                var frames: [TestWebSocket.Frame] = []
+                do {
+                    while true { frames.append(try await socket.receiveFrame()) }
+                } catch is TestWebSocket.UnexpectedEnd {}
+                #expect(frames.allSatisfy { $0.close == nil })
+            }
+            _ = try await backend.journal.first(within: .seconds(10)) { [.close, .drop].contains($0.kind) && $0.direction == .in }
+            #expect(proxy.journal.entries.contains { $0.kind == .drop && $0.leg == .client && $0.direction == .out })
+        }
+    }
+
+    @Test("the upstream's close is passed to the client with its code")
+    func upstreamCloses() async throws {
+        let closing = ScriptedRoute.webSocket("/closing", script: WebSocketScript(onConnect: [.send("last"), .close(code: 4409, reason: "gone")]))
+        try await withTimeout(.seconds(30)) {
+            try await withDuplexServer(routes: [closing]) { backend in
+                try await withDuplexServer(routes: [.proxy("/p", to: backend.webSocketURL("/closing"))]) { proxy in
+                    try await TestWebSocket.with(port: proxy.port, path: "/p") { socket in
+                        #expect(try await socket.receiveText() == "last")
+                        let close = try await socket.receiveClose()
+                        #expect(close.code == 4409)
+                        #expect(close.reason == "gone")
+                    }
+                }
+            }
+        }
+    }
+
+    @Test("an upstream refusal is relayed as is: status, body")
+    func upstreamRefuses() async throws {
+        try await Self.withProxy { proxy, _ in
+            try await TestWebSocket.with(port: proxy.port, path: "/p", extraHeaders: ["Authorization: Bearer no"]) { socket in
+                #expect(socket.status == 403)
+            }
+            let socket = WebSocket(request: WebSocketRequest(url: proxy.webSocketURL("/p"), additionalHeaders: ["Authorization": "Bearer no"]))
+            let error = await #expect(throws: WebSocketError.self) { try await socket.connect() }
+            #expect(error?.status == 403)
+            #expect(error?.body == #"{"error":"not you"}"#)
+            await socket.terminate()
+        }
+    }
+
+    @Test("an upstream that is down answers the upgrade 502, saying why")
+    func upstreamDown() async throws {
+        let down = try RefusingPort()
+        let route = ScriptedRoute.proxy("/p", to: URL(string: "ws://127.0.0.1:\(down.port)/feed")!)
+        try await withTimeout(.seconds(30)) {
+            try await withDuplexServer(routes: [route]) { proxy in
+                let socket = WebSocket(request: WebSocketRequest(url: proxy.webSocketURL("/p")))
+                let error = await #expect(throws: WebSocketError.self) { try await socket.connect() }
+                #expect(error?.status == 502)
+                #expect(error?.body?.contains("refused the connection") == true)
+                await socket.terminate()
+                let refused = try await proxy.journal.first(within: .seconds(5)) { $0.kind == .refused }
+                #expect(refused.code == 502)
+            }
+        }
+    }
+
+    @Test("a delay holds back the later messages of its direction: order is kept")
+    func delayKeepsOrder() async throws {
+        try await Self.withProxy(toClient: [ProxyRule(match: .nth(1), do: [.delay(.milliseconds(100))])]) { proxy, _ in
+            let socket = WebSocket(request: WebSocketRequest(url: proxy.webSocketURL("/p")))
+            var messages = socket.messages.makeAsyncIterator()
+            try await socket.connect()
+            #expect(await Self.texts(&messages, 5) == (1...5).map { #"{"n":\#($0)}"# })
+            await socket.terminate()
+        }
+    }
+}
