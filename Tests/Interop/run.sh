@@ -5,7 +5,8 @@
 # `curl -N` (SSE ticks and Last-Event-ID); GET /metrics parsed by Python's prometheus_client, its
 # counters checked against that traffic; those clients' sessions recorded by `duplex record` and
 # replayed by `duplex replay` (the duplex CLI next to the server binary); and a path switch
-# through `duplex proxy` as websockets and curl see it without a network-change hint.
+# through `duplex proxy` as websockets and curl see it without a network-change hint; proxy
+# routes in front of a Python websockets upstream (proxy_check.py).
 # Usage: Tests/Interop/run.sh PATH/TO/duplex-server
 set -euo pipefail
 server_bin=${1:?usage: run.sh PATH/TO/duplex-server}
@@ -219,4 +220,6 @@ printf '{"routes":[{"path":"/echo","websocket":{}}]}' >"$work/clash.json"
 "$server_bin" --port 0 --script "$work/clash.json" >"$work/clash.out" 2>&1 && bad_status=0 || bad_status=$?
 [ "$bad_status" -eq 64 ] && grep -q "clashes with the built-in route GET /echo" "$work/clash.out" || fail "a clashing script: $bad_status $(cat "$work/clash.out")"
 echo "scripted routes: Python websockets and curl -N saw what feed.json says; the journal has what they sent; bad scripts exit 64"
+# Proxy routes in front of a Python websockets upstream, from Python clients.
+timeout 120 python3 "$here/proxy_check.py" "$server_bin" || fail "proxy routes (above)"
 echo "interop: all checks passed"

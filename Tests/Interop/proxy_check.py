@@ -1,0 +1,210 @@
+"""Proxy routes in front of a real backend, from outside (issue 62): a Python `websockets`
+upstream with a subprotocol that reads the request's headers, `duplex-server --script` with
+proxy routes in front of it, and Python `websockets` clients through them.
+
+Checks: pass-through with headers, query and the subprotocol; a `toClient` rule with `nth: 3`
+and `forward: false` holds back exactly the upstream's third message; `set` rewrites a field on
+the way up; `reply` answers without reaching the upstream; `send` injects before the forwarded
+message; `close` 4001 reaches the client; `drop` ends the client's connection with no close
+frame and the upstream's too; an upstream's refusal (403 with a body) is relayed; a route whose
+upstream is down answers 502; `GET /_journal` holds both legs; a bad upstream URL exits 64.
+
+Usage: python3 proxy_check.py PATH/TO/duplex-server
+"""
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import urllib.request
+
+import websockets
+from websockets.asyncio.client import connect
+from websockets.asyncio.server import serve
+from websockets.datastructures import Headers
+from websockets.http11 import Response
+
+server_bin = sys.argv[1]
+seen = {"requests": [], "messages": [], "closes": []}
+
+
+def fail(message):
+    print(f"FAIL: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def refuse_some(connection, request):
+    """The upstream refuses a request whose Authorization is `Bearer no` with 403 and a body."""
+    if request.headers.get("Authorization") == "Bearer no":
+        return Response(403, "Forbidden", Headers([("Content-Type", "application/json")]), b'{"error":"not you"}')
+    return None
+
+
+async def backend(connection):
+    """Sends {"n":1} … {"n":5}, then answers each message with `got:` and the message."""
+    seen["requests"].append({"path": connection.request.path, "headers": dict(connection.request.headers.raw_items()),
+                             "subprotocol": connection.subprotocol})
+    for n in range(1, 6):
+        await connection.send(json.dumps({"n": n}, separators=(",", ":")))
+    try:
+        async for message in connection:
+            seen["messages"].append(message)
+            await connection.send("got:" + message)
+    except websockets.ConnectionClosed:
+        pass
+    seen["closes"].append(connection.close_code)
+
+
+def start_duplex(script):
+    path = os.path.join(tempfile.mkdtemp(), "proxy.json")
+    with open(path, "w") as file:
+        json.dump(script, file)
+    process = subprocess.Popen([server_bin, "--port", "0", "--log-level", "warning", "--script", path],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = process.stdout.readline()
+    match = re.match(r"duplex-server listening on http://127\.0\.0\.1:(\d+)", line)
+    if not match:
+        process.kill()
+        fail(f"duplex-server did not listen: {line!r} {process.stderr.read()}")
+    return process, int(match.group(1))
+
+
+async def texts(connection, count):
+    return [await asyncio.wait_for(connection.recv(), 10) for _ in range(count)]
+
+
+async def main():
+    async with serve(backend, "127.0.0.1", 0, subprotocols=["feed.v1"], process_request=refuse_some) as upstream:
+        up_port = upstream.sockets[0].getsockname()[1]
+        # A port nothing listens on: bound, never listening.
+        import socket
+        down = socket.socket()
+        down.bind(("127.0.0.1", 0))
+        down_port = down.getsockname()[1]
+        feed = f"ws://127.0.0.1:{up_port}/feed"
+        script = {"routes": [
+            {"path": "/plain", "proxy": {"upstream": feed}},
+            {"path": "/rules", "proxy": {
+                "upstream": feed,
+                "toClient": [{"match": {"nth": 3}, "do": [{"forward": False}]}],
+                "toUpstream": [
+                    {"match": {"json": {"type": "order"}}, "do": [{"set": {"price": 0}}]},
+                    {"match": {"text": "ping"}, "do": [{"reply": "pong"}, {"forward": False}]},
+                    {"match": {"text": "hi"}, "do": [{"send": "injected"}]},
+                    {"match": {"text": "quit"}, "do": [{"close": 4001, "reason": "bye"}]},
+                    {"match": {"text": "vanish"}, "do": [{"drop": True}]},
+                ]}},
+            {"path": "/down", "proxy": {"upstream": f"ws://127.0.0.1:{down_port}/feed"}},
+        ]}
+        process, port = start_duplex(script)
+        try:
+            await checks(port)
+        finally:
+            process.terminate()
+            process.wait(10)
+        down.close()
+
+    # A bad upstream URL: exit 64 with the place in the script.
+    path = os.path.join(tempfile.mkdtemp(), "bad.json")
+    with open(path, "w") as file:
+        json.dump({"routes": [{"path": "/p", "proxy": {"upstream": "http://127.0.0.1:1/x"}}]}, file)
+    bad = subprocess.run([server_bin, "--port", "0", "--script", path], capture_output=True, text=True, timeout=30)
+    if bad.returncode != 64 or "routes[0].proxy.upstream" not in bad.stderr:
+        fail(f"a bad upstream URL: exit {bad.returncode}, {bad.stderr!r}")
+    print("proxy: a bad upstream URL exits 64 with routes[0].proxy.upstream")
+
+
+async def checks(port):
+    base = f"ws://127.0.0.1:{port}"
+    # Pass-through: the subprotocol the upstream chose, headers and query forwarded.
+    async with connect(f"{base}/plain?token=7", subprotocols=["other", "feed.v1"],
+                       additional_headers={"Authorization": "Bearer yes"}, origin="http://app.test") as client:
+        if client.subprotocol != "feed.v1":
+            fail(f"subprotocol through the proxy: {client.subprotocol}")
+        got = await texts(client, 5)
+        if got != [f'{{"n":{n}}}' for n in range(1, 6)]:
+            fail(f"pass-through: {got}")
+        await client.send("hello")
+        if await texts(client, 1) != ["got:hello"]:
+            fail("pass-through: no echo")
+    request = seen["requests"][-1]
+    headers = {name.lower(): value for name, value in request["headers"].items()}
+    if request["path"] != "/feed?token=7" or headers.get("authorization") != "Bearer yes" or headers.get("origin") != "http://app.test":
+        fail(f"the upstream's request: {request}")
+    print("proxy: pass-through with the subprotocol, Authorization, Origin and the query")
+
+    # Rules.
+    async with connect(f"{base}/rules", subprotocols=["feed.v1"]) as client:
+        got = await texts(client, 4)
+        if got != ['{"n":1}', '{"n":2}', '{"n":4}', '{"n":5}']:
+            fail(f"nth 3 held back: {got}")
+        await client.send('{"type":"order","price":5}')
+        if await texts(client, 1) != ['got:{"price":0,"type":"order"}']:
+            fail("set on the way up")
+        await client.send("ping")
+        if await texts(client, 1) != ["pong"]:
+            fail("reply")
+        await client.send("hi")
+        got = await texts(client, 2)
+        if got != ["got:injected", "got:hi"]:
+            fail(f"send before the forwarded message: {got}")
+        if "ping" in seen["messages"]:
+            fail("the upstream saw a message a rule replied to")
+        await client.send("quit")
+        try:
+            await asyncio.wait_for(client.recv(), 10)
+            fail("no close after quit")
+        except websockets.ConnectionClosed as closed:
+            if closed.rcvd is None or closed.rcvd.code != 4001 or closed.rcvd.reason != "bye":
+                fail(f"close 4001: {closed.rcvd}")
+    print("proxy: nth 3 held back, set, reply, send, close 4001")
+
+    closes_before = len(seen["closes"])
+    async with connect(f"{base}/rules", subprotocols=["feed.v1"]) as client:
+        await texts(client, 4)
+        await client.send("vanish")
+        try:
+            await asyncio.wait_for(client.recv(), 10)
+            fail("no end after vanish")
+        except websockets.ConnectionClosed as closed:
+            if closed.rcvd is not None:
+                fail(f"drop sent a close frame: {closed.rcvd}")
+    for _ in range(100):
+        if len(seen["closes"]) > closes_before:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        fail("the upstream's connection outlived a drop")
+    print("proxy: drop ends the client's connection with no close frame, and the upstream's")
+
+    # Refusals.
+    try:
+        async with connect(f"{base}/plain", subprotocols=["feed.v1"], additional_headers={"Authorization": "Bearer no"}):
+            fail("a refused upgrade opened")
+    except websockets.InvalidStatus as refused:
+        if refused.response.status_code != 403 or refused.response.body != b'{"error":"not you"}':
+            fail(f"the upstream's refusal: {refused.response.status_code} {refused.response.body!r}")
+    try:
+        async with connect(f"{base}/down"):
+            fail("a proxy to a down upstream opened")
+    except websockets.InvalidStatus as refused:
+        if refused.response.status_code != 502 or b"refused" not in refused.response.body:
+            fail(f"a down upstream: {refused.response.status_code} {refused.response.body!r}")
+    print("proxy: the upstream's 403 relayed with its body; a down upstream answers 502")
+
+    # The journal: both legs.
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/_journal", timeout=10) as response:
+        journal = json.load(response)
+    legs = {(entry.get("leg"), entry["direction"], entry.get("data")) for entry in journal if entry["kind"] == "text"}
+    for wanted in [("client", "in", "hello"), ("upstream", "out", "hello"), ("upstream", "in", "got:hello"), ("client", "out", "got:hello")]:
+        if wanted not in legs:
+            fail(f"the journal lacks {wanted}")
+    held = [entry for entry in journal if entry.get("leg") == "upstream" and entry.get("data") == '{"n":3}' and entry["path"] == "/rules"]
+    if not held or "hold back" not in held[0].get("action", ""):
+        fail(f"the journal does not say the third message was held back: {held}")
+    print("proxy: GET /_journal holds both legs, with what the rules did")
+
+
+asyncio.run(main())
