@@ -12,7 +12,9 @@ extension HostServer {
     /// A proxy route's answer to an upgrade: refused as its script's refusal says; else the
     /// upstream's handshake first, then the client is answered as the upstream was (its
     /// subprotocol, or its refusal), or with 502 when it could not be reached.
-    func proxyUpgrade(_ script: ProxyScript, refusals: RefusalCounter, _ request: Request, route: String, journal: ScriptJournal) -> UpgradeAnswer {
+    func proxyUpgrade(
+        _ script: ProxyScript, refusals: RefusalCounter, breakpoints: ProxyBreakpoints, _ request: Request, route: String, journal: ScriptJournal
+    ) -> UpgradeAnswer {
         let offered = Self.offeredSubprotocols(request)
         let scripted = Self.scriptedRequest(request, subprotocols: offered)
         if let refusal = refusal(refusals.next(), scripted, journal: journal) { return .refuse(refusal) }
@@ -64,7 +66,8 @@ extension HostServer {
                     WebSocketService { channel, deflate in
                         served.withLockedValue { $0 = true }
                         let service = ProxyWebSocketService(
-                            upstream: upstream, events: events, script: script, journal: journal, connection: connection, path: scripted.path,
+                            upstream: upstream, events: events, script: script, breakpoints: breakpoints, journal: journal, connection: connection,
+                            path: scripted.path,
                             name: route, eventLoop: channel.eventLoop)
                         let trace = ConnectionTrace(requestHeaders, route: route, tracer: tracer)
                         try self.installEventLoopService(service, on: channel, deflate: deflate, trace: trace)

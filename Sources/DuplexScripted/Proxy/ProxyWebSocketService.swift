@@ -5,14 +5,6 @@ import Foundation
 import NIOCore
 import NIOWebSocket
 
-/// The way a message goes through a proxy route.
-enum ProxyDirection: Sendable {
-    /// From the client to the upstream.
-    case toUpstream
-    /// From the upstream to the client.
-    case toClient
-}
-
 /// One proxied WebSocket connection, served on the client connection's event loop: the upstream
 /// (the Duplex client, connected before the client's upgrade was answered) on one side, the
 /// client on the other, the route's rules applied to each message on its way.
@@ -31,6 +23,7 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     private let upstream: WebSocket
     private let events: AsyncStream<WebSocketEvent>
     private let script: ProxyScript
+    private let breakpoints: ProxyBreakpoints
     private let journal: ScriptJournal
     private let connection: Int
     private let path: String
@@ -46,15 +39,19 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     private var arrived = (toUpstream: 0, toClient: 0)
     /// A rule closed or dropped the connection: nothing more is forwarded either way.
     private var finished = false
+    /// The messages breakpoints hold: let go when the connection ends.
+    private var heldMessages: [HeldMessage] = []
 
     init(
-        upstream: WebSocket, events: AsyncStream<WebSocketEvent>, script: ProxyScript, journal: ScriptJournal, connection: Int,
+        upstream: WebSocket, events: AsyncStream<WebSocketEvent>, script: ProxyScript, breakpoints: ProxyBreakpoints, journal: ScriptJournal,
+        connection: Int,
         path: String, name: String, eventLoop: any EventLoop
     ) {
         self.loop = eventLoop
         self.upstream = upstream
         self.events = events
         self.script = script
+        self.breakpoints = breakpoints
         self.journal = journal
         self.connection = connection
         self.path = path
@@ -99,9 +96,9 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
 
     // MARK: Both directions
 
-    /// A message arrived from the sender of `direction`: the first rule that matches it is
-    /// applied (none: it is forwarded). The future completes once the rules are done with it,
-    /// with whether the client's channel can take more.
+    /// A message arrived from the sender of `direction`: a breakpoint that matches holds it
+    /// first; then the first rule that matches it is applied (none: it is forwarded). The future
+    /// completes once the rules are done with it, with whether the client's channel can take more.
     private func arrived(_ message: ScriptedMessage, _ direction: ProxyDirection) -> EventLoopFuture<Bool> {
         let number: Int
         switch direction {
@@ -112,9 +109,58 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
             arrived.toClient += 1
             number = arrived.toClient
         }
+        guard !finished else {
+            note(message, leg: direction == .toUpstream ? .client : .upstream, direction: .in, action: "arrived after the end: not forwarded")
+            return loop.makeSucceededFuture(true)
+        }
+        guard breakpoints.watches(direction), let breakpoint = breakpoints.take(direction, message) else {
+            return applyRules(message, direction, number: number, held: nil)
+        }
+        return hold(message, direction, number: number, breakpoint: breakpoint)
+    }
+
+    /// Holds `message` for the test that set `breakpoint`, until it answers or the breakpoint's
+    /// limit passes; then the rules apply to what it let go.
+    private func hold(
+        _ message: ScriptedMessage, _ direction: ProxyDirection, number: Int, breakpoint: ProxyBreakpoint
+    ) -> EventLoopFuture<Bool> {
+        let promise = loop.makePromise(of: HeldMessage.Release.self)
+        let bound = NIOLoopBound(self, eventLoop: loop)
+        let loop = self.loop
+        let held = HeldMessage(
+            message: message, direction: direction, connection: connection,
+            release: { outcome in promise.succeed(outcome) },
+            inject: { injected in loop.execute { bound.value.deliver(injected, direction, as: "injected at a breakpoint") } }
+        )
+        guard breakpoint.fire(held) else { return applyRules(message, direction, number: number, held: nil) }
+        heldMessages.append(held)
+        let limit = loop.scheduleTask(in: TimeAmount(breakpoint.holdingAtMost)) { held.settle(.unanswered) }
+        return promise.futureResult.flatMap { outcome in
+            limit.cancel()
+            let service = bound.value
+            service.heldMessages.removeAll { $0 === held }
+            switch outcome {
+            case .forward(let released):
+                let what = released == message ? "the test forwarded it" : "the test replaced it"
+                return service.applyRules(released, direction, number: number, held: "held at a breakpoint; \(what)")
+            case .drop, .connectionEnded:
+                let what = outcome == .drop ? "the test dropped it" : "the connection ended"
+                service.note(message, leg: direction == .toUpstream ? .client : .upstream, direction: .in, action: "held at a breakpoint; \(what)")
+                return loop.makeSucceededFuture(service.isWritable)
+            case .unanswered:
+                let limit = breakpoint.holdingAtMost
+                return service.applyRules(message, direction, number: number, held: "held at a breakpoint; unanswered after \(limit), let go")
+            }
+        }
+    }
+
+    /// Applies the first rule that matches `message`, the `number`th of its direction; `held`
+    /// says what a breakpoint did to it first.
+    private func applyRules(_ message: ScriptedMessage, _ direction: ProxyDirection, number: Int, held: String?) -> EventLoopFuture<Bool> {
         let rules = direction == .toUpstream ? script.toUpstream : script.toClient
         let rule = rules.first { $0.match.matches(message, number: number) }
-        note(message, leg: direction == .toUpstream ? .client : .upstream, direction: .in, action: rule.map { "\($0)" } ?? "forward")
+        let action = rule.map { "\($0)" } ?? "forward"
+        note(message, leg: direction == .toUpstream ? .client : .upstream, direction: .in, action: held.map { "\($0); \(action)" } ?? action)
         guard !finished else { return loop.makeSucceededFuture(true) }
         guard let rule else {
             deliver(message, direction, as: "forwarded")
@@ -326,6 +372,7 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
         handler = nil
         context = nil
         writable()
+        for held in heldMessages { held.settle(.connectionEnded) }
         onUpstream { upstream in await upstream.terminate() }
     }
 }
