@@ -27,6 +27,15 @@ struct ScriptFileTests {
         #expect(routes.map(\.description) == ["WebSocket /feed", "SSE GET /orders"])
     }
 
+    @Test("docs/examples/proxy.json reads into a proxy route with rules both ways")
+    func proxyExample() throws {
+        let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../docs/examples/proxy.json").path
+        let routes = try ScriptFile.load(path: file)
+        #expect(routes.map(\.description) == ["WebSocket /quotes, proxied to ws://127.0.0.1:8765/quotes"])
+        #expect(routes.first?.proxyScript?.toClient.count == 2)
+        #expect(routes.first?.proxyScript?.toUpstream.count == 4)
+    }
+
     @Test("a proxy route reads its upstream, its rules per direction with every action, and its refusal")
     func proxy() throws {
         let json = #"""

@@ -118,7 +118,7 @@ public struct ProxyScript: Sendable, Equatable {
     /// first few (`"refuse": {"status": 429, "headers": {"Retry-After": "1"}, "times": 2}`).
     public var refuse: ScriptRefusal?
     /// The certificates a `wss` upstream's are checked against, as the client's
-    /// (``WebSocketConfiguration/tlsTrust``).
+    /// (`WebSocketConfiguration.tlsTrust`).
     public var tlsTrust: TLSTrust
     /// The certificate the route presents to a `wss` upstream that asks for one.
     public var tlsIdentity: TLSIdentity?

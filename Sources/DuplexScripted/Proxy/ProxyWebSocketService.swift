@@ -141,8 +141,8 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
             service.heldMessages.removeAll { $0 === held }
             switch outcome {
             case .forward(let released):
-                let what = released == message ? "the test forwarded it" : "the test replaced it"
-                return service.applyRules(released, direction, number: number, held: "held at a breakpoint; \(what)")
+                let what = released == message ? "the test forwarded it" : "the test replaced it with \(released.excerpt.debugDescription)"
+                return service.applyRules(released, direction, number: number, held: "held at a breakpoint; \(what)", arrivedAs: message)
             case .drop, .connectionEnded:
                 let what = outcome == .drop ? "the test dropped it" : "the connection ended"
                 service.note(message, leg: direction == .toUpstream ? .client : .upstream, direction: .in, action: "held at a breakpoint; \(what)")
@@ -155,12 +155,17 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     }
 
     /// Applies the first rule that matches `message`, the `number`th of its direction; `held`
-    /// says what a breakpoint did to it first.
-    private func applyRules(_ message: ScriptedMessage, _ direction: ProxyDirection, number: Int, held: String?) -> EventLoopFuture<Bool> {
+    /// says what a breakpoint did to it first, and `original` is what arrived when the breakpoint
+    /// replaced it (the journal has what arrived).
+    private func applyRules(
+        _ message: ScriptedMessage, _ direction: ProxyDirection, number: Int, held: String?, arrivedAs original: ScriptedMessage? = nil
+    ) -> EventLoopFuture<Bool> {
         let rules = direction == .toUpstream ? script.toUpstream : script.toClient
         let rule = rules.first { $0.match.matches(message, number: number) }
         let action = rule.map { "\($0)" } ?? "forward"
-        note(message, leg: direction == .toUpstream ? .client : .upstream, direction: .in, action: held.map { "\($0); \(action)" } ?? action)
+        note(
+            original ?? message, leg: direction == .toUpstream ? .client : .upstream, direction: .in,
+            action: held.map { "\($0); \(action)" } ?? action)
         guard !finished else { return loop.makeSucceededFuture(true) }
         guard let rule else {
             deliver(message, direction, as: "forwarded")

@@ -40,8 +40,9 @@ struct ProxyBreakpointTests {
             #expect(held.isReleased)
             #expect(await ProxyRouteTests.texts(&messages, 4) == ["notice", #"{"n":30}"#, #"{"n":4}"#, #"{"n":5}"#])
             await socket.terminate()
-            let entry = try #require(proxy.journal.entries.first { $0.leg == .upstream && $0.direction == .in && $0.data == #"{"n":30}"# })
-            #expect(entry.action == "held at a breakpoint; the test replaced it; forward")
+            let entry = try #require(proxy.journal.entries.first { $0.leg == .upstream && $0.direction == .in && $0.data == #"{"n":3}"# })
+            #expect(entry.action == #"held at a breakpoint; the test replaced it with "{\"n\":30}"; forward"#)
+            #expect(proxy.journal.entries.contains { $0.leg == .client && $0.direction == .out && $0.data == #"{"n":30}"# })
         }
     }
 
