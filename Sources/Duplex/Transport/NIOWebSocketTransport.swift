@@ -133,17 +133,20 @@ struct NIOWebSocketTransport: WebSocketTransport {
         delegate: any WebSocketTransportDelegate
     ) async throws -> NIOWebSocketConnection {
         try await HTTP2ClientPool.shared.openStream(leasing: leasing) { (channel, opened: EventLoopPromise<NIOWebSocketConnection>) in
-            let response = channel.eventLoop.makePromise(of: HTTPResponse.self)
-            let handshake = HTTP2WebSocketHandshake(request: head, timeout: TimeAmount(configuration.connectTimeout), response: response)
+            let answer = channel.eventLoop.makePromise(of: HTTP2WebSocketHandshake.Answer.self)
+            let handshake = HTTP2WebSocketHandshake(request: head, timeout: TimeAmount(configuration.connectTimeout), response: answer)
             try channel.pipeline.syncOperations.addHandler(HTTP2FramePayloadToHTTPClientCodec())
             try channel.pipeline.syncOperations.addHandler(handshake)
             let loopBoundHandshake = NIOLoopBound(handshake, eventLoop: channel.eventLoop)
-            response.futureResult.flatMapThrowing { response in
+            answer.futureResult.flatMapThrowing { answer in
+                let response = answer.head
                 guard response.status == .ok else {
                     let code = response.status.code
-                    throw WebSocketError(
+                    var error = WebSocketError(
                         .upgradeRejected, "the server answered the WebSocket's CONNECT with HTTP \(code)", status: code,
                         retryAfter: response.headerFields[.retryAfter].flatMap(DelayArithmetic.retryAfter))
+                    error.body = answer.body
+                    throw error
                 }
                 let operations = channel.pipeline.syncOperations
                 let handshake = loopBoundHandshake.value
