@@ -197,3 +197,56 @@ struct ProxyRouteTests {
         }
     }
 }
+
+extension ProxyRouteTests {
+    @Test(
+        "over TLS, HTTP/2 and HTTP/1.1: a proxy route answers once its wss upstream (trusted by its CA) answered: the subprotocol, the messages, a refusal, a 502",
+        arguments: [HTTPVersionPreference.http2, .http1])
+    func overTLS(_ version: HTTPVersionPreference) async throws {
+        var tls = DuplexServerConfiguration(port: 0)
+        tls.tls = try .selfSigned()
+        let configuration = tls
+        let pem = try #require(configuration.tls?.certificateAuthorityPEM)
+        let trust = TLSTrust.certificateAuthority(pem: pem)
+        let down = try RefusingPort()
+        try await withTimeout(.seconds(30)) {
+            // The backend over TLS, with the same certificate: the proxy trusts its CA.
+            try await withDuplexServer(configuration: configuration, routes: [Self.backend]) { backend in
+                let routes = [
+                    ScriptedRoute.proxy(
+                        "/p",
+                        script: ProxyScript(
+                            upstream: backend.webSocketURL("/feed"), toClient: [ProxyRule(match: .nth(2), do: [.forward(false)])], tlsTrust: trust)),
+                    ScriptedRoute.proxy("/down", to: URL(string: "ws://127.0.0.1:\(down.port)/feed")!),
+                ]
+                try await withDuplexServer(configuration: configuration, routes: routes) { proxy in
+                    var client = WebSocketConfiguration(tlsTrust: trust)
+                    client.httpVersion = version
+                    let socket = WebSocket(
+                        request: WebSocketRequest(url: proxy.webSocketURL("/p"), protocols: ["feed.v1"]), configuration: client)
+                    var messages = socket.messages.makeAsyncIterator()
+                    try await socket.connect()
+                    #expect(socket.negotiatedProtocol == "feed.v1")
+                    #expect(await Self.texts(&messages, 4) == [#"{"n":1}"#, #"{"n":3}"#, #"{"n":4}"#, #"{"n":5}"#])
+                    try await socket.send(.string("x"))
+                    #expect(await Self.texts(&messages, 1) == ["got:x"])
+                    await socket.terminate()
+                    #expect(proxy.journal.entries.first { $0.kind == .open }?.request?.method == (version == .http2 ? "CONNECT" : "GET"))
+
+                    let refused = WebSocket(
+                        request: WebSocketRequest(url: proxy.webSocketURL("/p"), additionalHeaders: ["Authorization": "Bearer no"]),
+                        configuration: client)
+                    let error = await #expect(throws: WebSocketError.self) { try await refused.connect() }
+                    #expect(error?.status == 403)
+                    #expect(error?.body == #"{"error":"not you"}"#)
+                    await refused.terminate()
+
+                    let unreachable = WebSocket(url: proxy.webSocketURL("/down"), configuration: client)
+                    let failed = await #expect(throws: WebSocketError.self) { try await unreachable.connect() }
+                    #expect(failed?.status == 502)
+                    await unreachable.terminate()
+                }
+            }
+        }
+    }
+}
