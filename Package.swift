@@ -182,6 +182,8 @@ let package = Package(
             dependencies: [
                 "DuplexHost",
                 "Duplex",
+                // The proxy routes that `duplex intercept` serves beside the recorder's server.
+                "DuplexScripted",
                 "DuplexSchema",
                 "DuplexWire",
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -345,6 +347,7 @@ let package = Package(
                 "DuplexSchema",
                 "DuplexFaultProxy",
                 "DuplexRecordReplay",
+                "DuplexScripted",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -6,7 +6,8 @@ import ArgumentParser
 struct DuplexCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "duplex",
-        abstract: "A WebSocket and Server-Sent Events client, a fault-injecting TCP proxy, and a session recorder and replayer.",
+        abstract:
+            "A WebSocket and Server-Sent Events client, a fault-injecting TCP proxy, a session recorder and replayer, and a message-level proxy to your backend.",
         discussion: """
             Start a server with `swift run duplex-server`, then for example:
               duplex chat ws://127.0.0.1:8080/chat/lobby --name alice
@@ -16,6 +17,7 @@ struct DuplexCommand: AsyncParsableCommand {
               duplex proxy --listen 127.0.0.1:9000 --upstream 127.0.0.1:8080 --latency 200
               duplex record --upstream ws://127.0.0.1:8080 --out session.cassette
               duplex replay session.cassette --listen 127.0.0.1:8090
+              duplex intercept --listen 127.0.0.1:9000 --upstream ws://127.0.0.1:8080 --rules rules.json
 
             Errors are one line on stderr, starting "duplex: ".
 
@@ -23,6 +25,7 @@ struct DuplexCommand: AsyncParsableCommand {
             """,
         subcommands: [
             ChatCommand.self, EchoCommand.self, WSCommand.self, ListenCommand.self, ProxyCommand.self, RecordCommand.self, ReplayCommand.self,
+            InterceptCommand.self,
         ]
     )
 }

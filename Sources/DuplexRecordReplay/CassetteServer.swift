@@ -1,10 +1,11 @@
 import DuplexHost
+package import DuplexScripted
 import Hummingbird
 package import Logging
 import ServiceLifecycle
 
-/// A server that only records or only replays, on the host with no chat server: what
-/// `duplex record` and `duplex replay` run. (`DuplexServer` serves the same route sets beside
+/// A server that only records, only replays or only proxies, on the host with no chat server:
+/// what `duplex record`, `duplex replay` and `duplex intercept` run. (`DuplexServer` serves the same route sets beside
 /// its own.) Besides the recorded paths it answers `GET /health` (`{"status":"ok"}`), and, when
 /// replaying with `chaos`, the `/_chaos/` routes; a recording server forwards every other
 /// path, `/_chaos/` included.
@@ -15,6 +16,9 @@ package final class CassetteServer: Service, Sendable {
         case record(RecordConfiguration)
         /// Serves a cassette's server side.
         case replay(ReplayConfiguration)
+        /// Serves proxy routes (and any scripted ones), journaled in `journal`, which
+        /// `GET /_journal` answers.
+        case proxy([ScriptedRoute], journal: ScriptJournal)
     }
 
     let host: HostServer
@@ -36,6 +40,9 @@ package final class CassetteServer: Service, Sendable {
         case .replay(let replay):
             table.add(host.replayRoutes(ReplayBook(replay)))
             table.add(host.chaosRoutes(enabled: chaos))
+        case .proxy(let routes, let journal):
+            table.add(host.journalRoutes(journal))
+            table.add(host.scriptedRoutes(routes, journal: journal))
         }
         self.table = table
     }

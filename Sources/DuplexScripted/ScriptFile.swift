@@ -48,6 +48,23 @@ public enum ScriptFile {
         return try routes.array().enumerated().map { index, route throws(ScriptError) in try Self.route(route, index: index) }
     }
 
+    /// The rules of a proxy for `upstream` from a file of its own (`duplex intercept --rules
+    /// FILE`): an object with `toUpstream` and `toClient`, lists of rules, and `refuse`, as a
+    /// script's `proxy` object has them (docs/scripts.md).
+    /// - Throws: ``ScriptError`` with the place in the file and the reason.
+    public static func proxyRules(from data: Data, upstream: URL) throws(ScriptError) -> ProxyScript {
+        let root: JSONValue
+        do {
+            root = try JSONDecoder().decode(JSONValue.self, from: data)
+        } catch {
+            throw ScriptError(path: "", Self.notJSON(data, error))
+        }
+        let members = try Reader(root, at: "").object(keys: ["toUpstream", "toClient", "refuse"])
+        var script = ProxyScript(upstream: upstream)
+        try readRules(members, into: &script)
+        return script
+    }
+
     /// Faults on sends as a script's `faults` object writes them, such as
     /// `{"dropAfterSending": 3, "delaySendsMs": 50}` (`duplex-server --echo-faults`).
     public static func faults(from json: String) throws(ScriptError) -> WebSocketFaults {
@@ -184,9 +201,7 @@ public enum ScriptFile {
         } catch {
             throw upstreamValue.error(error.reason)
         }
-        script.toUpstream = try members["toUpstream"]?.array().map { item throws(ScriptError) in try proxyRule(item) } ?? []
-        script.toClient = try members["toClient"]?.array().map { item throws(ScriptError) in try proxyRule(item) } ?? []
-        script.refuse = try members["refuse"].map { value throws(ScriptError) in try refusal(value) }
+        try readRules(members, into: &script)
         if let caFile = members["caFile"] {
             do {
                 script.tlsTrust = try .certificateAuthority(pemFile: try caFile.string())
@@ -201,6 +216,13 @@ public enum ScriptFile {
             script.tlsTrust = .insecureAcceptAnyCertificate
         }
         return script
+    }
+
+    /// A proxy's `toUpstream`, `toClient` and `refuse`.
+    private static func readRules(_ members: [String: Reader], into script: inout ProxyScript) throws(ScriptError) {
+        script.toUpstream = try members["toUpstream"]?.array().map { item throws(ScriptError) in try proxyRule(item) } ?? []
+        script.toClient = try members["toClient"]?.array().map { item throws(ScriptError) in try proxyRule(item) } ?? []
+        script.refuse = try members["refuse"].map { value throws(ScriptError) in try refusal(value) }
     }
 
     private static func proxyRule(_ value: Reader) throws(ScriptError) -> ProxyRule {

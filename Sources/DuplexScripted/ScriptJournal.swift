@@ -169,11 +169,20 @@ public final class ScriptJournal: Sendable {
     private let state = NIOLockedValueBox(State())
     private let maxEntries: Int
     private let maxBytes: Int
+    /// Told of every entry as it is appended, outside the lock (`duplex intercept` prints them).
+    private let observer: (@Sendable (Entry) -> Void)?
 
     /// Creates an empty journal that keeps at most `maxEntries` entries and `maxBytes` of data.
-    public init(maxEntries: Int = 100_000, maxBytes: Int = 64 * 1024 * 1024) {
+    public convenience init(maxEntries: Int = 100_000, maxBytes: Int = 64 * 1024 * 1024) {
+        self.init(maxEntries: maxEntries, maxBytes: maxBytes, observer: nil)
+    }
+
+    /// A journal that also tells `observer` of every entry as it is appended, on the thread
+    /// that appends it (an event loop's: keep it short).
+    package init(maxEntries: Int = 100_000, maxBytes: Int = 64 * 1024 * 1024, observer: (@Sendable (Entry) -> Void)?) {
         self.maxEntries = max(1, maxEntries)
         self.maxBytes = max(1, maxBytes)
+        self.observer = observer
     }
 
     /// Every entry kept, oldest first.
@@ -265,6 +274,7 @@ public final class ScriptJournal: Sendable {
             }
             return state.matchers
         }
+        observer?(entry)
         let matching = matchers.filter { $0.value(entry) }.map(\.key)
         guard !matching.isEmpty else { return }
         let woken: [CheckedContinuation<Entry, any Error>] = state.withLockedValue { state in
@@ -278,13 +288,23 @@ public final class ScriptJournal: Sendable {
 
     /// The entries as a JSON array, oldest first.
     func json() -> Data {
+        (try? Self.encoder().encode(entries)) ?? Data("[]".utf8)
+    }
+
+    /// One entry as `GET /_journal` writes it, on one line.
+    package static func jsonLine(_ entry: Entry) -> String {
+        String(decoding: (try? encoder().encode(entry)) ?? Data("{}".utf8), as: UTF8.self)
+    }
+
+    /// The journal's JSON: keys sorted, times in ISO 8601 with milliseconds.
+    private static func encoder() -> JSONEncoder {
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .custom { date, encoder in
             var container = encoder.singleValueContainer()
             try container.encode(date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true)))
         }
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return (try? encoder.encode(entries)) ?? Data("[]".utf8)
+        return encoder
     }
 
     /// `text` cut to 200 characters for a message or a description.

@@ -534,6 +534,49 @@ struct CLITests {
         }
     }
 
+    // MARK: intercept
+
+    @Test(
+        "intercept proxies to a real backend through a rules file, printing each message with where it went and what a rule did; SIGTERM exits 0; a bad rules file exits 64 with its place"
+    )
+    func intercept() async throws {
+        try await withTimeout(Self.limit) {
+            let files = try ScratchFiles("duplex-intercept")
+            defer { files.remove() }
+            let rules = try files.write(
+                "rules.json", #"{"toUpstream": [{"match": {"text": "ping"}, "do": [{"reply": "pong"}, {"forward": false}]}]}"#)
+            try await withDuplexServer { backend in
+                let intercept = try duplex("intercept", "--listen", "127.0.0.1:0", "--upstream", "ws://127.0.0.1:\(backend.port)", "--rules", rules)
+                let ready = try await intercept.waitForStdout("duplex intercept listening on 127.0.0.1:")
+                let port = try #require(ready.stdout.split(separator: ":").dropFirst().first.flatMap { Int($0.prefix { $0.isNumber }) })
+                #expect(ready.stdout.contains("forwarding to ws://127.0.0.1:\(backend.port); journal at http://127.0.0.1:\(port)/_journal"))
+                let echoed = try await duplex("echo", "ws://127.0.0.1:\(port)/echo", "hello").waitForExit()
+                #expect(echoed.status == 0, "\(echoed)")
+                #expect(echoed.stdout == "hello\n")
+                let replied = try await duplex("echo", "ws://127.0.0.1:\(port)/echo", "ping").waitForExit()
+                #expect(replied.status == 1, "the rule answered pong: \(replied)")
+                let printed = try await intercept.waitForStdout(#"#2 to client     text "pong"  (replied)"#)
+                for line in [
+                    "#1 open /echo", #"#1 from client   text "hello"  [forward]"#, #"#1 to upstream   text "hello"  (forwarded)"#,
+                    #"#1 from upstream text "hello"  [forward]"#, #"#1 to client     text "hello"  (forwarded)"#,
+                    #"#2 from client   text "ping"  [on text "ping": reply "pong", hold back]"#,
+                ] {
+                    #expect(printed.stdout.contains(line), "\(line) in \(printed)")
+                }
+                #expect(!printed.stdout.contains(#"#2 to upstream   text "ping""#))
+                intercept.signal(SIGTERM)
+                let ended = try await intercept.waitForExit()
+                #expect(ended.status == 0, "\(ended)")
+            }
+            let bad = try files.write("bad.json", #"{"toClient": [{"match": {"nth": 0}, "do": []}]}"#)
+            let invalid = try await duplex("intercept", "--listen", "127.0.0.1:0", "--upstream", "ws://127.0.0.1:1", "--rules", bad).waitForExit()
+            #expect(invalid.status == 64, "\(invalid)")
+            #expect(invalid.stderr.contains("--rules: toClient[0].match.nth: must be a whole number from 1"), "\(invalid)")
+            let notWS = try await duplex("intercept", "--upstream", "http://127.0.0.1:1").waitForExit()
+            #expect(notWS.status == 64, "\(notWS)")
+        }
+    }
+
     // MARK: replay
 
     @Test(

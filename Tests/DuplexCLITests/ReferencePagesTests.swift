@@ -45,7 +45,7 @@ struct ReferencePagesTests {
     func cliFlags() throws {
         let page = try Self.page("docs/cli.md")
         let subcommands = DuplexCommand.configuration.subcommands
-        #expect(subcommands.count == 7)
+        #expect(subcommands.count == 8)
         for subcommand in subcommands {
             let name = try #require(subcommand.configuration.commandName)
             let listed = page.contains("`\(name) ") || page.contains("`\(name)`")

@@ -18,6 +18,9 @@ extension HostServer {
         let offered = Self.offeredSubprotocols(request)
         let scripted = Self.scriptedRequest(request, subprotocols: offered)
         if let refusal = refusal(refusals.next(), scripted, journal: journal) { return .refuse(refusal) }
+        guard let url = script.upstreamURL(path: request.uri.path, query: request.uri.query) else {
+            return .refuse(RouteRefusal(status: .badRequest, body: RouteRefusal.errorBody("the upstream URL of this path cannot be made")))
+        }
         var configuration = WebSocketConfiguration()
         configuration.tlsTrust = script.tlsTrust
         configuration.tlsIdentity = script.tlsIdentity
@@ -28,7 +31,7 @@ extension HostServer {
         configuration.streamBufferBytes = 1024 * 1024
         let upstream = WebSocket(
             request: WebSocketRequest(
-                url: script.upstreamURL(query: request.uri.query),
+                url: url,
                 protocols: offered,
                 additionalHeaders: ForwardedHeaders.forwarded(request.headers.map { ($0.name.rawName, $0.value) })
             ),

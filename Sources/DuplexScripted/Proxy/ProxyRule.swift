@@ -122,6 +122,10 @@ public struct ProxyScript: Sendable, Equatable {
     public var tlsTrust: TLSTrust
     /// The certificate the route presents to a `wss` upstream that asks for one.
     public var tlsIdentity: TLSIdentity?
+    /// Whether the client's path is appended to the upstream's (a proxy for a whole server, as
+    /// `duplex intercept` runs: `ws://host/api` and a request for `/feed` ask `ws://host/api/feed`);
+    /// false by default: every request asks ``upstream`` itself.
+    public var appendsPath = false
 
     /// Creates a proxy script.
     public init(
@@ -136,11 +140,23 @@ public struct ProxyScript: Sendable, Equatable {
         self.tlsIdentity = tlsIdentity
     }
 
-    /// The upstream URL for a client's request with `query`: the upstream's own query, or else
-    /// the client's.
-    func upstreamURL(query: String?) -> URL {
-        guard let query, !query.isEmpty, upstream.query == nil, !upstream.absoluteString.contains("?") else { return upstream }
-        return URL(string: upstream.absoluteString + "?" + query) ?? upstream
+    /// The upstream URL for a client's request of `path` with `query`: with ``appendsPath``, the
+    /// path joined to the upstream's; the upstream's own query, or else the client's. Nil when
+    /// they do not make a URL. Joined as text and parsed, never set on `URLComponents`, whose
+    /// percent-encoded setters trap on bad percent-encoding (`/%ZZ`).
+    func upstreamURL(path: String, query: String?) -> URL? {
+        var text = upstream.absoluteString
+        if let mark = text.firstIndex(where: { $0 == "?" || $0 == "#" }) { text = String(text[..<mark]) }
+        if appendsPath {
+            guard path.hasPrefix("/") else { return nil }
+            text = (text.hasSuffix("/") ? String(text.dropLast()) : text) + path
+        }
+        if let own = upstream.query {
+            text += "?" + own
+        } else if let query, !query.isEmpty {
+            text += "?" + query
+        }
+        return URL(string: text)
     }
 
     /// Checks that the upstream is a `ws` or `wss` URL with a host.
