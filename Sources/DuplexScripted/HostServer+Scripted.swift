@@ -25,13 +25,11 @@ extension HostServer {
                 .stream(route.path, name: route.path, method: HTTPRequest.Method(route.method) ?? .get) { request in
                     self.scriptedStream(handler, request, route: route.path, journal: journal)
                 }
-            case .proxy(let script, let refusals, let breakpoints):
+            case .proxy(let proxy):
                 .webSocket(
                     route.path,
                     name: route.path,
-                    upgrade: { request, _ in
-                        self.proxyUpgrade(script, refusals: refusals, breakpoints: breakpoints, request, route: route.path, journal: journal)
-                    },
+                    upgrade: { request, _ in self.proxyUpgrade(proxy, request, route: route.path, journal: journal) },
                     plain: { _, _ in self.upgradeRequired() }
                 )
             }
@@ -94,8 +92,7 @@ extension HostServer {
     package func scriptedUpgrade(_ route: ScriptedRoute, _ request: Request, name: String, journal: ScriptJournal) -> UpgradeAnswer {
         switch route.kind {
         case .webSocket(let handler): scriptedUpgrade(handler, request, route: name, journal: journal)
-        case .proxy(let script, let refusals, let breakpoints):
-            proxyUpgrade(script, refusals: refusals, breakpoints: breakpoints, request, route: name, journal: journal)
+        case .proxy(let proxy): proxyUpgrade(proxy, request, route: name, journal: journal)
         case .sse: .refuse(RouteRefusal(status: .internalServerError, body: #"{"error":"an SSE route takes no WebSocket upgrade"}"#))
         }
     }

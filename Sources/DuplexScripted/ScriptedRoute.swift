@@ -31,20 +31,20 @@ public struct ScriptedRoute: Sendable, CustomStringConvertible {
     public private(set) var sseScript: SSEScript?
     /// What a proxy route forwards to and its rules; nil for other routes.
     public var proxyScript: ProxyScript? {
-        if case .proxy(let script, _, _) = kind { script } else { nil }
+        if case .proxy(let proxy) = kind { proxy.script } else { nil }
     }
 
     enum Kind: Sendable {
         case webSocket(WebSocketRouteHandler)
         case sse(SSERouteHandler)
-        case proxy(ProxyScript, RefusalCounter, ProxyBreakpoints)
+        case proxy(ProxyRouteState)
     }
 
     public var description: String {
         switch kind {
         case .webSocket: "WebSocket \(path)"
         case .sse: "SSE \(method) \(path)"
-        case .proxy(let script, _, _): "WebSocket \(path), proxied to \(script.upstream.absoluteString)"
+        case .proxy(let proxy): "WebSocket \(path), proxied to \(proxy.script.upstream.absoluteString)"
         }
     }
 
@@ -73,7 +73,14 @@ public struct ScriptedRoute: Sendable, CustomStringConvertible {
     /// rules per direction, its refusals and the upstream's TLS trust); see
     /// ``proxy(_:to:toUpstream:toClient:)``.
     public static func proxy(_ path: String, script: ProxyScript) -> ScriptedRoute {
-        ScriptedRoute(path: path, method: "GET", kind: .proxy(script, RefusalCounter(script.refuse), ProxyBreakpoints()))
+        proxy(path, script: script, tap: nil)
+    }
+
+    /// A proxy route whose connections `tap` is told of (the recorder's).
+    package static func proxy(_ path: String, script: ProxyScript, tap: ProxyTapFactory?) -> ScriptedRoute {
+        ScriptedRoute(
+            path: path, method: "GET",
+            kind: .proxy(ProxyRouteState(script: script, refusals: RefusalCounter(script.refuse), breakpoints: ProxyBreakpoints(), tap: tap)))
     }
 
     /// A WebSocket route whose connections a handler serves.

@@ -1,6 +1,7 @@
 package import DuplexHost
 import Duplex
 import DuplexSchema
+import DuplexScripted
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -14,9 +15,10 @@ extension HostServer {
     /// server adds its own `/health` and `/metrics` first.
     package func recordRoutes(_ record: RecordConfiguration) -> [RouteTable.Route] {
         let stream: RouteTable.Stream = { request in self.recordStream(record, request) }
+        let proxy = Self.recordingProxy(record)
         return [
             .webSocket(
-                "/**", name: "record", upgrade: { request, _ in self.recordWebSocketService(record, for: request) },
+                "/**", name: "record", upgrade: { request, _ in self.proxyUpgrade(proxy, request, name: "record", journal: nil) },
                 plain: { _, _ in self.upgradeRequired() }),
             .stream("/**", name: "record", method: .get, stream),
             .stream("/**", name: "record", method: .post, stream),
@@ -31,38 +33,22 @@ extension HostServer {
         request.headers.map { ($0.name.rawName, $0.value) }
     }
 
-    /// A WebSocket upgrade, forwarded to the upstream and recorded; the client is answered with
-    /// the first subprotocol it offers. Refused (400) when the upstream URL cannot be made.
-    func recordWebSocketService(_ record: RecordConfiguration, for request: Request) -> UpgradeAnswer {
-        let fields = Self.fields(of: request)
-        let offered = Self.offeredSubprotocols(request)
-        guard let url = record.url(path: request.uri.path, query: request.uri.query, webSocket: true) else { return .refuse(.noRoute) }
-        let session = Cassette.Session(kind: .webSocket, path: request.uri.path, query: request.uri.query, headers: record.recorded(fields))
-        var configuration = WebSocketConfiguration()
-        configuration.tlsTrust = record.tlsTrust
-        configuration.maxMessageBytes = self.configuration.maxMessageBytes
-        // The recorder passes messages on: it needs no deep buffer, and a shallow one makes a
-        // client that does not read hold the upstream back soon.
-        configuration.streamBufferLimit = 256
-        configuration.streamBufferBytes = 1024 * 1024
-        // A client that offers compression has the upstream offered it too: what the upstream
-        // agrees to is recorded.
-        if request.headers[values: .secWebSocketExtensions].contains(where: { $0.contains("permessage-deflate") }) {
-            configuration.compression = PerMessageDeflate()
+    /// The recorder's WebSocket side: a proxy route for every path, its path and query appended
+    /// to the upstream's, no rules, and a tap that records each session into the cassette as it
+    /// happens (the request with its secrets replaced, the subprotocol and extensions the
+    /// upstream agreed to, every message each way with its time, how it ended). The upstream is
+    /// asked first, so a client is answered as the upstream answered (502 when it cannot be
+    /// reached, and nothing is recorded).
+    static func recordingProxy(_ record: RecordConfiguration) -> ScriptedRoute {
+        var script = ProxyScript(upstream: record.webSocketUpstream, tlsTrust: record.tlsTrust)
+        script.appendsPath = true
+        return .proxy("/**", script: script) { request, subprotocol, extensions in
+            var session = Cassette.Session(
+                kind: .webSocket, path: request.path, query: request.query, headers: record.recorded(request.headers.map { ($0.name, $0.value) }))
+            session.subprotocol = subprotocol
+            session.extensions = extensions
+            return CassetteTap(record.recorder.begin(session, at: .now))
         }
-        let upstream = WebSocket(
-            request: WebSocketRequest(url: url, protocols: offered, additionalHeaders: RecordConfiguration.forwarded(fields)),
-            configuration: configuration
-        )
-        let requestHeaders = request.headers
-        return .accept(
-            Self.selecting(from: offered, preferring: nil),
-            WebSocketService { channel, deflate in
-                let trace = ConnectionTrace(requestHeaders, route: "record", tracer: self.activeTracer)
-                let service = RecordingWebSocketService(upstream: upstream, session: session, recorder: record.recorder, logger: self.logger)
-                try self.installEventLoopService(service, on: channel, deflate: deflate, trace: trace)
-            }
-        )
     }
 
     /// Any path: the upstream's SSE stream at the same path and query, for the same method and

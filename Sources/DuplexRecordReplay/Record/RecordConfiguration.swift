@@ -52,6 +52,14 @@ public struct RecordConfiguration: Sendable {
         return URL(string: origin + base + path + (query.map { "?" + $0 } ?? ""))
     }
 
+    /// The upstream as a WebSocket URL: `ws` for `http`, `wss` for `https`.
+    var webSocketUpstream: URL {
+        guard var components = URLComponents(url: upstream, resolvingAgainstBaseURL: false) else { return upstream }
+        let secure = ["wss", "https"].contains(components.scheme?.lowercased() ?? "")
+        components.scheme = secure ? "wss" : "ws"
+        return components.url ?? upstream
+    }
+
     /// The request's headers as recorded: secrets and `redact` replaced, and the handshake's
     /// random `Sec-WebSocket-Key` left out.
     func recorded(_ headers: [(name: String, value: String)]) -> [DuplexSchema.Cassette.Header] {

@@ -1,23 +1,32 @@
 import Duplex
-import DuplexHost
+package import DuplexHost
 import DuplexSchema
 import Foundation
 import HTTPTypes
-import Hummingbird
+package import Hummingbird
 import NIOConcurrencyHelpers
 import NIOCore
 
 /// Proxy routes: a client's WebSocket passed to the user's real backend, through rules.
 extension HostServer {
+    /// `route`'s answer to a WebSocket upgrade, named `name` in metrics and traces, journaled in
+    /// `journal` when there is one (the recorder keeps none); a route that is not a proxy
+    /// refuses with 500.
+    package func proxyUpgrade(_ route: ScriptedRoute, _ request: Request, name: String, journal: ScriptJournal?) -> UpgradeAnswer {
+        guard case .proxy(let proxy) = route.kind else {
+            return .refuse(RouteRefusal(status: .internalServerError, body: #"{"error":"this route is not a proxy"}"#))
+        }
+        return proxyUpgrade(proxy, request, route: name, journal: journal)
+    }
+
     /// A proxy route's answer to an upgrade: refused as its script's refusal says; else the
     /// upstream's handshake first, then the client is answered as the upstream was (its
     /// subprotocol, or its refusal), or with 502 when it could not be reached.
-    func proxyUpgrade(
-        _ script: ProxyScript, refusals: RefusalCounter, breakpoints: ProxyBreakpoints, _ request: Request, route: String, journal: ScriptJournal
-    ) -> UpgradeAnswer {
+    func proxyUpgrade(_ proxy: ProxyRouteState, _ request: Request, route: String, journal: ScriptJournal?) -> UpgradeAnswer {
+        let script = proxy.script
         let offered = Self.offeredSubprotocols(request)
         let scripted = Self.scriptedRequest(request, subprotocols: offered)
-        if let refusal = refusal(refusals.next(), scripted, journal: journal) { return .refuse(refusal) }
+        if let journal, let refusal = refusal(proxy.refusals.next(), scripted, journal: journal) { return .refuse(refusal) }
         guard let url = script.upstreamURL(path: request.uri.path, query: request.uri.query) else {
             return .refuse(RouteRefusal(status: .badRequest, body: RouteRefusal.errorBody("the upstream URL of this path cannot be made")))
         }
@@ -29,6 +38,11 @@ extension HostServer {
         // the upstream back soon.
         configuration.streamBufferLimit = 256
         configuration.streamBufferBytes = 1024 * 1024
+        // A client that offers compression has the upstream offered it too (each leg agrees on
+        // its own).
+        if request.headers[values: .secWebSocketExtensions].contains(where: { $0.contains("permessage-deflate") }) {
+            configuration.compression = PerMessageDeflate()
+        }
         let upstream = WebSocket(
             request: WebSocketRequest(
                 url: url,
@@ -46,13 +60,13 @@ extension HostServer {
                 if !served.withLockedValue({ $0 }) { Task { await upstream.terminate() } }
             }
             return channel.eventLoop.makeFutureWithTask { () -> UpgradeAnswer in
-                let connection = journal.newConnection()
+                let connection = journal?.newConnection() ?? 0
                 do {
                     try await upstream.connect()
                 } catch {
                     await upstream.terminate()
                     let refusal = Self.upstreamRefusal(error)
-                    journal.append(
+                    journal?.append(
                         .init(
                             connection: connection, path: scripted.path, direction: .out, kind: .refused, data: refusal.body,
                             code: Int(refusal.status.code), request: scripted, leg: .client,
@@ -62,16 +76,17 @@ extension HostServer {
                 }
                 var opened = scripted
                 if case .connected(let subprotocol) = upstream.state { opened.subprotocol = subprotocol }
-                journal.append(.init(connection: connection, path: scripted.path, direction: .in, kind: .open, request: opened, leg: .client))
+                journal?.append(.init(connection: connection, path: scripted.path, direction: .in, kind: .open, request: opened, leg: .client))
+                let (chosen, extensions) = (opened, upstream.negotiatedExtensions)
                 let headers: HTTPFields = opened.subprotocol.map { [.secWebSocketProtocol: $0] } ?? [:]
                 return .accept(
                     headers,
                     WebSocketService { channel, deflate in
                         served.withLockedValue { $0 = true }
+                        let tap = proxy.tap?(chosen, chosen.subprotocol, extensions)
                         let service = ProxyWebSocketService(
-                            upstream: upstream, events: events, script: script, breakpoints: breakpoints, journal: journal, connection: connection,
-                            path: scripted.path,
-                            name: route, eventLoop: channel.eventLoop)
+                            upstream: upstream, events: events, proxy: proxy, journal: journal, tap: tap,
+                            connection: connection, path: scripted.path, name: route, eventLoop: channel.eventLoop)
                         let trace = ConnectionTrace(requestHeaders, route: route, tracer: tracer)
                         try self.installEventLoopService(service, on: channel, deflate: deflate, trace: trace)
                     }

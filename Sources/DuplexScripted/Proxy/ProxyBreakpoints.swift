@@ -231,11 +231,11 @@ extension ScriptedRoute {
         holdingAtMost: Duration = .seconds(10),
         where matches: @escaping @Sendable (ScriptedMessage) -> Bool = { _ in true }
     ) throws(ScriptError) -> ProxyBreakpoint {
-        guard case .proxy(_, _, let breakpoints) = kind else {
+        guard case .proxy(let proxy) = kind else {
             throw ScriptError(path: "", "\(self) is not a proxy route: only a proxy route's messages can be intercepted")
         }
-        let breakpoint = ProxyBreakpoint(direction: direction, holdingAtMost: holdingAtMost, matches: matches, registry: breakpoints)
-        breakpoints.add(breakpoint)
+        let breakpoint = ProxyBreakpoint(direction: direction, holdingAtMost: holdingAtMost, matches: matches, registry: proxy.breakpoints)
+        proxy.breakpoints.add(breakpoint)
         return breakpoint
     }
 

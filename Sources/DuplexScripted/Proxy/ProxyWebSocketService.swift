@@ -24,7 +24,8 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     private let events: AsyncStream<WebSocketEvent>
     private let script: ProxyScript
     private let breakpoints: ProxyBreakpoints
-    private let journal: ScriptJournal
+    private let journal: ScriptJournal?
+    private let tap: (any ProxySessionTap)?
     private let connection: Int
     private let path: String
     private let name: String
@@ -43,15 +44,16 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     private var heldMessages: [HeldMessage] = []
 
     init(
-        upstream: WebSocket, events: AsyncStream<WebSocketEvent>, script: ProxyScript, breakpoints: ProxyBreakpoints, journal: ScriptJournal,
+        upstream: WebSocket, events: AsyncStream<WebSocketEvent>, proxy: ProxyRouteState, journal: ScriptJournal?, tap: (any ProxySessionTap)?,
         connection: Int,
         path: String, name: String, eventLoop: any EventLoop
     ) {
         self.loop = eventLoop
         self.upstream = upstream
         self.events = events
-        self.script = script
-        self.breakpoints = breakpoints
+        self.script = proxy.script
+        self.breakpoints = proxy.breakpoints
+        self.tap = tap
         self.journal = journal
         self.connection = connection
         self.path = path
@@ -100,6 +102,7 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     /// first; then the first rule that matches it is applied (none: it is forwarded). The future
     /// completes once the rules are done with it, with whether the client's channel can take more.
     private func arrived(_ message: ScriptedMessage, _ direction: ProxyDirection) -> EventLoopFuture<Bool> {
+        tap?.message(message, from: direction == .toUpstream ? .client : .upstream)
         let number: Int
         switch direction {
         case .toUpstream:
@@ -254,8 +257,8 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     /// A rule's `close`: the client's connection with `code`, the upstream's normally.
     private func closeBoth(code: UInt16, reason: String) {
         finished = true
-        journal.append(.init(connection: connection, path: path, direction: .out, kind: .close, code: Int(code), reason: reason, leg: .client))
-        journal.append(.init(connection: connection, path: path, direction: .out, kind: .close, code: 1000, leg: .upstream))
+        journal?.append(.init(connection: connection, path: path, direction: .out, kind: .close, code: Int(code), reason: reason, leg: .client))
+        journal?.append(.init(connection: connection, path: path, direction: .out, kind: .close, code: 1000, leg: .upstream))
         onUpstream { upstream in await upstream.disconnect(code: .normalClosure, reason: "") }
         guard let handler, let context else { return }
         handler.close(code: WebSocketCloseCode(rawValue: code), reason: reason, context: context)
@@ -264,8 +267,8 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     /// A rule's `drop`: both connections end with no close frame on the client's.
     private func dropBoth() {
         finished = true
-        journal.append(.init(connection: connection, path: path, direction: .out, kind: .drop, leg: .client))
-        journal.append(.init(connection: connection, path: path, direction: .out, kind: .drop, leg: .upstream))
+        journal?.append(.init(connection: connection, path: path, direction: .out, kind: .drop, leg: .client))
+        journal?.append(.init(connection: connection, path: path, direction: .out, kind: .drop, leg: .upstream))
         onUpstream { upstream in await upstream.terminate() }
         guard let handler, let context else { return }
         handler.drop(context: context)
@@ -291,7 +294,7 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
             case .text(let text): (.text, text)
             case .binary(let bytes): (.binary, bytes.base64EncodedString())
             }
-        journal.append(.init(connection: connection, path: path, direction: direction, kind: kind, data: data, leg: leg, action: action))
+        journal?.append(.init(connection: connection, path: path, direction: direction, kind: kind, data: data, leg: leg, action: action))
     }
 
     // MARK: The upstream's side
@@ -311,9 +314,10 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     }
 
     private func upstreamClosed(code: WebSocketCloseCode?, reason: String) {
+        if let code { tap?.closed(by: .upstream, code: code.rawValue, reason: reason) } else { tap?.dropped(by: .upstream) }
         guard !finished else { return }
         finished = true
-        journal.append(
+        journal?.append(
             .init(
                 connection: connection, path: path, direction: .in, kind: code == nil ? .drop : .close, code: code.map { Int($0.rawValue) },
                 reason: code == nil ? nil : reason, leg: .upstream))
@@ -352,12 +356,13 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     }
 
     func peerClosed(code: WebSocketCloseCode?, reason: String) {
-        journal.append(
+        tap?.closed(by: .client, code: code?.rawValue, reason: reason)
+        journal?.append(
             .init(connection: connection, path: path, direction: .in, kind: .close, code: code.map { Int($0.rawValue) }, reason: reason, leg: .client)
         )
         guard !finished else { return }
         finished = true
-        journal.append(
+        journal?.append(
             .init(
                 connection: connection, path: path, direction: .out, kind: .close, code: code.map { Int($0.rawValue) }, reason: reason, leg: .upstream
             ))
@@ -369,10 +374,12 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     func closing() {}
 
     func end() {
+        // After a close, the tap's session has ended: this records nothing more.
+        tap?.dropped(by: .client)
         if !finished {
             // The client went without a close frame: the upstream goes too.
             finished = true
-            journal.append(.init(connection: connection, path: path, direction: .in, kind: .drop, leg: .client))
+            journal?.append(.init(connection: connection, path: path, direction: .in, kind: .drop, leg: .client))
         }
         handler = nil
         context = nil
