@@ -10,7 +10,7 @@ import NIOCore
 
 extension HostServer {
     /// The routes of a recording server: a WebSocket upgrade at any path is forwarded
-    /// (``recordWebSocketService(_:for:)``), and so is every `GET` without one and every
+    /// (``recordingProxy(_:)``), and so is every `GET` without one and every
     /// `POST`, `PUT`, `PATCH` and `DELETE`, as an SSE stream (``recordStream(_:_:)``). The
     /// server adds its own `/health` and `/metrics` first.
     package func recordRoutes(_ record: RecordConfiguration) -> [RouteTable.Route] {
