@@ -25,6 +25,10 @@ extension HostServer {
                 .stream(route.path, name: route.path, method: HTTPRequest.Method(route.method) ?? .get) { request in
                     self.scriptedStream(handler, request, route: route.path, journal: journal)
                 }
+            case .proxy(let proxy) where proxy.script.isEventStream:
+                .stream(route.path, name: route.path, method: HTTPRequest.Method(route.method) ?? .get) { request in
+                    self.proxyStream(proxy, request, route: route.path, journal: journal)
+                }
             case .proxy(let proxy):
                 .webSocket(
                     route.path,

@@ -85,8 +85,10 @@ public enum ScriptFile {
         let method = try members["method"]?.string().uppercased() ?? "GET"
         if let proxy = members["proxy"] {
             guard members["websocket"] == nil, members["sse"] == nil else { throw value.error(#"a route has one of "websocket", "sse" or "proxy""#) }
+            let script = try self.proxy(proxy)
+            if script.isEventStream { return .proxy(path, method: method, script: script) }
             guard method == "GET" else { throw members["method"]!.error("a WebSocket proxy route's method is GET") }
-            return .proxy(path, script: try self.proxy(proxy))
+            return .proxy(path, script: script)
         }
         switch (members["websocket"], members["sse"]) {
         case (let script?, nil):
@@ -192,7 +194,9 @@ public enum ScriptFile {
 
     private static func proxy(_ value: Reader) throws(ScriptError) -> ProxyScript {
         let members = try value.object(keys: ["upstream", "toUpstream", "toClient", "refuse", "caFile", "insecure"])
-        guard let upstreamValue = members["upstream"] else { throw value.error(#"a proxy needs "upstream", a ws:// or wss:// URL"#) }
+        guard let upstreamValue = members["upstream"] else {
+            throw value.error(#"a proxy needs "upstream", a ws://, wss://, http:// or https:// URL"#)
+        }
         let text = try upstreamValue.string()
         guard let upstream = URL(string: text) else { throw upstreamValue.error("not a URL: \(text.debugDescription)") }
         var script = ProxyScript(upstream: upstream)
@@ -202,6 +206,11 @@ public enum ScriptFile {
             throw upstreamValue.error(error.reason)
         }
         try readRules(members, into: &script)
+        do {
+            try script.validate()
+        } catch {
+            throw ScriptError(path: value.at.isEmpty ? error.path : "\(value.at).\(error.path)", error.reason)
+        }
         if let caFile = members["caFile"] {
             do {
                 script.tlsTrust = try .certificateAuthority(pemFile: try caFile.string())

@@ -44,7 +44,8 @@ public struct ScriptedRoute: Sendable, CustomStringConvertible {
         switch kind {
         case .webSocket: "WebSocket \(path)"
         case .sse: "SSE \(method) \(path)"
-        case .proxy(let proxy): "WebSocket \(path), proxied to \(proxy.script.upstream.absoluteString)"
+        case .proxy(let proxy):
+            (proxy.script.isEventStream ? "SSE \(method) \(path)" : "WebSocket \(path)") + ", proxied to \(proxy.script.upstream.absoluteString)"
         }
     }
 
@@ -66,20 +67,25 @@ public struct ScriptedRoute: Sendable, CustomStringConvertible {
     ///   - toUpstream: the rules for the client's messages.
     ///   - toClient: the rules for the upstream's messages.
     public static func proxy(_ path: String, to upstream: URL, toUpstream: [ProxyRule] = [], toClient: [ProxyRule] = []) -> ScriptedRoute {
-        proxy(path, script: ProxyScript(upstream: upstream, toUpstream: toUpstream, toClient: toClient))
+        proxy(path, script: ProxyScript(upstream: upstream, toUpstream: toUpstream, toClient: toClient), tap: nil)
     }
 
-    /// A WebSocket route in front of your real backend, as `script` says (its upstream, its
-    /// rules per direction, its refusals and the upstream's TLS trust); see
-    /// ``proxy(_:to:toUpstream:toClient:)``.
-    public static func proxy(_ path: String, script: ProxyScript) -> ScriptedRoute {
-        proxy(path, script: script, tap: nil)
+    /// A route in front of your real backend, as `script` says (its upstream, its rules per
+    /// direction, its refusals and the upstream's TLS trust); see
+    /// ``proxy(_:to:toUpstream:toClient:)``. With an `http` or `https` upstream it is an SSE
+    /// route for `method`: the request (its method, headers but the hop's own, `Last-Event-ID`
+    /// and body) goes upstream, and the `toClient` rules apply to each event of the answer, whose
+    /// id and event name a `replace` or `set` keeps; an answer that is not an event stream, or
+    /// not 2xx, is passed on as it was (its status, `Retry-After`, `Content-Type` and up to
+    /// 64 KiB of body). A WebSocket proxy's method is `GET`.
+    public static func proxy(_ path: String, method: String = "GET", script: ProxyScript) -> ScriptedRoute {
+        proxy(path, method: method, script: script, tap: nil)
     }
 
     /// A proxy route whose connections `tap` is told of (the recorder's).
-    package static func proxy(_ path: String, script: ProxyScript, tap: ProxyTapFactory?) -> ScriptedRoute {
+    package static func proxy(_ path: String, method: String = "GET", script: ProxyScript, tap: ProxyTapFactory?) -> ScriptedRoute {
         ScriptedRoute(
-            path: path, method: "GET",
+            path: path, method: script.isEventStream ? method.uppercased() : "GET",
             kind: .proxy(ProxyRouteState(script: script, refusals: RefusalCounter(script.refuse), breakpoints: ProxyBreakpoints(), tap: tap)))
     }
 

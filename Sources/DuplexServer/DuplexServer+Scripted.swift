@@ -34,6 +34,7 @@ extension DuplexServer {
             }
             do {
                 try route.sseScript?.validate()
+                try route.proxyScript?.validate()
             } catch {
                 throw .invalidRoutes("\(place): \(error)")
             }

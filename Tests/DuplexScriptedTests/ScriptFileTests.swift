@@ -56,6 +56,8 @@ struct ScriptFileTests {
             """#
         let route = try #require(try routes(json).first)
         #expect(route.description == "WebSocket /p, proxied to wss://api.example.com/feed")
+        let sse = try routes(#"{"routes": [{"path": "/s", "method": "post", "proxy": {"upstream": "https://api.example.com/v1/stream"}}]}"#)
+        #expect(sse.map(\.description) == ["SSE POST /s, proxied to https://api.example.com/v1/stream"])
         let script = try #require(route.proxyScript)
         #expect(script.tlsTrust == .insecureAcceptAnyCertificate)
         #expect(script.refuse == ScriptRefusal(status: 429, headers: ["Retry-After": "1"], times: 2))
@@ -134,10 +136,22 @@ struct ScriptFileTests {
             ),
             (#"{"routes":[{"path":"/f"}]}"#, #"routes[0]: a route needs "websocket", "sse" or "proxy""#),
             (
-                #"{"routes":[{"path":"/p","proxy":{"upstream":"http://127.0.0.1:1/x"}}]}"#,
-                #"routes[0].proxy.upstream: must be a ws:// or wss:// URL with a host (got "http://127.0.0.1:1/x")"#
+                #"{"routes":[{"path":"/p","proxy":{"upstream":"ftp://127.0.0.1:1/x"}}]}"#,
+                #"routes[0].proxy.upstream: must be a ws://, wss://, http:// or https:// URL with a host (got "ftp://127.0.0.1:1/x")"#
             ),
-            (#"{"routes":[{"path":"/p","proxy":{}}]}"#, #"routes[0].proxy: a proxy needs "upstream", a ws:// or wss:// URL"#),
+            (#"{"routes":[{"path":"/p","proxy":{}}]}"#, #"routes[0].proxy: a proxy needs "upstream", a ws://, wss://, http:// or https:// URL"#),
+            (
+                #"{"routes":[{"path":"/p","proxy":{"upstream":"http://h/x","toUpstream":[{"match":{"any":true},"do":[{"forward":false}]}]}}]}"#,
+                "routes[0].proxy.toUpstream: an SSE proxy (an http:// or https:// upstream) has no toUpstream"
+            ),
+            (
+                #"{"routes":[{"path":"/p","proxy":{"upstream":"http://h/x","toClient":[{"match":{"any":true},"do":[{"reply":"x"}]}]}}]}"#,
+                "routes[0].proxy.toClient[0].do[0]: an SSE proxy cannot reply"
+            ),
+            (
+                #"{"routes":[{"path":"/p","method":"POST","proxy":{"upstream":"ws://h/x"}}]}"#,
+                "routes[0].method: a WebSocket proxy route's method is GET"
+            ),
             (
                 #"{"routes":[{"path":"/p","proxy":{"upstream":"ws://h/x","toClient":[{"match":{"nth":1},"do":[{"forward":false,"drop":true}]}]}}]}"#,
                 "routes[0].proxy.toClient[0].do[0]: an action has exactly one of delayMs, replace, set, send, sendJSON, reply, forward, duplicate, close, drop (got forward, drop)"

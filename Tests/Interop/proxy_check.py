@@ -1,13 +1,16 @@
 """Proxy routes in front of a real backend, from outside (issue 62): a Python `websockets`
-upstream with a subprotocol that reads the request's headers, `duplex-server --script` with
-proxy routes in front of it, and Python `websockets` clients through them.
+upstream with a subprotocol that reads the request's headers and an aiohttp SSE upstream,
+`duplex-server --script` with proxy routes in front of them, and Python `websockets` clients and
+curl through them.
 
 Checks: pass-through with headers, query and the subprotocol; a `toClient` rule with `nth: 3`
 and `forward: false` holds back exactly the upstream's third message; `set` rewrites a field on
 the way up; `reply` answers without reaching the upstream; `send` injects before the forwarded
 message; `close` 4001 reaches the client; `drop` ends the client's connection with no close
 frame and the upstream's too; an upstream's refusal (403 with a body) is relayed; a route whose
-upstream is down answers 502; `GET /_journal` holds both legs; a bad upstream URL exits 64.
+upstream is down answers 502; an SSE `toClient` rule holds back the second event, and
+`Last-Event-ID` reaches the upstream (curl -N); `GET /_journal` holds both legs; a bad upstream
+URL exits 64.
 
 Usage: python3 proxy_check.py PATH/TO/duplex-server
 """
@@ -21,13 +24,14 @@ import tempfile
 import urllib.request
 
 import websockets
+from aiohttp import web
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import serve
 from websockets.datastructures import Headers
 from websockets.http11 import Response
 
 server_bin = sys.argv[1]
-seen = {"requests": [], "messages": [], "closes": []}
+seen = {"requests": [], "messages": [], "closes": [], "last_event_ids": []}
 
 
 def fail(message):
@@ -57,6 +61,17 @@ async def backend(connection):
     seen["closes"].append(connection.close_code)
 
 
+async def sse_events(request):
+    """Four events with ids 1 to 4, then the end; notes the request's Last-Event-ID."""
+    seen["last_event_ids"].append(request.headers.get("Last-Event-ID"))
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    for n in range(1, 5):
+        await response.write(f'id: {n}\nevent: tick\ndata: {{"n":{n}}}\n\n'.encode())
+    await response.write_eof()
+    return response
+
+
 def start_duplex(script):
     path = os.path.join(tempfile.mkdtemp(), "proxy.json")
     with open(path, "w") as file:
@@ -84,6 +99,13 @@ async def main():
         down.bind(("127.0.0.1", 0))
         down_port = down.getsockname()[1]
         feed = f"ws://127.0.0.1:{up_port}/feed"
+        app = web.Application()
+        app.router.add_get("/events", sse_events)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        sse_port = site._server.sockets[0].getsockname()[1]
         script = {"routes": [
             {"path": "/plain", "proxy": {"upstream": feed}},
             {"path": "/rules", "proxy": {
@@ -97,6 +119,8 @@ async def main():
                     {"match": {"text": "vanish"}, "do": [{"drop": True}]},
                 ]}},
             {"path": "/down", "proxy": {"upstream": f"ws://127.0.0.1:{down_port}/feed"}},
+            {"path": "/sse", "proxy": {"upstream": f"http://127.0.0.1:{sse_port}/events",
+                                       "toClient": [{"match": {"nth": 2}, "do": [{"forward": False}]}]}},
         ]}
         process, port = start_duplex(script)
         try:
@@ -104,12 +128,13 @@ async def main():
         finally:
             process.terminate()
             process.wait(10)
+            await runner.cleanup()
         down.close()
 
     # A bad upstream URL: exit 64 with the place in the script.
     path = os.path.join(tempfile.mkdtemp(), "bad.json")
     with open(path, "w") as file:
-        json.dump({"routes": [{"path": "/p", "proxy": {"upstream": "http://127.0.0.1:1/x"}}]}, file)
+        json.dump({"routes": [{"path": "/p", "proxy": {"upstream": "ftp://127.0.0.1:1/x"}}]}, file)
     bad = subprocess.run([server_bin, "--port", "0", "--script", path], capture_output=True, text=True, timeout=30)
     if bad.returncode != 64 or "routes[0].proxy.upstream" not in bad.stderr:
         fail(f"a bad upstream URL: exit {bad.returncode}, {bad.stderr!r}")
@@ -193,6 +218,18 @@ async def checks(port):
         if refused.response.status_code != 502 or b"refused" not in refused.response.body:
             fail(f"a down upstream: {refused.response.status_code} {refused.response.body!r}")
     print("proxy: the upstream's 403 relayed with its body; a down upstream answers 502")
+
+    # SSE: curl -N through the proxy; the second event held back, Last-Event-ID passed on.
+    curl = await asyncio.create_subprocess_exec(
+        "curl", "-sN", "--max-time", "10", "-H", "Last-Event-ID: 7", f"http://127.0.0.1:{port}/sse",
+        stdout=asyncio.subprocess.PIPE)
+    out, _ = await curl.communicate()
+    ids = re.findall(r"^id: ?(\S+)$", out.decode(), re.M)
+    if ids != ["1", "3", "4"] or "event: tick" not in out.decode():
+        fail(f"SSE through the proxy: ids {ids} in {out.decode()!r}")
+    if seen["last_event_ids"][-1:] != ["7"]:
+        fail(f"Last-Event-ID did not reach the upstream: {seen['last_event_ids']}")
+    print("proxy: SSE through curl -N, the second event held back, Last-Event-ID passed on")
 
     # The journal: both legs.
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/_journal", timeout=10) as response:

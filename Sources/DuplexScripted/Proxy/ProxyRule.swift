@@ -106,13 +106,15 @@ public struct ProxyRule: Sendable, Equatable, CustomStringConvertible {
 /// What a proxy route does: where it forwards, and its rules per direction (a script file's
 /// `proxy` object).
 public struct ProxyScript: Sendable, Equatable {
-    /// The upstream: a `ws` or `wss` URL. The client's path is not appended; its query is, when
-    /// the upstream's URL has none.
+    /// The upstream: a `ws` or `wss` URL for a WebSocket proxy, `http` or `https` for an SSE
+    /// one. The client's path is not appended (but see ``appendsPath``); its query is, when the
+    /// upstream's URL has none.
     public var upstream: URL
     /// The rules for the client's messages on their way to the upstream: the first that
     /// matches applies; a message none matches is forwarded unchanged.
     public var toUpstream: [ProxyRule]
-    /// The rules for the upstream's messages on their way to the client.
+    /// The rules for the upstream's messages (an SSE upstream's events: `nth` counts events, and
+    /// `text`, `contains` and `json` match an event's data) on their way to the client.
     public var toClient: [ProxyRule]
     /// A refusal of the client's upgrade before the upstream is asked, for every request or the
     /// first few (`"refuse": {"status": 429, "headers": {"Retry-After": "1"}, "times": 2}`).
@@ -159,11 +161,30 @@ public struct ProxyScript: Sendable, Equatable {
         return URL(string: text)
     }
 
-    /// Checks that the upstream is a `ws` or `wss` URL with a host.
-    /// - Throws: ``ScriptError`` at `upstream`.
+    /// Whether the upstream serves SSE (an `http` or `https` URL): the route is then an HTTP
+    /// route whose `toClient` rules apply to each event.
+    public var isEventStream: Bool {
+        ["http", "https"].contains(upstream.scheme?.lowercased() ?? "")
+    }
+
+    /// Checks that the upstream is a `ws`, `wss`, `http` or `https` URL with a host, and that an
+    /// SSE proxy has no `toUpstream` rules and no `reply` (its client sends no messages).
+    /// - Throws: ``ScriptError`` at the place.
     public func validate() throws(ScriptError) {
-        guard let scheme = upstream.scheme?.lowercased(), ["ws", "wss"].contains(scheme), upstream.host?.isEmpty == false else {
-            throw ScriptError(path: "upstream", "must be a ws:// or wss:// URL with a host (got \(upstream.absoluteString.debugDescription))")
+        guard let scheme = upstream.scheme?.lowercased(), ["ws", "wss", "http", "https"].contains(scheme), upstream.host?.isEmpty == false else {
+            throw ScriptError(
+                path: "upstream", "must be a ws://, wss://, http:// or https:// URL with a host (got \(upstream.absoluteString.debugDescription))")
+        }
+        guard isEventStream else { return }
+        guard toUpstream.isEmpty else {
+            throw ScriptError(path: "toUpstream", "an SSE proxy (an http:// or https:// upstream) has no toUpstream: its client sends no messages")
+        }
+        for (index, rule) in toClient.enumerated() {
+            for (place, action) in rule.actions.enumerated() {
+                if case .reply = action.step {
+                    throw ScriptError(path: "toClient[\(index)].do[\(place)]", "an SSE proxy cannot reply: the upstream takes no messages")
+                }
+            }
         }
     }
 }

@@ -1,0 +1,195 @@
+import Duplex
+import DuplexHost
+import DuplexSchema
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// SSE proxy routes: a client's stream request passed to the user's real backend, its events
+/// through the `toClient` rules.
+extension HostServer {
+    /// An SSE proxy route's answer: the request (its method, headers but the hop's own,
+    /// `Last-Event-ID`, and body) asked of the upstream first; its stream, each event through
+    /// the rules; or its answer passed on when it is not a stream or not 2xx; or 502 when it
+    /// could not be reached.
+    func proxyStream(_ proxy: ProxyRouteState, _ stream: StreamRequest, route: String, journal: ScriptJournal) -> StreamAnswer {
+        let script = proxy.script
+        let request = stream.request
+        var scripted = Self.scriptedRequest(request)
+        if request.method != .get {
+            let data = Data(stream.body.readableBytesView)
+            if let text = String(validating: data, as: UTF8.self) { scripted.body = text } else { scripted.bodyBase64 = data.base64EncodedString() }
+        }
+        if let refusal = refusal(proxy.refusals.next(), scripted, journal: journal) { return .respond(refusal) }
+        guard let url = script.upstreamURL(path: request.uri.path, query: request.uri.query) else {
+            return .json(.badRequest, RouteRefusal.errorBody("the upstream URL of this path cannot be made"))
+        }
+        let body = request.method == .get || stream.body.readableBytes == 0 ? nil : Data(stream.body.readableBytesView)
+        var configuration = SSEConfiguration()
+        configuration.tlsTrust = script.tlsTrust
+        configuration.tlsIdentity = script.tlsIdentity
+        let upstream = ServerSentEventManager(
+            request: SSERequest(
+                url: url, method: .init(request.method.rawValue), body: body,
+                additionalHeaders: ForwardedHeaders.forwarded(request.headers.map { ($0.name.rawName, $0.value) })),
+            retryPolicy: .none,
+            configuration: configuration,
+            lastEventID: scripted.lastEventID
+        )
+        let (headers, tracer) = (request.headers, activeTracer)
+        let connection = journal.newConnection()
+        let (path, asked) = (scripted.path, scripted)
+        return .later(
+            stream.eventLoop.makeFutureWithTask { () -> StreamAnswer in
+                let events = upstream.events
+                let states = upstream.stateEvents
+                do {
+                    try await upstream.connect()
+                } catch {
+                    await upstream.terminate()
+                    let answer = Self.upstreamStreamRefusal(error)
+                    journal.append(
+                        .init(
+                            connection: connection, path: path, direction: .out, kind: .refused, data: answer.body, code: Int(answer.status.code),
+                            request: asked, leg: .client, action: "the upstream \(url.absoluteString) answered so, or could not be reached"))
+                    return .respond(answer)
+                }
+                journal.append(.init(connection: connection, path: path, direction: .in, kind: .open, request: asked, leg: .client))
+                let relay = ProxyEventRelay(
+                    rules: script.toClient, journal: journal, connection: connection, path: path, upstream: upstream)
+                return .stream(
+                    EventStream(
+                        route: route,
+                        headers: headers,
+                        tracer: tracer,
+                        scripted: true,
+                        dropsAtEnd: { relay.drops },
+                        start: { writer in
+                            // The upstream client's events are read by a task of its own; once
+                            // its stream is over, the events end too.
+                            Task {
+                                for await state in states {
+                                    if case .disconnected = state { break }
+                                }
+                                await upstream.terminate()
+                            }
+                            Task { await relay.run(events, writer: writer) }
+                            return { relay.clientLeft() }
+                        },
+                        abandon: { relay.clientLeft() }
+                    )
+                )
+            })
+    }
+
+    /// The client's answer when the upstream's stream could not be opened: the upstream's own
+    /// answer (its status, `Retry-After`, `Content-Type` and body) when it gave one, else 502
+    /// saying why.
+    static func upstreamStreamRefusal(_ error: any Error) -> RouteRefusal {
+        guard let error = error as? SSEError else {
+            return RouteRefusal(status: .badGateway, body: RouteRefusal.errorBody("the upstream could not be reached: \(error)"))
+        }
+        if let response = error.response, (100..<600).contains(response.status) {
+            var headers = HTTPFields()
+            if let retryAfter = response.retryAfter { headers[.retryAfter] = retryAfter }
+            headers[.contentType] = response.contentType ?? "application/octet-stream"
+            return RouteRefusal(status: .init(code: response.status), headers: headers, body: response.text)
+        }
+        return RouteRefusal(status: .badGateway, body: RouteRefusal.errorBody("the upstream's stream could not be opened: \(error.message)"))
+    }
+}
+
+/// Passes an upstream's events to the client through the `toClient` rules, one at a time, in
+/// order: the first rule that matches an event (its data, `nth` counting events) applies.
+final class ProxyEventRelay: Sendable {
+    private let rules: [ProxyRule]
+    private let journal: ScriptJournal
+    private let connection: Int
+    private let path: String
+    private let upstream: ServerSentEventManager
+    /// Whether a rule dropped the connection: the stream then ends with no final chunk.
+    private let dropped = NIOLockedValueBox(false)
+
+    init(rules: [ProxyRule], journal: ScriptJournal, connection: Int, path: String, upstream: ServerSentEventManager) {
+        self.rules = rules
+        self.journal = journal
+        self.connection = connection
+        self.path = path
+        self.upstream = upstream
+    }
+
+    var drops: Bool { dropped.withLockedValue { $0 } }
+
+    /// Reads `events` until the upstream ends the stream, a rule ends it, or the client leaves.
+    func run(_ events: AsyncStream<ServerSentEvent>, writer: EventStreamWriter) async {
+        var number = 0
+        reading: for await event in events {
+            number += 1
+            let rule = rules.first { $0.match.matches(.text(event.data), number: number) }
+            note(event, direction: .in, leg: .upstream, action: rule.map { "\($0)" } ?? "forward")
+            guard let rule else {
+                guard send(event, writer, as: "forwarded") else { break }
+                continue
+            }
+            var outgoing = event
+            var (copies, unchanged) = (1, nil as String?)
+            for action in rule.actions {
+                switch action.step {
+                case .delay(let duration):
+                    try? await Task.sleep(for: duration)
+                case .replace(let message):
+                    outgoing.data = message.text ?? String(decoding: message.data, as: UTF8.self)
+                case .set(let fields):
+                    if case .object(var members)? = JSONValue(outgoing.data) {
+                        for (key, value) in fields { members[key] = value }
+                        outgoing.data = JSONValue.object(members).jsonText
+                    } else {
+                        unchanged = "not a JSON object: forwarded unchanged"
+                    }
+                case .send(let message):
+                    guard send(ServerSentEvent(data: message.text ?? ""), writer, as: "injected") else { break reading }
+                case .reply, .forward:
+                    break
+                case .duplicate:
+                    copies = 2
+                case .close:
+                    journal.append(
+                        .init(connection: connection, path: path, direction: .out, kind: .close, leg: .client, action: "a rule ended the stream"))
+                    break reading
+                case .drop:
+                    dropped.withLockedValue { $0 = true }
+                    journal.append(.init(connection: connection, path: path, direction: .out, kind: .drop, leg: .client))
+                    break reading
+                }
+            }
+            guard !rule.actions.contains(.forward(false)) else { continue }
+            for copy in 0..<copies {
+                guard send(outgoing, writer, as: unchanged ?? (copy == 0 ? "forwarded" : "duplicate")) else { break reading }
+            }
+        }
+        writer.finish()
+        await upstream.terminate()
+    }
+
+    /// The client is gone: the upstream's stream goes too.
+    func clientLeft() {
+        let upstream = self.upstream
+        Task { await upstream.terminate() }
+    }
+
+    /// Writes `event` to the client, journaled; false once the client's stream is closed.
+    private func send(_ event: ServerSentEvent, _ writer: EventStreamWriter, as action: String) -> Bool {
+        guard let text = try? event.encoded() else { return true }
+        note(event, direction: .out, leg: .client, action: action)
+        return writer.send(text)
+    }
+
+    private func note(_ event: ServerSentEvent, direction: ScriptJournal.Entry.Direction, leg: ScriptJournal.Entry.Leg, action: String) {
+        journal.append(
+            .init(
+                connection: connection, path: path, direction: direction, kind: .event, data: event.data, id: event.id, event: event.event,
+                leg: leg, action: action))
+    }
+}

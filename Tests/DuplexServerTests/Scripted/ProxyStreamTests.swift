@@ -1,0 +1,142 @@
+import Duplex
+import DuplexSchema
+import DuplexServer
+import DuplexTesting
+import Foundation
+import Testing
+import TestSupport
+
+/// SSE proxy routes in front of a real backend's stream (another server in this process): the
+/// request's method, headers, `Last-Event-ID` and body go upstream; the `toClient` rules apply
+/// per event, keeping ids; refusals pass through; an unreachable upstream is 502.
+@Suite("SSE proxy routes")
+struct ProxyStreamTests {
+    /// The backend: four events with ids, resumable; a POST route that streams its body back;
+    /// a route that refuses with 403 and a body.
+    static let backend: [ScriptedRoute] = [
+        .sse("/orders", script: SSEScript(events: (1...4).map { SSEScriptEvent(id: "\($0)", event: "order", data: #"{"n":\#($0)}"#) })),
+        .sse("/body", method: "POST") { request in SSEScript(events: [SSEScriptEvent(data: request.body ?? "none")]) },
+        .sse("/closed", accept: { _ in .refuse(status: 403, body: #"{"error":"not you"}"#) }, script: SSEScript(events: [])),
+    ]
+
+    static func withProxy(
+        _ routes: @escaping @Sendable (RunningDuplexServer) -> [ScriptedRoute],
+        _ body: @escaping @Sendable (_ proxy: RunningDuplexServer, _ backend: RunningDuplexServer) async throws -> Void
+    ) async throws {
+        try await withTimeout(.seconds(30)) {
+            try await withDuplexServer(routes: backend) { backend in
+                try await withDuplexServer(routes: routes(backend)) { proxy in try await body(proxy, backend) }
+            }
+        }
+    }
+
+    /// The first `count` events of `manager`'s stream.
+    static func events(_ manager: ServerSentEventManager, _ count: Int) async throws -> [ServerSentEvent] {
+        let events = manager.events
+        try await manager.connect()
+        var received: [ServerSentEvent] = []
+        for await event in events {
+            received.append(event)
+            if received.count == count { break }
+        }
+        return received
+    }
+
+    @Test("Last-Event-ID goes upstream; nth 2 is held back; set keeps the id and the event name; the journal has both legs")
+    func rulesPerEvent() async throws {
+        try await Self.withProxy({ backend in
+            [
+                .proxy(
+                    "/orders",
+                    script: ProxyScript(
+                        upstream: backend.httpURL("/orders"),
+                        toClient: [
+                            ProxyRule(match: .nth(2), do: [.forward(false)]),
+                            ProxyRule(match: try! .json(#"{"n":4}"#), do: [try! .set(#"{"n":40}"#)]),
+                        ]))
+            ]
+        }) { proxy, backend in
+            let manager = ServerSentEventManager(request: SSERequest(url: proxy.httpURL("/orders")), retryPolicy: .disabled, lastEventID: "1")
+            let received = try await Self.events(manager, 2)
+            await manager.terminate()
+            #expect(received.map(\.id) == ["2", "4"])
+            #expect(received.map(\.data) == [#"{"n":2}"#, #"{"n":40}"#])
+            #expect(received.allSatisfy { $0.event == "order" })
+            let asked = try await backend.journal.first(within: .seconds(5)) { $0.kind == .open }
+            #expect(asked.request?.lastEventID == "1")
+            let held = try #require(proxy.journal.entries.first { $0.leg == .upstream && $0.id == "3" })
+            #expect(held.action?.contains("hold back") == true)
+            #expect(proxy.journal.entries.contains { $0.leg == .client && $0.direction == .out && $0.id == "4" && $0.data == #"{"n":40}"# })
+        }
+    }
+
+    @Test("a POST's body goes upstream; a refusal passes through with its body; a down upstream is 502")
+    func bodyRefusalDown() async throws {
+        let down = try RefusingPort()
+        try await Self.withProxy({ backend in
+            [
+                .proxy("/body", method: "POST", script: ProxyScript(upstream: backend.httpURL("/body"))),
+                .proxy("/closed", script: ProxyScript(upstream: backend.httpURL("/closed"))),
+                .proxy("/down", script: ProxyScript(upstream: URL(string: "http://127.0.0.1:\(down.port)/x")!)),
+            ]
+        }) { proxy, _ in
+            let post = ServerSentEventManager(
+                request: SSERequest(url: proxy.httpURL("/body"), method: .post, body: Data("prompt".utf8)), retryPolicy: .disabled)
+            let posted = try await Self.events(post, 1)
+            #expect(posted.map(\.data) == ["prompt"])
+            await post.terminate()
+
+            let refused = ServerSentEventManager(request: SSERequest(url: proxy.httpURL("/closed")), retryPolicy: .disabled)
+            let error = await #expect(throws: SSEError.self) { try await refused.connect() }
+            #expect(error?.status == 403)
+            #expect(error?.response?.text == #"{"error":"not you"}"#)
+            await refused.terminate()
+
+            let unreachable = ServerSentEventManager(request: SSERequest(url: proxy.httpURL("/down")), retryPolicy: .disabled)
+            let failed = await #expect(throws: SSEError.self) { try await unreachable.connect() }
+            #expect(failed?.status == 502)
+            await unreachable.terminate()
+        }
+    }
+
+    @Test("a rule's close ends the stream; a rule's drop cuts it")
+    func closeAndDrop() async throws {
+        try await Self.withProxy({ backend in
+            [
+                .proxy(
+                    "/ends",
+                    script: ProxyScript(upstream: backend.httpURL("/orders"), toClient: [ProxyRule(match: .nth(2), do: [.close(code: 1000)])])),
+                .proxy("/cut", script: ProxyScript(upstream: backend.httpURL("/orders"), toClient: [ProxyRule(match: .nth(2), do: [.drop])])),
+            ]
+        }) { proxy, _ in
+            let ends = ServerSentEventManager(request: SSERequest(url: proxy.httpURL("/ends")), retryPolicy: .disabled)
+            let endStates = ends.stateEvents
+            #expect(try await Self.events(ends, 1).map(\.id) == ["1"])
+            let ended = try await endStates.first(within: .seconds(10)) { if case .disconnected = $0 { true } else { false } }
+            await ends.terminate()
+            let cut = ServerSentEventManager(request: SSERequest(url: proxy.httpURL("/cut")), retryPolicy: .disabled)
+            let cutStates = cut.stateEvents
+            #expect(try await Self.events(cut, 1).map(\.id) == ["1"])
+            let dropped = try await cutStates.first(within: .seconds(10)) { if case .disconnected = $0 { true } else { false } }
+            await cut.terminate()
+            // An end is the server's; a cut is a lost connection.
+            #expect(ended != dropped, "\(ended) \(dropped)")
+            let journal = proxy.journal.entries
+            #expect(journal.contains { $0.path == "/cut" && $0.kind == .drop && $0.leg == .client })
+            #expect(journal.contains { $0.path == "/ends" && $0.kind == .close && $0.leg == .client })
+            #expect(!journal.contains { $0.leg == .client && $0.direction == .out && $0.id == "2" })
+        }
+    }
+
+    @Test("an SSE proxy with toUpstream rules, or a reply, is refused at start")
+    func refusedAtStart() async throws {
+        let upstream = URL(string: "http://127.0.0.1:1/x")!
+        for script in [
+            ProxyScript(upstream: upstream, toUpstream: [ProxyRule(match: .any, do: [.forward(false)])]),
+            ProxyScript(upstream: upstream, toClient: [ProxyRule(match: .any, do: [.reply("x")])]),
+            ProxyScript(upstream: URL(string: "ftp://127.0.0.1/x")!),
+        ] {
+            await #expect(throws: DuplexServerError.self) { try await withDuplexServer(routes: [.proxy("/p", script: script)]) { _ in } }
+        }
+    }
+}
