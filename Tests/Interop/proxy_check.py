@@ -202,7 +202,9 @@ async def checks(port):
         await asyncio.sleep(0.05)
     else:
         fail("the upstream's connection outlived a drop")
-    print("proxy: drop ends the client's connection with no close frame, and the upstream's")
+    if seen["closes"][-1] != 1006:
+        fail(f"the upstream got a close frame on a drop: {seen['closes'][-1]}")
+    print("proxy: drop ends the client's connection and the upstream's, both with no close frame")
 
     # Refusals.
     try:

@@ -109,9 +109,9 @@ extension LifecycleRunner {
     }
 
     /// Ends for good.
-    func requestTerminate() {
+    func requestTerminate(abort: Bool = false) {
         lifecycleBox.locked { state in
-            perform(state.lifecycle.terminate(), in: &state)
+            perform(state.lifecycle.terminate(abort: abort), in: &state)
         }
     }
 

@@ -264,12 +264,12 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
         handler.close(code: WebSocketCloseCode(rawValue: code), reason: reason, context: context)
     }
 
-    /// A rule's `drop`: both connections end with no close frame on the client's.
+    /// A rule's `drop`: both connections end with no close frame.
     private func dropBoth() {
         finished = true
         journal?.append(.init(connection: connection, path: path, direction: .out, kind: .drop, leg: .client))
         journal?.append(.init(connection: connection, path: path, direction: .out, kind: .drop, leg: .upstream))
-        onUpstream { upstream in await upstream.terminate() }
+        onUpstream { upstream in upstream.abort() }
         guard let handler, let context else { return }
         handler.drop(context: context)
     }
@@ -376,6 +376,7 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     func end() {
         // After a close, the tap's session has ended: this records nothing more.
         tap?.dropped(by: .client)
+        let closedWithoutFrame = !finished
         if !finished {
             // The client went without a close frame: the upstream goes too.
             finished = true
@@ -385,6 +386,9 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
         context = nil
         writable()
         for held in heldMessages { held.settle(.connectionEnded) }
-        onUpstream { upstream in await upstream.terminate() }
+        // A client gone without a close frame takes the upstream's connection the same way;
+        // after a close, the upstream's close handshake is under way and this ends the socket.
+        let vanished = closedWithoutFrame
+        onUpstream { upstream in if vanished { upstream.abort() } else { await upstream.terminate() } }
     }
 }
