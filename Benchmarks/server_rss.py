@@ -13,6 +13,9 @@ Python's websockets and Node's ws do.
 DUPLEX_RSS_TLS=1 starts the server with --tls-self-signed and connects over wss:// (https:// for
 SSE and TLS without a request for `tcp`), trusting the CA it made: the memory of a TLS connection.
 
+DUPLEX_RSS_PATH connects the WebSocket clients to another path than /echo (a proxy route of a
+--script file, for the memory of a proxied connection pair: Benchmarks/proxy_cost.sh).
+
 DUPLEX_RSS_MESSAGE_BYTES sets the size of the one message each WebSocket connection sends and
 gets back (default 1). With compression, 8192 fills the windows a connection keeps both ways
 (4 KiB each at the server's default 12 bits): the most an idle compressing connection holds.
@@ -98,7 +101,8 @@ async def main(binary, count, flags):
             if kind == "chat":
                 urls = [f"{scheme}://127.0.0.1:{port}/chat/rss{start // 100}?name=m{i}" for i in range(start, min(count, start + 100))]
             else:
-                urls = [f"{scheme}://127.0.0.1:{port}/echo" for _ in range(start, min(count, start + 100))]
+                path = os.environ.get("DUPLEX_RSS_PATH", "/echo")
+                urls = [f"{scheme}://127.0.0.1:{port}{path}" for _ in range(start, min(count, start + 100))]
             batch = [websockets.connect(url, ping_interval=None, max_queue=None, **deflate, **connect_extra) for url in urls]
             sockets += await asyncio.wait_for(asyncio.gather(*batch), 60)
         if kind == "chat":
