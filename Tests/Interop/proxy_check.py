@@ -1,5 +1,6 @@
 """Proxy routes in front of a real backend, from outside (issue 62): a Python `websockets`
-upstream with a subprotocol that reads the request's headers and an aiohttp SSE upstream,
+upstream with a subprotocol that reads the request's headers (and the same over TLS, with a
+certificate made by openssl) and an aiohttp SSE upstream,
 `duplex-server --script` with proxy routes in front of them, and Python `websockets` clients and
 curl through them.
 
@@ -8,7 +9,8 @@ and `forward: false` holds back exactly the upstream's third message; `set` rewr
 the way up; `reply` answers without reaching the upstream; `send` injects before the forwarded
 message; `close` 4001 reaches the client; `drop` ends the client's connection with no close
 frame and the upstream's too; an upstream's refusal (403 with a body) is relayed; a route whose
-upstream is down answers 502; an SSE `toClient` rule holds back the second event, and
+upstream is down answers 502; a wss:// upstream is trusted through the script's caFile, and an
+untrusted one answers 502 saying TLS; an SSE `toClient` rule holds back the second event, and
 `Last-Event-ID` reaches the upstream (curl -N); `GET /_journal` holds both legs; a bad upstream
 URL exits 64.
 
@@ -90,8 +92,24 @@ async def texts(connection, count):
     return [await asyncio.wait_for(connection.recv(), 10) for _ in range(count)]
 
 
+def make_certificate(directory):
+    """A self-signed certificate for 127.0.0.1, made by openssl: the TLS upstream's, and its CA."""
+    cert, key = os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    return cert, key
+
+
 async def main():
-    async with serve(backend, "127.0.0.1", 0, subprotocols=["feed.v1"], process_request=refuse_some) as upstream:
+    import ssl
+    certs = tempfile.mkdtemp()
+    cert, key = make_certificate(certs)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    async with serve(backend, "127.0.0.1", 0, subprotocols=["feed.v1"], process_request=refuse_some) as upstream, \
+            serve(backend, "127.0.0.1", 0, subprotocols=["feed.v1"], ssl=tls) as secure:
+        secure_port = secure.sockets[0].getsockname()[1]
         up_port = upstream.sockets[0].getsockname()[1]
         # A port nothing listens on: bound, never listening.
         import socket
@@ -119,6 +137,8 @@ async def main():
                     {"match": {"text": "vanish"}, "do": [{"drop": True}]},
                 ]}},
             {"path": "/down", "proxy": {"upstream": f"ws://127.0.0.1:{down_port}/feed"}},
+            {"path": "/secure", "proxy": {"upstream": f"wss://127.0.0.1:{secure_port}/feed", "caFile": cert}},
+            {"path": "/untrusted", "proxy": {"upstream": f"wss://127.0.0.1:{secure_port}/feed"}},
             {"path": "/sse", "proxy": {"upstream": f"http://127.0.0.1:{sse_port}/events",
                                        "toClient": [{"match": {"nth": 2}, "do": [{"forward": False}]}]}},
         ]}
@@ -220,6 +240,18 @@ async def checks(port):
         if refused.response.status_code != 502 or b"refused" not in refused.response.body:
             fail(f"a down upstream: {refused.response.status_code} {refused.response.body!r}")
     print("proxy: the upstream's 403 relayed with its body; a down upstream answers 502")
+
+    # A TLS upstream, trusted through the CA file of the script; untrusted without it: 502.
+    async with connect(f"{base}/secure", subprotocols=["feed.v1"]) as client:
+        if await texts(client, 1) != ['{"n":1}'] or client.subprotocol != "feed.v1":
+            fail("through the proxy to a wss:// upstream")
+    try:
+        async with connect(f"{base}/untrusted", subprotocols=["feed.v1"]):
+            fail("a proxy to an untrusted wss:// upstream opened")
+    except websockets.InvalidStatus as refused:
+        if refused.response.status_code != 502 or b"TLS" not in refused.response.body:
+            fail(f"an untrusted upstream: {refused.response.status_code} {refused.response.body!r}")
+    print("proxy: a wss:// upstream trusted through caFile; an untrusted one answers 502 saying TLS")
 
     # SSE: curl -N through the proxy; the second event held back, Last-Event-ID passed on.
     curl = await asyncio.create_subprocess_exec(
