@@ -1,8 +1,9 @@
 import DuplexSchema
 import DuplexScripted
 
-/// Records a proxied WebSocket connection's session into a cassette: what each side sent, as it
-/// arrived, and how the session ended (the recorder's tap on its proxy route).
+/// Records a proxied session into a cassette: what each side sent (a WebSocket's messages, an SSE
+/// upstream's events), as it arrived, and how the session ended (the recorder's tap on its proxy
+/// routes).
 final class CassetteTap: ProxySessionTap {
     private let recording: SessionRecording
 
@@ -15,6 +16,10 @@ final class CassetteTap: ProxySessionTap {
         case .text(let text): recording.record(.message(Self.party(side), .text(text)))
         case .binary(let data): recording.record(.message(Self.party(side), .binary(data)))
         }
+    }
+
+    func event(_ event: ServerSentEvent) {
+        recording.record(.event(event))
     }
 
     func closed(by side: ProxySide, code: UInt16?, reason: String) {

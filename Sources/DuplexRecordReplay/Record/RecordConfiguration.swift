@@ -36,27 +36,12 @@ public struct RecordConfiguration: Sendable {
     /// Headers that are never recorded in clear.
     static let secrets: Set<String> = ["authorization", "proxy-authorization", "cookie"]
 
-    /// The upstream URL of a request's path and query, with `scheme` (`ws` or `http`, made
-    /// secure when the upstream is); nil when they do not make a URL. The path and query are the
-    /// client's, as sent: they are joined as text and parsed, never set on `URLComponents`,
-    /// whose percent-encoded setters trap on bad percent-encoding (`/%ZZ`).
-    func url(path: String, query: String?, webSocket: Bool) -> URL? {
-        guard var components = URLComponents(url: upstream, resolvingAgainstBaseURL: false) else { return nil }
-        let secure = ["wss", "https"].contains(components.scheme?.lowercased() ?? "")
-        let base = components.percentEncodedPath.hasSuffix("/") ? String(components.percentEncodedPath.dropLast()) : components.percentEncodedPath
-        components.scheme = webSocket ? (secure ? "wss" : "ws") : (secure ? "https" : "http")
-        components.path = ""
-        components.query = nil
-        components.fragment = nil
-        guard let origin = components.string, path.hasPrefix("/") else { return nil }
-        return URL(string: origin + base + path + (query.map { "?" + $0 } ?? ""))
-    }
-
-    /// The upstream as a WebSocket URL: `ws` for `http`, `wss` for `https`.
-    var webSocketUpstream: URL {
+    /// The upstream with a WebSocket scheme (`ws`, `wss`) or an HTTP one (`http`, `https`), as
+    /// secure as the configured one.
+    func upstream(webSocket: Bool) -> URL {
         guard var components = URLComponents(url: upstream, resolvingAgainstBaseURL: false) else { return upstream }
         let secure = ["wss", "https"].contains(components.scheme?.lowercased() ?? "")
-        components.scheme = secure ? "wss" : "ws"
+        components.scheme = webSocket ? (secure ? "wss" : "ws") : (secure ? "https" : "http")
         return components.url ?? upstream
     }
 
@@ -67,10 +52,5 @@ public struct RecordConfiguration: Sendable {
         return headers.filter { $0.name.lowercased() != "sec-websocket-key" }.map {
             .init($0.name, hidden.contains($0.name.lowercased()) ? "[redacted]" : $0.value)
         }
-    }
-
-    /// The request's headers forwarded upstream: all but the hop's own.
-    static func forwarded(_ headers: [(name: String, value: String)]) -> [String: String] {
-        ForwardedHeaders.forwarded(headers)
     }
 }

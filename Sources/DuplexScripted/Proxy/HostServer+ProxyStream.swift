@@ -1,5 +1,5 @@
 import Duplex
-import DuplexHost
+package import DuplexHost
 import DuplexSchema
 import Foundation
 import HTTPTypes
@@ -14,7 +14,16 @@ extension HostServer {
     /// `Last-Event-ID`, and body) asked of the upstream first; its stream, each event through
     /// the rules; or its answer passed on when it is not a stream or not 2xx; or 502 when it
     /// could not be reached.
-    func proxyStream(_ proxy: ProxyRouteState, _ stream: StreamRequest, route: String, journal: ScriptJournal) -> StreamAnswer {
+    package func proxyStream(_ route: ScriptedRoute, _ stream: StreamRequest, name: String, journal: ScriptJournal?) -> StreamAnswer {
+        guard case .proxy(let proxy) = route.kind, proxy.script.isEventStream else {
+            return .json(.internalServerError, RouteRefusal.errorBody("this route is not an SSE proxy"))
+        }
+        return proxyStream(proxy, stream, route: name, journal: journal)
+    }
+
+    /// An SSE proxy route's answer, named `route` in metrics and traces, journaled in `journal`
+    /// when there is one (the recorder keeps none).
+    func proxyStream(_ proxy: ProxyRouteState, _ stream: StreamRequest, route: String, journal: ScriptJournal?) -> StreamAnswer {
         let script = proxy.script
         let request = stream.request
         var scripted = Self.scriptedRequest(request)
@@ -22,7 +31,7 @@ extension HostServer {
             let data = Data(stream.body.readableBytesView)
             if let text = String(validating: data, as: UTF8.self) { scripted.body = text } else { scripted.bodyBase64 = data.base64EncodedString() }
         }
-        if let refusal = refusal(proxy.refusals.next(), scripted, journal: journal) { return .respond(refusal) }
+        if let journal, let refusal = refusal(proxy.refusals.next(), scripted, journal: journal) { return .respond(refusal) }
         guard let url = script.upstreamURL(path: request.uri.path, query: request.uri.query) else {
             return .json(.badRequest, RouteRefusal.errorBody("the upstream URL of this path cannot be made"))
         }
@@ -39,7 +48,7 @@ extension HostServer {
             lastEventID: scripted.lastEventID
         )
         let (headers, tracer) = (request.headers, activeTracer)
-        let connection = journal.newConnection()
+        let connection = journal?.newConnection() ?? 0
         let (path, asked) = (scripted.path, scripted)
         return .later(
             stream.eventLoop.makeFutureWithTask { () -> StreamAnswer in
@@ -50,15 +59,16 @@ extension HostServer {
                 } catch {
                     await upstream.terminate()
                     let answer = Self.upstreamStreamRefusal(error)
-                    journal.append(
+                    journal?.append(
                         .init(
                             connection: connection, path: path, direction: .out, kind: .refused, data: answer.body, code: Int(answer.status.code),
                             request: asked, leg: .client, action: "the upstream \(url.absoluteString) answered so, or could not be reached"))
                     return .respond(answer)
                 }
-                journal.append(.init(connection: connection, path: path, direction: .in, kind: .open, request: asked, leg: .client))
+                journal?.append(.init(connection: connection, path: path, direction: .in, kind: .open, request: asked, leg: .client))
                 let relay = ProxyEventRelay(
-                    rules: script.toClient, journal: journal, connection: connection, path: path, upstream: upstream)
+                    rules: script.toClient, journal: journal, tap: proxy.tap?(asked, nil, nil), connection: connection, path: path,
+                    upstream: upstream)
                 return .stream(
                     EventStream(
                         route: route,
@@ -105,16 +115,20 @@ extension HostServer {
 /// order: the first rule that matches an event (its data, `nth` counting events) applies.
 final class ProxyEventRelay: Sendable {
     private let rules: [ProxyRule]
-    private let journal: ScriptJournal
+    private let journal: ScriptJournal?
+    private let tap: (any ProxySessionTap)?
     private let connection: Int
     private let path: String
     private let upstream: ServerSentEventManager
     /// Whether a rule dropped the connection: the stream then ends with no final chunk.
     private let dropped = NIOLockedValueBox(false)
 
-    init(rules: [ProxyRule], journal: ScriptJournal, connection: Int, path: String, upstream: ServerSentEventManager) {
+    init(
+        rules: [ProxyRule], journal: ScriptJournal?, tap: (any ProxySessionTap)?, connection: Int, path: String, upstream: ServerSentEventManager
+    ) {
         self.rules = rules
         self.journal = journal
+        self.tap = tap
         self.connection = connection
         self.path = path
         self.upstream = upstream
@@ -126,6 +140,7 @@ final class ProxyEventRelay: Sendable {
     func run(_ events: AsyncStream<ServerSentEvent>, writer: EventStreamWriter) async {
         var number = 0
         reading: for await event in events {
+            tap?.event(event)
             number += 1
             let rule = rules.first { $0.match.matches(.text(event.data), number: number) }
             note(event, direction: .in, leg: .upstream, action: rule.map { "\($0)" } ?? "forward")
@@ -155,12 +170,12 @@ final class ProxyEventRelay: Sendable {
                 case .duplicate:
                     copies = 2
                 case .close:
-                    journal.append(
+                    journal?.append(
                         .init(connection: connection, path: path, direction: .out, kind: .close, leg: .client, action: "a rule ended the stream"))
                     break reading
                 case .drop:
                     dropped.withLockedValue { $0 = true }
-                    journal.append(.init(connection: connection, path: path, direction: .out, kind: .drop, leg: .client))
+                    journal?.append(.init(connection: connection, path: path, direction: .out, kind: .drop, leg: .client))
                     break reading
                 }
             }
@@ -169,12 +184,15 @@ final class ProxyEventRelay: Sendable {
                 guard send(outgoing, writer, as: unchanged ?? (copy == 0 ? "forwarded" : "duplicate")) else { break reading }
             }
         }
+        // The upstream ended its stream (when the client left first, the tap was told so).
+        tap?.dropped(by: .upstream)
         writer.finish()
         await upstream.terminate()
     }
 
     /// The client is gone: the upstream's stream goes too.
     func clientLeft() {
+        tap?.dropped(by: .client)
         let upstream = self.upstream
         Task { await upstream.terminate() }
     }
@@ -187,7 +205,7 @@ final class ProxyEventRelay: Sendable {
     }
 
     private func note(_ event: ServerSentEvent, direction: ScriptJournal.Entry.Direction, leg: ScriptJournal.Entry.Leg, action: String) {
-        journal.append(
+        journal?.append(
             .init(
                 connection: connection, path: path, direction: direction, kind: .event, data: event.data, id: event.id, event: event.event,
                 leg: leg, action: action))
