@@ -94,6 +94,9 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
                 break
             }
         }
+        // The upstream's stream ended with no word of its close (it was terminated): the client's
+        // connection goes too, unless it is already over.
+        loop.execute { bound.value.upstreamClosed(code: nil, reason: "") }
     }
 
     // MARK: Both directions
@@ -314,8 +317,8 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     }
 
     private func upstreamClosed(code: WebSocketCloseCode?, reason: String) {
-        if let code { tap?.closed(by: .upstream, code: code.rawValue, reason: reason) } else { tap?.dropped(by: .upstream) }
         guard !finished else { return }
+        if let code { tap?.closed(by: .upstream, code: code.rawValue, reason: reason) } else { tap?.dropped(by: .upstream) }
         finished = true
         journal?.append(
             .init(
