@@ -55,9 +55,19 @@ struct SSEHTTP2Tests {
                     configuration: Self.client(configuration)
                 )
                 var events = manager.events.makeAsyncIterator()
+                var states = manager.stateEvents.makeAsyncIterator()
                 try await manager.connect()
                 let before = try #require(await events.next()?.id.flatMap(Int.init))
                 #expect(server.server.dropConnections(.route("events")) == 1)
+                // The drop runs on the stream's event loop: events already on their way may come
+                // first. Wait for the client to see it and reconnect (the enclosing limit bounds
+                // the wait), then read on.
+                var dropped = false
+                while let state = await states.next() {
+                    if case .disconnected = state { dropped = true }
+                    if dropped, state == .connected { break }
+                }
+                #expect(dropped)
                 var after: [Int] = []
                 while after.count < 30, let event = await events.next() {
                     after.append(try #require(event.id.flatMap(Int.init)))
