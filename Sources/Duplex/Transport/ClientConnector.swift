@@ -26,6 +26,10 @@ struct ClientConnector: Sendable {
     /// The application protocols TLS offers by ALPN, in order of preference (`h2`,
     /// `http/1.1`); empty offers none, as HTTP/1.1 clients need not.
     var applicationProtocols: [String] = []
+    /// The event loop the connection is made on; nil takes one of NIO's shared group. A server
+    /// that passes a connection's messages on asks for its own loop, so that both connections'
+    /// handlers run there with no hop between them.
+    var eventLoop: (any EventLoop)?
 
     /// A connector to `endpoint` with the TLS, proxy and timeout settings of a configuration.
     init(
@@ -64,7 +68,8 @@ struct ClientConnector: Sendable {
         let deadline = NIODeadline.now() + TimeAmount(timeout)
         let tlsGate = secure ? TLSGate(pins: tlsTrust.pins) : nil
         let progress = NIOLockedValueBox(Progress())
-        var bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        // A loop that cannot make sockets (an embedded one) leaves the choice to the shared group.
+        var bootstrap = (eventLoop.flatMap { ClientBootstrap(validatingGroup: $0) } ?? ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton))
             .connectTimeout(TimeAmount(timeout))
             .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
         if let waterMark {

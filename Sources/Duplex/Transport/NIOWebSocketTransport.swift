@@ -20,6 +20,9 @@ import NIOWebSocket
 /// Messages reach the delegate from the channel's event loop with no task or actor hop in
 /// between; writes are submitted to the event loop in call order.
 struct NIOWebSocketTransport: WebSocketTransport {
+    /// The event loop HTTP/1.1 connections are made on; nil takes one of NIO's shared group.
+    var eventLoop: (any EventLoop)? = nil
+
     private enum UpgradeResult: Sendable {
         case upgraded(NIOWebSocketConnection)
         case notUpgraded(status: Int?, retryAfter: String?, body: String?)
@@ -66,8 +69,9 @@ struct NIOWebSocketTransport: WebSocketTransport {
         configuration: WebSocketConfiguration,
         delegate: any WebSocketTransportDelegate
     ) async throws -> any WebSocketTransportConnection {
-        let connector = ClientConnector(
+        var connector = ClientConnector(
             endpoint: endpoint, settings: configuration, waterMark: Self.waterMark(configuration), stageName: "the handshake")
+        connector.eventLoop = eventLoop
         let result: UpgradeResult
         do {
             result = try await connector.connect { channel in

@@ -34,64 +34,66 @@ extension HostServer {
         configuration.tlsTrust = script.tlsTrust
         configuration.tlsIdentity = script.tlsIdentity
         configuration.maxMessageBytes = self.configuration.maxMessageBytes
-        // The proxy passes messages on: a shallow buffer makes a client that does not read hold
-        // the upstream back soon.
-        configuration.streamBufferLimit = 256
-        configuration.streamBufferBytes = 1024 * 1024
         // A client that offers compression has the upstream offered it too (each leg agrees on
         // its own).
         if request.headers[values: .secWebSocketExtensions].contains(where: { $0.contains("permessage-deflate") }) {
             configuration.compression = PerMessageDeflate()
         }
-        let upstream = WebSocket(
-            request: WebSocketRequest(
-                url: url,
-                protocols: offered,
-                additionalHeaders: ForwardedHeaders.forwarded(request.headers.map { ($0.name.rawName, $0.value) })
-            ),
-            configuration: configuration
-        )
-        let events = upstream.events
-        let (tracer, requestHeaders) = (activeTracer, request.headers)
+        let upstreamRequest = WebSocketRequest(
+            url: url, protocols: offered, additionalHeaders: ForwardedHeaders.forwarded(request.headers.map { ($0.name.rawName, $0.value) }))
+        let (tracer, requestHeaders, upstreamConfiguration) = (activeTracer, request.headers, configuration)
         return .later { channel in
-            // The client may leave while the upstream is asked: then the upstream goes too.
-            let served = NIOLockedValueBox(false)
-            channel.closeFuture.whenComplete { _ in
-                if !served.withLockedValue({ $0 }) { Task { await upstream.terminate() } }
-            }
-            return channel.eventLoop.makeFutureWithTask { () -> UpgradeAnswer in
+            let leg = ProxyUpstreamLeg(loop: channel.eventLoop)
+            let attempt = UpstreamAttempt()
+            let answer = channel.eventLoop.makePromise(of: UpgradeAnswer.self)
+            let connecting = Task {
                 let connection = journal?.newConnection() ?? 0
+                let upstream: any WebSocketTransportConnection
                 do {
-                    try await upstream.connect()
+                    upstream = try await WebSocketUpstream.connect(
+                        request: upstreamRequest, configuration: upstreamConfiguration, on: channel.eventLoop, delegate: leg)
                 } catch {
-                    await upstream.terminate()
                     let refusal = Self.upstreamRefusal(error)
                     journal?.append(
                         .init(
                             connection: connection, path: scripted.path, direction: .out, kind: .refused, data: refusal.body,
                             code: Int(refusal.status.code), request: scripted, leg: .client,
-                            action: "the upstream \(upstream.request.url.absoluteString) refused or could not be reached"))
+                            action: "the upstream \(url.absoluteString) refused or could not be reached"))
                     self.metrics.refused(status: Int(refusal.status.code))
-                    return .refuse(refusal)
+                    answer.succeed(.refuse(refusal))
+                    return
+                }
+                // The client may have left while the upstream was asked: then the upstream goes too.
+                guard attempt.opened(upstream) else {
+                    upstream.abort()
+                    answer.succeed(.refuse(RouteRefusal(status: .badGateway, body: RouteRefusal.errorBody("the client left"))))
+                    return
                 }
                 var opened = scripted
-                if case .connected(let subprotocol) = upstream.state { opened.subprotocol = subprotocol }
+                opened.subprotocol = upstream.negotiatedProtocol
                 journal?.append(.init(connection: connection, path: scripted.path, direction: .in, kind: .open, request: opened, leg: .client))
-                let (chosen, extensions) = (opened, upstream.negotiatedExtensions)
                 let headers: HTTPFields = opened.subprotocol.map { [.secWebSocketProtocol: $0] } ?? [:]
-                return .accept(
-                    headers,
-                    WebSocketService { channel, deflate in
-                        served.withLockedValue { $0 = true }
-                        let tap = proxy.tap?(chosen, chosen.subprotocol, extensions)
-                        let service = ProxyWebSocketService(
-                            upstream: upstream, events: events, proxy: proxy, journal: journal, tap: tap,
-                            connection: connection, path: scripted.path, name: route, eventLoop: channel.eventLoop)
-                        let trace = ConnectionTrace(requestHeaders, route: route, tracer: tracer)
-                        try self.installEventLoopService(service, on: channel, deflate: deflate, trace: trace)
-                    }
-                )
+                let chosen = opened
+                answer.succeed(
+                    .accept(
+                        headers,
+                        WebSocketService { channel, deflate in
+                            attempt.served()
+                            let tap = proxy.tap?(chosen, chosen.subprotocol, upstream.negotiatedExtensions)
+                            let service = ProxyWebSocketService(
+                                upstream: upstream, leg: leg, proxy: proxy, journal: journal, tap: tap,
+                                connection: connection, path: scripted.path, name: route, eventLoop: channel.eventLoop)
+                            let trace = ConnectionTrace(requestHeaders, route: route, tracer: tracer)
+                            try self.installEventLoopService(service, on: channel, deflate: deflate, trace: trace)
+                        }
+                    ))
             }
+            channel.closeFuture.whenComplete { _ in
+                // Gone before it was served: its upstream goes too, made or still being made.
+                if let upstream = attempt.clientLeft() { upstream.abort() }
+                connecting.cancel()
+            }
+            return answer.futureResult
         }
     }
 
@@ -116,5 +118,49 @@ extension HostServer {
         default: why = "the upstream's handshake failed"
         }
         return RouteRefusal(status: .badGateway, body: RouteRefusal.errorBody("\(why): \(error.message)"))
+    }
+}
+
+/// A proxied WebSocket's upstream connection until the client's connection is served by it: a
+/// client that leaves before takes it with it.
+private final class UpstreamAttempt: Sendable {
+    private enum Phase {
+        case connecting
+        case open(any WebSocketTransportConnection)
+        case served
+        case clientLeft
+    }
+
+    private let phase = NIOLockedValueBox(Phase.connecting)
+
+    /// The upstream's connection is open; false when the client left meanwhile.
+    func opened(_ upstream: any WebSocketTransportConnection) -> Bool {
+        phase.withLockedValue { phase in
+            guard case .connecting = phase else { return false }
+            phase = .open(upstream)
+            return true
+        }
+    }
+
+    /// The client's connection is served: from now on its service ends the upstream's.
+    func served() {
+        phase.withLockedValue { $0 = .served }
+    }
+
+    /// The client's connection closed: the upstream's connection to end, if it was open and not
+    /// served yet.
+    func clientLeft() -> (any WebSocketTransportConnection)? {
+        phase.withLockedValue { phase in
+            switch phase {
+            case .connecting:
+                phase = .clientLeft
+                return nil
+            case .open(let upstream):
+                phase = .clientLeft
+                return upstream
+            case .served, .clientLeft:
+                return nil
+            }
+        }
     }
 }

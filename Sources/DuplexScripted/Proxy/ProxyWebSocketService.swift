@@ -6,22 +6,24 @@ import NIOCore
 import NIOWebSocket
 
 /// One proxied WebSocket connection, served on the client connection's event loop: the upstream
-/// (the Duplex client, connected before the client's upgrade was answered) on one side, the
-/// client on the other, the route's rules applied to each message on its way.
+/// (connected before the client's upgrade was answered, on the same loop, ``ProxyUpstreamLeg``)
+/// on one side, the client on the other, the route's rules applied to each message on its way.
+/// No task, stream or hop per message: a message no rule holds back is written to the other side
+/// in the turn it was read.
 ///
-/// Each direction takes one message at a time: a client's next message is read once the rules
-/// are done with the one before it and the upstream took what they sent (``EventLoopWebSocketHandler/hold()``);
-/// the upstream's next message is taken once the client's channel can take more. So a `delayMs`
-/// holds back the later messages of its direction, order is kept both ways, and a side that does
-/// not read holds the other back through TCP: nothing is buffered without bound here.
+/// Each direction takes one message at a time: while the rules hold one back (a `delayMs`, a
+/// breakpoint), the next waits, and its side is not read meanwhile; the client is not read while
+/// the upstream's connection is above its high watermark, nor the upstream while the client's
+/// channel is not writable. So order is kept both ways, and a side that does not read holds the
+/// other back through TCP: nothing is buffered without bound here.
 ///
 /// Every message is journaled twice, once per leg: where it arrived (with what the rules did to
 /// it) and where it went (forwarded, injected, replied).
 final class ProxyWebSocketService: EventLoopWebSocketService {
     var connectionInfo: ConnectionInfo { .init(kind: .webSocket, route: name) }
 
-    private let upstream: WebSocket
-    private let events: AsyncStream<WebSocketEvent>
+    private let upstream: any WebSocketTransportConnection
+    private let leg: ProxyUpstreamLeg
     private let script: ProxyScript
     private let breakpoints: ProxyBreakpoints
     private let journal: ScriptJournal?
@@ -32,25 +34,30 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     private let loop: any EventLoop
     private var handler: EventLoopWebSocketHandler?
     private var context: ChannelHandlerContext?
-    /// The task that forwards the upstream's messages, waiting for the client to read.
-    private var writableWaiter: CheckedContinuation<Void, Never>?
-    /// The last operation on the upstream: the next one waits for it.
-    private var lastUpstreamOperation: Task<Void, Never>?
+    /// What the upstream sent that the rules have not taken yet: at most one read's worth.
+    private var fromUpstream: [ProxyUpstreamLeg.Event] = []
+    private var fromUpstreamIndex = 0
+    /// The rules hold back a message of the upstream's (a delay, a breakpoint).
+    private var upstreamMessageHeld = false
+    /// The upstream's connection is above its high watermark: the client is not read until it
+    /// drains.
+    private var upstreamFull = false
+    /// The client's reads wait for the upstream to drain.
+    private var clientHeldForUpstream = false
     /// How many messages arrived each way, for `nth`.
     private var arrived = (toUpstream: 0, toClient: 0)
-    /// A rule closed or dropped the connection: nothing more is forwarded either way.
+    /// A rule closed or dropped the connection, or a side ended it: nothing more is forwarded.
     private var finished = false
     /// The messages breakpoints hold: let go when the connection ends.
     private var heldMessages: [HeldMessage] = []
 
     init(
-        upstream: WebSocket, events: AsyncStream<WebSocketEvent>, proxy: ProxyRouteState, journal: ScriptJournal?, tap: (any ProxySessionTap)?,
-        connection: Int,
-        path: String, name: String, eventLoop: any EventLoop
+        upstream: any WebSocketTransportConnection, leg: ProxyUpstreamLeg, proxy: ProxyRouteState, journal: ScriptJournal?,
+        tap: (any ProxySessionTap)?, connection: Int, path: String, name: String, eventLoop: any EventLoop
     ) {
         self.loop = eventLoop
         self.upstream = upstream
-        self.events = events
+        self.leg = leg
         self.script = proxy.script
         self.breakpoints = proxy.breakpoints
         self.tap = tap
@@ -63,48 +70,88 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     func start(handler: EventLoopWebSocketHandler, context: ChannelHandlerContext) {
         self.handler = handler
         self.context = context
-        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
-        let loop = context.eventLoop
-        let events = self.events
-        Task { await ProxyWebSocketService.forward(events, loop: loop, bound: bound) }
+        leg.attach(self)
+        readUpstreamIfReady()
     }
 
-    /// Hands the upstream's messages to the rules, one at a time, until the upstream closes or
-    /// is gone; then closes the client's connection as the upstream closed.
-    private static func forward(_ events: AsyncStream<WebSocketEvent>, loop: any EventLoop, bound: NIOLoopBound<ProxyWebSocketService>) async {
-        for await event in events {
+    // MARK: The upstream's side
+
+    /// What the upstream did, in order: the rules take its messages one at a time.
+    func upstream(_ event: ProxyUpstreamLeg.Event) {
+        fromUpstream.append(event)
+        takeFromUpstream()
+    }
+
+    /// Hands what the upstream sent to the rules, until one holds a message back or none is left.
+    private func takeFromUpstream() {
+        while !upstreamMessageHeld, fromUpstreamIndex < fromUpstream.count {
+            let event = fromUpstream[fromUpstreamIndex]
+            fromUpstreamIndex += 1
             switch event {
             case .message(let message):
-                let scripted: ScriptedMessage
-                switch message {
-                case .string(let text): scripted = .text(text)
-                case .data(let data): scripted = .binary(data)
+                guard let later = arrived(message, .toClient) else { continue }
+                upstreamMessageHeld = true
+                let bound = NIOLoopBound(self, eventLoop: loop)
+                later.whenComplete { _ in
+                    bound.value.upstreamMessageHeld = false
+                    bound.value.takeFromUpstream()
                 }
-                // Once the rules are done with it and the client's channel can take more.
-                let writable = (try? await loop.flatSubmit { bound.value.arrived(scripted, .toClient) }.get()) ?? true
-                if !writable {
-                    await withCheckedContinuation { continuation in
-                        loop.execute { bound.value.resumeWhenWritable(continuation) }
-                    }
-                }
-            case .disconnected(let code, let reason):
-                loop.execute { bound.value.upstreamClosed(code: code, reason: reason ?? "") }
-                return
-            case .connected, .error:
-                break
+            case .closed(let code, let reason, let failed):
+                upstreamClosed(code: code, reason: reason, failed: failed)
             }
         }
-        // The upstream's stream ended with no word of its close (it was terminated): the client's
-        // connection goes too, unless it is already over.
-        loop.execute { bound.value.upstreamClosed(code: nil, reason: "") }
+        if fromUpstreamIndex == fromUpstream.count {
+            fromUpstream.removeAll(keepingCapacity: fromUpstream.count <= 16)
+            fromUpstreamIndex = 0
+        }
+        readUpstreamIfReady()
+    }
+
+    /// Reads the upstream again once the rules took all it sent and the client's channel can take
+    /// more (after the end, at once: its close handshake needs reading).
+    private func readUpstreamIfReady() {
+        let ready = !upstreamMessageHeld && fromUpstream.isEmpty && (finished || isWritable)
+        if leg.setReading(ready), ready { upstream.resumeReading() }
+    }
+
+    func writable() {
+        readUpstreamIfReady()
+    }
+
+    /// The upstream's connection drained below its low watermark: the client is read again.
+    func upstreamDrained() {
+        upstreamFull = false
+        guard clientHeldForUpstream, let handler, let context else { return }
+        clientHeldForUpstream = false
+        handler.release(context: context)
+    }
+
+    private func upstreamClosed(code: WebSocketCloseCode?, reason: String, failed: Bool) {
+        guard !finished else { return }
+        if let code { tap?.closed(by: .upstream, code: code.rawValue, reason: reason) } else { tap?.dropped(by: .upstream) }
+        finished = true
+        journal?.append(
+            .init(
+                connection: connection, path: path, direction: .in, kind: code == nil ? .drop : .close, code: code.map { Int($0.rawValue) },
+                reason: code == nil ? nil : reason, leg: .upstream))
+        guard let handler, let context else { return }
+        if let code {
+            handler.close(code: code, reason: reason, context: context)
+        } else if failed {
+            // Duplex failed the upstream for breaking the protocol: RFC 6455's code for a gateway
+            // that had an invalid response from its upstream.
+            handler.close(code: WebSocketCloseCode(rawValue: 1014), reason: "the upstream broke the WebSocket protocol", context: context)
+        } else {
+            handler.drop(context: context)
+        }
     }
 
     // MARK: Both directions
 
     /// A message arrived from the sender of `direction`: a breakpoint that matches holds it
-    /// first; then the first rule that matches it is applied (none: it is forwarded). The future
-    /// completes once the rules are done with it, with whether the client's channel can take more.
-    private func arrived(_ message: ScriptedMessage, _ direction: ProxyDirection) -> EventLoopFuture<Bool> {
+    /// first; then the first rule that matches it is applied (none: it is forwarded). Nil when the
+    /// rules are done with it already; else a future that completes once they are.
+    private func arrived(_ message: ScriptedMessage, _ direction: ProxyDirection) -> EventLoopFuture<Void>? {
         tap?.message(message, from: direction == .toUpstream ? .client : .upstream)
         let number: Int
         switch direction {
@@ -117,7 +164,7 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
         }
         guard !finished else {
             note(message, leg: direction == .toUpstream ? .client : .upstream, direction: .in, action: "arrived after the end: not forwarded")
-            return loop.makeSucceededFuture(true)
+            return nil
         }
         guard breakpoints.watches(direction), let breakpoint = breakpoints.take(direction, message) else {
             return applyRules(message, direction, number: number, held: nil)
@@ -129,7 +176,7 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     /// limit passes; then the rules apply to what it let go.
     private func hold(
         _ message: ScriptedMessage, _ direction: ProxyDirection, number: Int, breakpoint: ProxyBreakpoint
-    ) -> EventLoopFuture<Bool> {
+    ) -> EventLoopFuture<Void>? {
         let promise = loop.makePromise(of: HeldMessage.Release.self)
         let bound = NIOLoopBound(self, eventLoop: loop)
         let loop = self.loop
@@ -149,13 +196,15 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
             case .forward(let released):
                 let what = released == message ? "the test forwarded it" : "the test replaced it with \(released.excerpt.debugDescription)"
                 return service.applyRules(released, direction, number: number, held: "held at a breakpoint; \(what)", arrivedAs: message)
+                    ?? loop.makeSucceededVoidFuture()
             case .drop, .connectionEnded:
                 let what = outcome == .drop ? "the test dropped it" : "the connection ended"
                 service.note(message, leg: direction == .toUpstream ? .client : .upstream, direction: .in, action: "held at a breakpoint; \(what)")
-                return loop.makeSucceededFuture(service.isWritable)
+                return loop.makeSucceededVoidFuture()
             case .unanswered:
                 let limit = breakpoint.holdingAtMost
                 return service.applyRules(message, direction, number: number, held: "held at a breakpoint; unanswered after \(limit), let go")
+                    ?? loop.makeSucceededVoidFuture()
             }
         }
     }
@@ -165,17 +214,17 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     /// replaced it (the journal has what arrived).
     private func applyRules(
         _ message: ScriptedMessage, _ direction: ProxyDirection, number: Int, held: String?, arrivedAs original: ScriptedMessage? = nil
-    ) -> EventLoopFuture<Bool> {
+    ) -> EventLoopFuture<Void>? {
         let rules = direction == .toUpstream ? script.toUpstream : script.toClient
         let rule = rules.first { $0.match.matches(message, number: number) }
         let action = rule.map { "\($0)" } ?? "forward"
         note(
             original ?? message, leg: direction == .toUpstream ? .client : .upstream, direction: .in,
             action: held.map { "\($0); \(action)" } ?? action)
-        guard !finished else { return loop.makeSucceededFuture(true) }
+        guard !finished else { return nil }
         guard let rule else {
             deliver(message, direction, as: "forwarded")
-            return loop.makeSucceededFuture(isWritable)
+            return nil
         }
         return step(rule.actions[...], RuleRun(message: message, forwards: !rule.actions.contains(.forward(false))), direction)
     }
@@ -188,17 +237,18 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
         var unchanged: String?
     }
 
-    /// Runs `actions` in order from the first; a delay goes on from the next after it.
-    private func step(_ actions: ArraySlice<ProxyAction>, _ run: RuleRun, _ direction: ProxyDirection) -> EventLoopFuture<Bool> {
+    /// Runs `actions` in order from the first; a delay goes on from the next after it. Nil when
+    /// the run ended without one.
+    private func step(_ actions: ArraySlice<ProxyAction>, _ run: RuleRun, _ direction: ProxyDirection) -> EventLoopFuture<Void>? {
         var (rest, run) = (actions, run)
         while let action = rest.popFirst() {
-            guard !finished else { return loop.makeSucceededFuture(true) }
+            guard !finished else { return nil }
             switch action.step {
             case .delay(let duration):
                 let bound = NIOLoopBound((self, run, rest), eventLoop: loop)
                 return loop.flatScheduleTask(in: TimeAmount(duration)) {
                     let (service, run, rest) = bound.value
-                    return service.step(rest, run, direction)
+                    return service.step(rest, run, direction) ?? service.loop.makeSucceededVoidFuture()
                 }.futureResult
             case .replace(let replacement):
                 run.message = replacement
@@ -219,10 +269,10 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
                 run.copies = 2
             case .close(let code, let reason):
                 closeBoth(code: code, reason: reason)
-                return loop.makeSucceededFuture(true)
+                return nil
             case .drop:
                 dropBoth()
-                return loop.makeSucceededFuture(true)
+                return nil
             }
         }
         if run.forwards && !finished {
@@ -230,7 +280,7 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
                 deliver(run.message, direction, as: run.unchanged ?? (copy == 0 ? "forwarded" : "duplicate"))
             }
         }
-        return loop.makeSucceededFuture(isWritable)
+        return nil
     }
 
     /// Sends `message` the way `direction` goes, journaled on the leg it leaves by.
@@ -251,9 +301,9 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
             case .text(let text): forwarded = .string(text)
             case .binary(let data): forwarded = .data(data)
             }
-            // A failure means the upstream is gone: its end reaches the client through the task
-            // that reads its events.
-            onUpstream { upstream in try? await upstream.send(forwarded) }
+            // Above its high watermark, the client is read no more until it drains. (Written to
+            // an upstream that is gone, it is lost with it, and its end reaches the client.)
+            if upstream.write(forwarded) { upstreamFull = true }
         }
     }
 
@@ -262,7 +312,7 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
         finished = true
         journal?.append(.init(connection: connection, path: path, direction: .out, kind: .close, code: Int(code), reason: reason, leg: .client))
         journal?.append(.init(connection: connection, path: path, direction: .out, kind: .close, code: 1000, leg: .upstream))
-        onUpstream { upstream in await upstream.disconnect(code: .normalClosure, reason: "") }
+        upstream.close(code: .normalClosure, reason: "")
         guard let handler, let context else { return }
         handler.close(code: WebSocketCloseCode(rawValue: code), reason: reason, context: context)
     }
@@ -272,23 +322,13 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
         finished = true
         journal?.append(.init(connection: connection, path: path, direction: .out, kind: .drop, leg: .client))
         journal?.append(.init(connection: connection, path: path, direction: .out, kind: .drop, leg: .upstream))
-        onUpstream { upstream in upstream.abort() }
+        upstream.abort()
         guard let handler, let context else { return }
         handler.drop(context: context)
     }
 
     private var isWritable: Bool {
         context?.channel.isWritable ?? true
-    }
-
-    /// Runs `operation` on the upstream once the operations asked for before it are done.
-    private func onUpstream(_ operation: @escaping @Sendable (WebSocket) async -> Void) {
-        let previous = lastUpstreamOperation
-        let upstream = self.upstream
-        lastUpstreamOperation = Task {
-            await previous?.value
-            await operation(upstream)
-        }
     }
 
     private func note(_ message: ScriptedMessage, leg: ScriptJournal.Entry.Leg, direction: ScriptJournal.Entry.Direction, action: String) {
@@ -300,55 +340,34 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
         journal?.append(.init(connection: connection, path: path, direction: direction, kind: kind, data: data, leg: leg, action: action))
     }
 
-    // MARK: The upstream's side
-
-    /// Resumes `continuation` once the client's channel is writable, or the connection ended.
-    private func resumeWhenWritable(_ continuation: CheckedContinuation<Void, Never>) {
-        guard let context, !context.channel.isWritable else {
-            continuation.resume()
-            return
-        }
-        writableWaiter = continuation
-    }
-
-    func writable() {
-        writableWaiter?.resume()
-        writableWaiter = nil
-    }
-
-    private func upstreamClosed(code: WebSocketCloseCode?, reason: String) {
-        guard !finished else { return }
-        if let code { tap?.closed(by: .upstream, code: code.rawValue, reason: reason) } else { tap?.dropped(by: .upstream) }
-        finished = true
-        journal?.append(
-            .init(
-                connection: connection, path: path, direction: .in, kind: code == nil ? .drop : .close, code: code.map { Int($0.rawValue) },
-                reason: code == nil ? nil : reason, leg: .upstream))
-        guard let handler, let context else { return }
-        if let code {
-            handler.close(code: code, reason: reason, context: context)
-        } else {
-            handler.drop(context: context)
-        }
-    }
-
     // MARK: The client's side
 
     func receive(_ message: consuming ByteBuffer, opcode: WebSocketOpcode, handler: EventLoopWebSocketHandler, context: ChannelHandlerContext) {
         let scripted: ScriptedMessage = opcode == .text ? .text(String(buffer: message)) : .binary(Data(message.readableBytesView))
         // One message at a time: the next is read once the rules are done with this one and the
-        // upstream took what they sent it.
+        // upstream can take more.
+        guard let later = arrived(scripted, .toUpstream) else {
+            holdClientWhileUpstreamIsFull(handler)
+            return
+        }
         handler.hold()
-        let bound = NIOLoopBound((self, handler, context), eventLoop: context.eventLoop)
-        arrived(scripted, .toUpstream).whenComplete { _ in
-            let (service, _, _) = bound.value
-            service.onUpstream { [loop = service.loop] _ in
-                loop.execute {
-                    let (_, handler, context) = bound.value
-                    handler.release(context: context)
-                }
+        let bound = NIOLoopBound((self, handler, context), eventLoop: loop)
+        later.whenComplete { _ in
+            let (service, handler, context) = bound.value
+            if service.upstreamFull {
+                service.clientHeldForUpstream = true
+            } else {
+                handler.release(context: context)
             }
         }
+    }
+
+    /// The upstream's connection is above its high watermark: the client's messages wait until it
+    /// drains (``upstreamDrained()``).
+    private func holdClientWhileUpstreamIsFull(_ handler: EventLoopWebSocketHandler) {
+        guard upstreamFull, !clientHeldForUpstream else { return }
+        handler.hold()
+        clientHeldForUpstream = true
     }
 
     /// A message the client sent before its close, which the handler did not hand over while
@@ -369,7 +388,7 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
             .init(
                 connection: connection, path: path, direction: .out, kind: .close, code: code.map { Int($0.rawValue) }, reason: reason, leg: .upstream
             ))
-        onUpstream { upstream in await upstream.disconnect(code: code ?? .normalClosure, reason: reason) }
+        upstream.close(code: code ?? .normalClosure, reason: reason)
     }
 
     func stall(for duration: Duration) {}
@@ -387,11 +406,11 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
         }
         handler = nil
         context = nil
-        writable()
         for held in heldMessages { held.settle(.connectionEnded) }
-        // A client gone without a close frame takes the upstream's connection the same way;
-        // after a close, the upstream's close handshake is under way and this ends the socket.
-        let vanished = closedWithoutFrame
-        onUpstream { upstream in if vanished { upstream.abort() } else { await upstream.terminate() } }
+        // A client gone without a close frame takes the upstream's connection the same way; after
+        // a close, the upstream's close handshake is under way and ends by itself (or at its
+        // close timeout). Its reply is read: nothing waits for the client's channel any more.
+        if closedWithoutFrame { upstream.abort() }
+        readUpstreamIfReady()
     }
 }

@@ -1,0 +1,24 @@
+package import NIOCore
+
+/// A WebSocket connection for a server that passes another connection's messages on (a proxy
+/// route): the NIO transport over HTTP/1.1 with no ``WebSocket`` around it, so no lifecycle, no
+/// stream, no task per message. What arrives reaches `delegate` on the connection's event loop,
+/// in order, and the connection reads no more while the delegate's
+/// ``WebSocketTransportDelegate/transportShouldRead()`` says no.
+package enum WebSocketUpstream {
+    /// Opens a connection to `request` and completes its handshake, on `eventLoop` when it can
+    /// make sockets (the server connection's own loop, so that both run with no hop between them).
+    /// `configuration`'s TLS trust and identity, proxy, limits, timeouts, watermarks and
+    /// compression apply; its reconnection, pings and stream buffering do not.
+    /// - Throws: ``WebSocketError``, as ``WebSocket/connect()`` does for one attempt.
+    package static func connect(
+        request: WebSocketRequest,
+        configuration: WebSocketConfiguration,
+        on eventLoop: any EventLoop,
+        delegate: any WebSocketTransportDelegate
+    ) async throws -> any WebSocketTransportConnection {
+        var http1 = configuration
+        http1.httpVersion = .http1
+        return try await NIOWebSocketTransport(eventLoop: eventLoop).connect(request: request, configuration: http1, delegate: delegate)
+    }
+}
