@@ -208,9 +208,7 @@ struct ConnectionLifecycle<Policy: LifecyclePolicy> {
         }
     }
 
-    /// Ends for good: an open connection is closed with 1000, or with `abort`, dropped with no
-    /// close frame.
-    mutating func terminate(abort: Bool = false) -> [Action] {
+    mutating func terminate() -> [Action] {
         let previous = phase
         guard previous != .terminated else { return [] }
         phase = .terminated
@@ -218,7 +216,7 @@ struct ConnectionLifecycle<Policy: LifecyclePolicy> {
         var actions: [Action] = [.stopPinging, .cancelRetryTimer]
         switch previous {
         case .connected, .disconnecting:
-            actions.append(abort ? .abortConnection : .closeConnection(code: .normalClosure, reason: "terminated"))
+            actions.append(.closeConnection(code: .normalClosure, reason: "terminated"))
         case .connecting:
             actions.append(.cancelAttempt)
         default:

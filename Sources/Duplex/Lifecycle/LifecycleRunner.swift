@@ -109,9 +109,9 @@ extension LifecycleRunner {
     }
 
     /// Ends for good.
-    func requestTerminate(abort: Bool = false) {
+    func requestTerminate() {
         lifecycleBox.locked { state in
-            perform(state.lifecycle.terminate(abort: abort), in: &state)
+            perform(state.lifecycle.terminate(), in: &state)
         }
     }
 

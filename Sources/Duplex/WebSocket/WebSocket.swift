@@ -320,12 +320,6 @@ public final class WebSocket: WebSocketProtocol {
         core.terminate()
     }
 
-    /// Terminates with no close frame: an open connection is dropped at once (TCP closed), as a
-    /// proxy route's `drop` does to its upstream.
-    package func abort() {
-        core.requestTerminate(abort: true)
-    }
-
     /// The clock the socket's timers run on.
     package var clock: any Clock<Duration> { core.clock }
 }

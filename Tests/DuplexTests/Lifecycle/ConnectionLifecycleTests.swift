@@ -198,17 +198,6 @@ struct ConnectionLifecycleTests {
         #expect(machine.connect() == .fail(.terminated))
     }
 
-    @Test("terminate closes an open connection with 1000; terminate with abort drops it, with no close frame")
-    func terminateAbort() {
-        var closing = connected()
-        #expect(closing.terminate().contains(.closeConnection(code: .normalClosure, reason: "terminated")))
-        var aborting = connected()
-        let actions = aborting.terminate(abort: true)
-        #expect(actions.contains(.abortConnection))
-        #expect(!actions.contains { if case .closeConnection = $0 { true } else { false } })
-        #expect(actions.last == .finish)
-    }
-
     @Test("disconnect or terminate while connecting cancels the attempt and fails connect")
     func stopWhileConnecting() {
         var machine = lifecycle()
