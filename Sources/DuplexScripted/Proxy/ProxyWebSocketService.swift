@@ -44,6 +44,13 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     private var upstreamFull = false
     /// The client's reads wait for the upstream to drain.
     private var clientHeldForUpstream = false
+    /// The rules hold back a message of the client's (a delay, a breakpoint).
+    private var clientMessageHeld = false
+    /// Messages the client sent before its close that came while one was held back: they follow
+    /// it, in order.
+    private var clientBacklog: [ScriptedMessage] = []
+    /// The client's close, passed to the upstream once the messages before it went.
+    private var clientClose: (code: WebSocketCloseCode?, reason: String)?
     /// How many messages arrived each way, for `nth`.
     private var arrived = (toUpstream: 0, toClient: 0)
     /// A rule closed or dropped the connection, or a side ended it: nothing more is forwarded.
@@ -343,22 +350,43 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     // MARK: The client's side
 
     func receive(_ message: consuming ByteBuffer, opcode: WebSocketOpcode, handler: EventLoopWebSocketHandler, context: ChannelHandlerContext) {
-        let scripted: ScriptedMessage = opcode == .text ? .text(String(buffer: message)) : .binary(Data(message.readableBytesView))
         // One message at a time: the next is read once the rules are done with this one and the
         // upstream can take more.
-        guard let later = arrived(scripted, .toUpstream) else {
+        guard takeFromClient(.init(message, opcode: opcode)) else {
             holdClientWhileUpstreamIsFull(handler)
             return
         }
         handler.hold()
-        let bound = NIOLoopBound((self, handler, context), eventLoop: loop)
-        later.whenComplete { _ in
-            let (service, handler, context) = bound.value
-            if service.upstreamFull {
-                service.clientHeldForUpstream = true
-            } else {
-                handler.release(context: context)
-            }
+    }
+
+    /// Hands a message of the client's to the rules; true when they hold it back, and the client's
+    /// next message waits for it (``clientMessageDone()``).
+    private func takeFromClient(_ message: ScriptedMessage) -> Bool {
+        guard let later = arrived(message, .toUpstream) else { return false }
+        clientMessageHeld = true
+        let bound = NIOLoopBound(self, eventLoop: loop)
+        later.whenComplete { _ in bound.value.clientMessageDone() }
+        return true
+    }
+
+    /// The rules are done with the client's message they held back: what came after it goes on,
+    /// then the client's close if it sent one, else the client is read again (once the upstream
+    /// can take more).
+    private func clientMessageDone() {
+        clientMessageHeld = false
+        while !clientBacklog.isEmpty {
+            if takeFromClient(clientBacklog.removeFirst()) { return }
+        }
+        if let close = clientClose {
+            clientClose = nil
+            passClientClose(code: close.code, reason: close.reason)
+            return
+        }
+        guard let handler, let context else { return }
+        if upstreamFull {
+            clientHeldForUpstream = true
+        } else {
+            handler.release(context: context)
         }
     }
 
@@ -371,10 +399,14 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     }
 
     /// A message the client sent before its close, which the handler did not hand over while
-    /// the one before it was on its way: forwarded all the same, through the rules.
+    /// the one before it was on its way: forwarded all the same, through the rules, after it.
     func discarded(_ message: ByteBuffer, opcode: WebSocketOpcode) {
-        guard context != nil else { return }
-        _ = arrived(opcode == .text ? .text(String(buffer: message)) : .binary(Data(message.readableBytesView)), .toUpstream)
+        let scripted = ScriptedMessage(message, opcode: opcode)
+        if clientMessageHeld {
+            clientBacklog.append(scripted)
+        } else {
+            _ = takeFromClient(scripted)
+        }
     }
 
     func peerClosed(code: WebSocketCloseCode?, reason: String) {
@@ -382,6 +414,17 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
         journal?.append(
             .init(connection: connection, path: path, direction: .in, kind: .close, code: code.map { Int($0.rawValue) }, reason: reason, leg: .client)
         )
+        guard !finished else { return }
+        // The messages the client sent before its close go first, held back or not.
+        if clientMessageHeld {
+            clientClose = (code, reason)
+        } else {
+            passClientClose(code: code, reason: reason)
+        }
+    }
+
+    /// The client's close goes to the upstream, with its code.
+    private func passClientClose(code: WebSocketCloseCode?, reason: String) {
         guard !finished else { return }
         finished = true
         journal?.append(
@@ -398,8 +441,8 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     func end() {
         // After a close, the tap's session has ended: this records nothing more.
         tap?.dropped(by: .client)
-        let closedWithoutFrame = !finished
-        if !finished {
+        let closedWithoutFrame = !finished && clientClose == nil
+        if closedWithoutFrame {
             // The client went without a close frame: the upstream goes too.
             finished = true
             journal?.append(.init(connection: connection, path: path, direction: .in, kind: .drop, leg: .client))
@@ -412,5 +455,12 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
         // close timeout). Its reply is read: nothing waits for the client's channel any more.
         if closedWithoutFrame { upstream.abort() }
         readUpstreamIfReady()
+    }
+}
+
+extension ScriptedMessage {
+    /// A message as the client's handler hands it over.
+    fileprivate init(_ buffer: ByteBuffer, opcode: WebSocketOpcode) {
+        self = opcode == .text ? .text(String(buffer: buffer)) : .binary(Data(buffer.readableBytesView))
     }
 }

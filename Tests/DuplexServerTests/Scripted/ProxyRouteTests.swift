@@ -198,6 +198,25 @@ struct ProxyRouteTests {
             await socket.terminate()
         }
     }
+
+    @Test("a client that closes while a delay holds its last messages back: they reach the upstream, in order, before its close")
+    func closeDuringDelay() async throws {
+        try await Self.withProxy(toUpstream: [ProxyRule(match: .text("slow"), do: [.delay(.milliseconds(200))])]) { proxy, backend in
+            try await TestWebSocket.with(port: proxy.port, path: "/p") { socket in
+                #expect(try await socket.receiveText() == #"{"n":1}"#)
+                // In one write, so that the proxy reads the close while the rules hold "slow".
+                let close = [UInt8(4000 >> 8), UInt8(4000 & 0xFF)] + Array("done".utf8)
+                try await socket.writeRaw(
+                    TestWebSocket.frame(opcode: 0x1, payload: Array("slow".utf8)) + TestWebSocket.frame(opcode: 0x1, payload: Array("after".utf8))
+                        + TestWebSocket.frame(opcode: 0x8, payload: close))
+                _ = try await socket.receiveClose()
+            }
+            let closed = try await backend.journal.first(within: .seconds(10)) { $0.kind == .close && $0.direction == .in }
+            #expect(closed.code == 4000)
+            let arrived = backend.journal.entries.filter { $0.direction == .in && [.text, .close].contains($0.kind) }
+            #expect(arrived.map { $0.data ?? "close" } == ["slow", "after", "close"])
+        }
+    }
 }
 
 extension ProxyRouteTests {
