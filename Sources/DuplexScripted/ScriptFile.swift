@@ -184,12 +184,17 @@ public enum ScriptFile {
         case "fragment":
             return .fragment(try argument.string(), frames: try members["frames"]?.integer(in: 1...1024) ?? 2)
         default:
-            let name = try argument.string()
-            guard let fault = FrameFault(rawValue: name) else {
-                throw argument.error("unknown fault \(name.debugDescription) (known: \(FrameFault.allCases.map(\.rawValue).joined(separator: ", ")))")
-            }
-            return .fault(fault)
+            return .fault(try frameFault(argument))
         }
+    }
+
+    /// A `fault` action's frame, by name.
+    private static func frameFault(_ argument: Reader) throws(ScriptError) -> FrameFault {
+        let name = try argument.string()
+        guard let fault = FrameFault(rawValue: name) else {
+            throw argument.error("unknown fault \(name.debugDescription) (known: \(FrameFault.allCases.map(\.rawValue).joined(separator: ", ")))")
+        }
+        return fault
     }
 
     private static func proxy(_ value: Reader) throws(ScriptError) -> ProxyScript {
@@ -241,7 +246,10 @@ public enum ScriptFile {
         return ProxyRule(match: try self.match(match), do: try actions.array().map { item throws(ScriptError) in try proxyAction(item) })
     }
 
-    private static let proxyActionKeys = ["delayMs", "replace", "set", "send", "sendJSON", "reply", "forward", "duplicate", "close", "drop"]
+    private static let proxyActionKeys = [
+        "delayMs", "replace", "set", "send", "sendJSON", "reply", "forward", "duplicate", "close", "drop", "fragment", "fault", "answerPings", "cut",
+        "hang",
+    ]
 
     private static func proxyAction(_ value: Reader) throws(ScriptError) -> ProxyAction {
         let members = try value.object(keys: proxyActionKeys + ["reason"])
@@ -276,9 +284,15 @@ public enum ScriptFile {
         case "close":
             let (code, reason) = try closeCode(argument, reason: members["reason"])
             return .close(code: code, reason: reason)
+        case "fragment":
+            return .fragment(frames: try argument.integer(in: 1...1024))
+        case "fault":
+            return .fault(try frameFault(argument))
+        case "answerPings":
+            return .answerPings(try argument.bool())
         default:
-            guard try argument.bool() else { throw argument.error(#""drop" is true"#) }
-            return .drop
+            guard try argument.bool() else { throw argument.error(#""\#(key)" is true"#) }
+            return key == "drop" ? .drop : key == "cut" ? .cut : .hang
         }
     }
 

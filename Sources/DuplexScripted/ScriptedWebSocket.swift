@@ -133,23 +133,8 @@ public final class ScriptedWebSocket: Sendable {
         try checkOpen("send a fault")
         onLoop { socket in
             guard let (handler, context) = socket.current else { return }
-            let allocator = context.channel.allocator
-            switch fault {
-            case .invalidUTF8:
-                handler.writeUnchecked(
-                    fin: true, opcode: .text, payload: allocator.buffer(bytes: [0x68, 0x69, 0xC3, 0x28]), masked: false, context: context)
-            case .reservedOpcode:
-                handler.writeUnchecked(
-                    fin: true, opcode: WebSocketOpcode(encodedWebSocketOpcode: 3)!, payload: allocator.buffer(string: "reserved"), masked: false,
-                    context: context)
-            case .longControlFrame:
-                handler.writeUnchecked(
-                    fin: true, opcode: .ping, payload: allocator.buffer(repeating: 0x61, count: 126), masked: false, context: context)
-            case .maskedFrame:
-                handler.writeUnchecked(fin: true, opcode: .text, payload: allocator.buffer(string: "masked"), masked: true, context: context)
-            }
+            handler.write(fault, context: context)
             socket.record(.out, .fault, data: fault.rawValue, code: Int(fault.expectedCloseCode))
-            handler.flush(context: context)
         }
     }
 
@@ -340,18 +325,7 @@ public final class ScriptedWebSocket: Sendable {
             case .text(let text): (Array(text.utf8), .text, text)
             case .binary(let binary): (Array(binary), .binary, binary.base64EncodedString())
             }
-        let count = max(1, min(frames, max(bytes.count, 1)))
-        let size = (bytes.count + count - 1) / max(count, 1)
-        for index in 0..<count {
-            let slice = bytes[min(index * size, bytes.count)..<min((index + 1) * size, bytes.count)]
-            handler.writeUnchecked(
-                fin: index == count - 1,
-                opcode: index == 0 ? opcode : .continuation,
-                payload: context.channel.allocator.buffer(bytes: slice),
-                masked: false,
-                context: context
-            )
-        }
+        handler.writeFragments(bytes, opcode: opcode, frames: frames, context: context)
         record(.out, opcode == .text ? .text : .binary, data: data)
     }
 

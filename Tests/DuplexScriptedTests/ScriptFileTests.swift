@@ -50,6 +50,7 @@ struct ScriptFileTests {
               ],
               "toClient": [
                 {"match": {"nth": 3}, "do": [{"replace": "r"}]},
+                {"match": {"nth": 4}, "do": [{"fragment": 3}, {"fault": "maskedFrame"}, {"answerPings": false}]},
                 {"match": {"any": true}, "do": [{"close": 4001, "reason": "bye"}, {"drop": true}]}
               ]
             }}]}
@@ -71,8 +72,13 @@ struct ScriptFileTests {
         #expect(
             script.toClient == [
                 ProxyRule(match: .nth(3), do: [.replace("r")]),
+                ProxyRule(match: .nth(4), do: [.fragment(frames: 3), .fault(.maskedFrame), .answerPings(false)]),
                 ProxyRule(match: .any, do: [.close(code: 4001, reason: "bye"), .drop]),
             ])
+        let faults = try routes(
+            #"{"routes": [{"path": "/s", "proxy": {"upstream": "http://h/s", "toClient": [{"match": {"nth": 2}, "do": [{"cut": true}]}, {"match": {"nth": 3}, "do": [{"hang": true}]}]}}]}"#
+        )
+        #expect(try #require(faults.first?.proxyScript).toClient.map(\.actions) == [[.cut], [.hang]])
     }
 
     @Test("every action, match, fault and ending of docs/scripts.md is accepted")
@@ -154,15 +160,31 @@ struct ScriptFileTests {
             ),
             (
                 #"{"routes":[{"path":"/p","proxy":{"upstream":"ws://h/x","toClient":[{"match":{"nth":1},"do":[{"forward":false,"drop":true}]}]}}]}"#,
-                "routes[0].proxy.toClient[0].do[0]: an action has exactly one of delayMs, replace, set, send, sendJSON, reply, forward, duplicate, close, drop (got forward, drop)"
+                "routes[0].proxy.toClient[0].do[0]: an action has exactly one of delayMs, replace, set, send, sendJSON, reply, forward, duplicate, close, drop, fragment, fault, answerPings, cut, hang (got forward, drop)"
             ),
             (
                 #"{"routes":[{"path":"/p","proxy":{"upstream":"ws://h/x","toUpstream":[{"match":{"any":true},"do":[{"set":[1]}]}]}}]}"#,
                 "routes[0].proxy.toUpstream[0].do[0].set: must be an object with the members to set (got an array)"
             ),
             (
-                #"{"routes":[{"path":"/p","proxy":{"upstream":"ws://h/x","toClient":[{"match":{"nth":1},"do":[{"fault":"invalidUTF8"}]}]}}]}"#,
-                #"routes[0].proxy.toClient[0].do[0]: unknown key "fault""#
+                #"{"routes":[{"path":"/p","proxy":{"upstream":"ws://h/x","toClient":[{"match":{"nth":1},"do":[{"fault":"oops"}]}]}}]}"#,
+                #"routes[0].proxy.toClient[0].do[0].fault: unknown fault "oops""#
+            ),
+            (
+                #"{"routes":[{"path":"/p","proxy":{"upstream":"ws://h/x","toUpstream":[{"match":{"nth":1},"do":[{"fragment":2}]}]}}]}"#,
+                "routes[0].proxy.toUpstream[0].do[0]: fragment applies toward the client: a toClient rule"
+            ),
+            (
+                #"{"routes":[{"path":"/p","proxy":{"upstream":"ws://h/x","toClient":[{"match":{"nth":1},"do":[{"hang":true}]}]}}]}"#,
+                "routes[0].proxy.toClient[0].do[0]: hang applies to an SSE proxy's events (an http:// or https:// upstream)"
+            ),
+            (
+                #"{"routes":[{"path":"/s","proxy":{"upstream":"http://h/x","toClient":[{"match":{"nth":1},"do":[{"answerPings":false}]}]}}]}"#,
+                "routes[0].proxy.toClient[0].do[0]: answerPings applies to a WebSocket proxy (a ws:// or wss:// upstream)"
+            ),
+            (
+                #"{"routes":[{"path":"/s","proxy":{"upstream":"http://h/x","toClient":[{"match":{"nth":1},"do":[{"cut":false}]}]}}]}"#,
+                #"routes[0].proxy.toClient[0].do[0].cut: "cut" is true"#
             ),
             (#"{"routes":[{"path":"/p","proxy":{"upstream":"ws://h/x","toServer":[]}}]}"#, #"routes[0].proxy: unknown key "toServer""#),
             (

@@ -139,6 +139,7 @@ final class ProxyEventRelay: Sendable {
     /// Reads `events` until the upstream ends the stream, a rule ends it, or the client leaves.
     func run(_ events: AsyncStream<ServerSentEvent>, writer: EventStreamWriter) async {
         var number = 0
+        var hangs = false
         reading: for await event in events {
             tap?.event(event)
             number += 1
@@ -177,6 +178,27 @@ final class ProxyEventRelay: Sendable {
                     dropped.withLockedValue { $0 = true }
                     journal?.append(.init(connection: connection, path: path, direction: .out, kind: .drop, leg: .client))
                     break reading
+                case .cut:
+                    // The first half of the event's text, then the connection goes.
+                    let text = (try? outgoing.encoded()) ?? ""
+                    let half = String(decoding: text.utf8.prefix(max(text.utf8.count / 2, 1)), as: UTF8.self)
+                    dropped.withLockedValue { $0 = true }
+                    journal?.append(
+                        .init(
+                            connection: connection, path: path, direction: .out, kind: .drop, data: half, leg: .client,
+                            action: "cut in the middle of an event"))
+                    writer.send(half)
+                    break reading
+                case .hang:
+                    journal?.append(
+                        .init(
+                            connection: connection, path: path, direction: .out, kind: .drop, leg: .upstream,
+                            action: "hang: the client's stream stays open, silent"))
+                    hangs = true
+                    break reading
+                case .fragment, .fault, .answerPings:
+                    // WebSocket only: refused by ProxyScript.validate() for an SSE route.
+                    break
                 }
             }
             guard !rule.actions.contains(.forward(false)) else { continue }
@@ -186,7 +208,8 @@ final class ProxyEventRelay: Sendable {
         }
         // The upstream ended its stream (when the client left first, the tap was told so).
         tap?.dropped(by: .upstream)
-        writer.finish()
+        // A stream that hangs stays open until the client leaves.
+        if !hangs { writer.finish() }
         await upstream.terminate()
     }
 

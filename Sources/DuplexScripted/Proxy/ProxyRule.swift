@@ -20,6 +20,11 @@ public struct ProxyAction: Sendable, Equatable, CustomStringConvertible {
         case duplicate
         case close(code: UInt16, reason: String)
         case drop
+        case fragment(frames: Int)
+        case fault(FrameFault)
+        case answerPings(Bool)
+        case cut
+        case hang
     }
 
     let step: Step
@@ -67,6 +72,29 @@ public struct ProxyAction: Sendable, Equatable, CustomStringConvertible {
     /// Drops both connections with no close frame; nothing is forwarded.
     public static let drop = ProxyAction(step: .drop)
 
+    /// Forwards the message to the client in `frames` frames of about equal size (a WebSocket
+    /// route's `toClient` rules only).
+    public static func fragment(frames: Int) -> ProxyAction { ProxyAction(step: .fragment(frames: max(frames, 1))) }
+
+    /// Sends the client a frame it must reject (``FrameFault``), before the forwarded message: the
+    /// client should fail the connection with ``FrameFault/expectedCloseCode``, which is passed
+    /// to the upstream (a WebSocket route's `toClient` rules only).
+    public static func fault(_ fault: FrameFault) -> ProxyAction { ProxyAction(step: .fault(fault)) }
+
+    /// From now on, the client's pings are answered (true) or not (false) on this connection: a
+    /// route that withholds pongs fails a client's keepalive (a WebSocket route's rules, either
+    /// direction).
+    public static func answerPings(_ answers: Bool) -> ProxyAction { ProxyAction(step: .answerPings(answers)) }
+
+    /// Writes the first half of the event to the client, then cuts the stream in the middle of it
+    /// (TCP closed, or over HTTP/2 the stream reset); the upstream's stream ends too (an SSE
+    /// route's rules only).
+    public static let cut = ProxyAction(step: .cut)
+
+    /// Leaves the client's stream open and silent from now on: nothing more is forwarded, and the
+    /// upstream's stream ends (an SSE route's rules only).
+    public static let hang = ProxyAction(step: .hang)
+
     public var description: String {
         switch step {
         case .delay(let duration): "wait \(duration)"
@@ -78,6 +106,11 @@ public struct ProxyAction: Sendable, Equatable, CustomStringConvertible {
         case .duplicate: "forward twice"
         case .close(let code, let reason): "close \(code)" + (reason.isEmpty ? "" : " \(reason.debugDescription)")
         case .drop: "drop both connections"
+        case .fragment(let frames): "forward in \(frames) frames"
+        case .fault(let fault): "send \(fault)"
+        case .answerPings(let answers): answers ? "answer pings" : "withhold pongs"
+        case .cut: "cut the stream in the middle of the event"
+        case .hang: "hang: the stream stays open, silent"
         }
     }
 }
@@ -175,7 +208,36 @@ public struct ProxyScript: Sendable, Equatable {
             throw ScriptError(
                 path: "upstream", "must be a ws://, wss://, http:// or https:// URL with a host (got \(upstream.absoluteString.debugDescription))")
         }
-        guard isEventStream else { return }
+        let webSocketOnly: (ProxyAction.Step) -> String? = { step in
+            switch step {
+            case .fragment: "fragment"
+            case .fault: "fault"
+            case .answerPings: "answerPings"
+            default: nil
+            }
+        }
+        guard isEventStream else {
+            for (name, rules) in [("toUpstream", toUpstream), ("toClient", toClient)] {
+                for (index, rule) in rules.enumerated() {
+                    for (place, action) in rule.actions.enumerated() {
+                        let at = "\(name)[\(index)].do[\(place)]"
+                        switch action.step {
+                        case .cut, .hang:
+                            throw ScriptError(
+                                path: at, "\(action.step == .cut ? "cut" : "hang") applies to an SSE proxy's events (an http:// or https:// upstream)"
+                            )
+                        case .fragment, .fault:
+                            if name == "toUpstream" {
+                                throw ScriptError(path: at, "\(webSocketOnly(action.step)!) applies toward the client: a toClient rule")
+                            }
+                        default:
+                            break
+                        }
+                    }
+                }
+            }
+            return
+        }
         guard toUpstream.isEmpty else {
             throw ScriptError(path: "toUpstream", "an SSE proxy (an http:// or https:// upstream) has no toUpstream: its client sends no messages")
         }
@@ -183,6 +245,9 @@ public struct ProxyScript: Sendable, Equatable {
             for (place, action) in rule.actions.enumerated() {
                 if case .reply = action.step {
                     throw ScriptError(path: "toClient[\(index)].do[\(place)]", "an SSE proxy cannot reply: the upstream takes no messages")
+                }
+                if let name = webSocketOnly(action.step) {
+                    throw ScriptError(path: "toClient[\(index)].do[\(place)]", "\(name) applies to a WebSocket proxy (a ws:// or wss:// upstream)")
                 }
             }
         }

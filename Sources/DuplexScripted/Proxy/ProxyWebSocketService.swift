@@ -57,6 +57,8 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     private var finished = false
     /// The messages breakpoints hold: let go when the connection ends.
     private var heldMessages: [HeldMessage] = []
+    /// Whether the client's pings are answered (a rule's `answerPings`).
+    private var answersPings = true
 
     init(
         upstream: any WebSocketTransportConnection, leg: ProxyUpstreamLeg, proxy: ProxyRouteState, journal: ScriptJournal?,
@@ -241,6 +243,7 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
         var message: ScriptedMessage
         var forwards: Bool
         var copies = 1
+        var frames = 1
         var unchanged: String?
     }
 
@@ -280,25 +283,37 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
             case .drop:
                 dropBoth()
                 return nil
+            case .fragment(let frames):
+                run.frames = frames
+            case .fault(let fault):
+                sendClient(fault)
+            case .answerPings(let answers):
+                answersPings = answers
+            case .cut, .hang:
+                // SSE only: refused by ProxyScript.validate() for a WebSocket route.
+                break
             }
         }
         if run.forwards && !finished {
             for copy in 0..<run.copies {
-                deliver(run.message, direction, as: run.unchanged ?? (copy == 0 ? "forwarded" : "duplicate"))
+                deliver(run.message, direction, as: run.unchanged ?? (copy == 0 ? "forwarded" : "duplicate"), frames: run.frames)
             }
         }
         return nil
     }
 
-    /// Sends `message` the way `direction` goes, journaled on the leg it leaves by.
-    private func deliver(_ message: ScriptedMessage, _ direction: ProxyDirection, as action: String) {
+    /// Sends `message` the way `direction` goes (to the client in `frames` frames), journaled on
+    /// the leg it leaves by.
+    private func deliver(_ message: ScriptedMessage, _ direction: ProxyDirection, as action: String, frames: Int = 1) {
         switch direction {
         case .toClient:
-            note(message, leg: .client, direction: .out, action: action)
+            note(message, leg: .client, direction: .out, action: frames > 1 ? "\(action) in \(frames) frames" : action)
             guard let handler, let context else { return }
-            switch message {
-            case .text(let text): handler.send(ByteBuffer(string: text), opcode: .text, context: context)
-            case .binary(let data): handler.send(ByteBuffer(bytes: data), opcode: .binary, context: context)
+            switch (message, frames) {
+            case (.text(let text), 1): handler.send(ByteBuffer(string: text), opcode: .text, context: context)
+            case (.binary(let data), 1): handler.send(ByteBuffer(bytes: data), opcode: .binary, context: context)
+            case (.text(let text), _): handler.writeFragments(Array(text.utf8), opcode: .text, frames: frames, context: context)
+            case (.binary(let data), _): handler.writeFragments(Array(data), opcode: .binary, frames: frames, context: context)
             }
             handler.flush(context: context)
         case .toUpstream:
@@ -312,6 +327,16 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
             // an upstream that is gone, it is lost with it, and its end reaches the client.)
             if upstream.write(forwarded) { upstreamFull = true }
         }
+    }
+
+    /// A rule's `fault`: a frame the client must reject.
+    private func sendClient(_ fault: FrameFault) {
+        journal?.append(
+            .init(
+                connection: connection, path: path, direction: .out, kind: .fault, data: fault.rawValue, code: Int(fault.expectedCloseCode),
+                leg: .client))
+        guard let handler, let context else { return }
+        handler.write(fault, context: context)
     }
 
     /// A rule's `close`: the client's connection with `code`, the upstream's normally.
@@ -432,6 +457,16 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
                 connection: connection, path: path, direction: .out, kind: .close, code: code.map { Int($0.rawValue) }, reason: reason, leg: .upstream
             ))
         upstream.close(code: code ?? .normalClosure, reason: reason)
+    }
+
+    func pinged(_ payload: ByteBuffer) -> Bool {
+        if !answersPings {
+            journal?.append(
+                .init(
+                    connection: connection, path: path, direction: .in, kind: .ping, data: String(buffer: payload), leg: .client,
+                    action: "pong withheld"))
+        }
+        return answersPings
     }
 
     func stall(for duration: Duration) {}

@@ -217,6 +217,47 @@ struct ProxyRouteTests {
             #expect(arrived.map { $0.data ?? "close" } == ["slow", "after", "close"])
         }
     }
+
+    @Test("toward the client: a message in 3 frames, a frame it must reject (its 1007 passed upstream); pongs withheld after a rule says so")
+    func frameFaults() async throws {
+        try await Self.withProxy(
+            toUpstream: [ProxyRule(match: .text("mute"), do: [.answerPings(false), .forward(false)])],
+            toClient: [ProxyRule(match: .nth(2), do: [.fragment(frames: 3)]), ProxyRule(match: .nth(6), do: [.fault(.invalidUTF8)])]
+        ) { proxy, backend in
+            try await TestWebSocket.with(port: proxy.port, path: "/p") { socket in
+                #expect(try await socket.receiveText() == #"{"n":1}"#)
+                let frames = [try await socket.receiveFrame(), try await socket.receiveFrame(), try await socket.receiveFrame()]
+                #expect(frames.map(\.fin) == [false, false, true])
+                #expect(frames.map(\.opcode) == [0x1, 0x0, 0x0])
+                #expect(String(decoding: frames.flatMap(\.payload), as: UTF8.self) == #"{"n":2}"#)
+                #expect(await Self.rawTexts(socket, 3) == [#"{"n":3}"#, #"{"n":4}"#, #"{"n":5}"#])
+                // Pongs: answered, then withheld once "mute" went by.
+                try await socket.sendFrame(opcode: 0x9, payload: Array("one".utf8))
+                let pong = try await socket.receiveFrame()
+                #expect(pong.opcode == 0xA && pong.payload == Array("one".utf8))
+                try await socket.sendText("mute")
+                try await socket.sendFrame(opcode: 0x9, payload: Array("two".utf8))
+                try await socket.sendText("after")
+                // The upstream's answer to "after" comes with the fault before it, and no pong.
+                let fault = try await socket.receiveFrame()
+                #expect(fault.opcode == 0x1 && fault.payload == [0x68, 0x69, 0xC3, 0x28])
+                #expect(try await socket.receiveText() == "got:after")
+                try await socket.sendClose(code: 1007)
+                _ = try await socket.receiveClose()
+            }
+            let closed = try await backend.journal.first(within: .seconds(10)) { $0.kind == .close && $0.direction == .in }
+            #expect(closed.code == 1007)
+            #expect(proxy.journal.entries.contains { $0.kind == .ping && $0.data == "two" && $0.action == "pong withheld" })
+            #expect(proxy.journal.entries.contains { $0.kind == .fault && $0.data == "invalidUTF8" && $0.leg == .client })
+        }
+    }
+
+    /// The next `count` text messages of a raw socket, skipping pings and pongs.
+    static func rawTexts(_ socket: TestWebSocket, _ count: Int) async -> [String] {
+        var texts: [String] = []
+        while texts.count < count, let text = try? await socket.receiveText() { texts.append(text) }
+        return texts
+    }
 }
 
 extension ProxyRouteTests {

@@ -128,13 +128,46 @@ struct ProxyStreamTests {
         }
     }
 
-    @Test("an SSE proxy with toUpstream rules, or a reply, is refused at start")
+    @Test("a rule's cut writes half the event and cuts the stream; a rule's hang leaves it open and silent, the upstream's ended")
+    func cutAndHang() async throws {
+        try await Self.withProxy({ backend in
+            [
+                .proxy("/cut", script: ProxyScript(upstream: backend.httpURL("/orders"), toClient: [ProxyRule(match: .nth(2), do: [.cut])])),
+                .proxy("/hang", script: ProxyScript(upstream: backend.httpURL("/orders"), toClient: [ProxyRule(match: .nth(2), do: [.hang])])),
+            ]
+        }) { proxy, backend in
+            let body = try await TestHTTPResponse.get(port: proxy.port, "/cut") { response in
+                do { while try await response.readChunk() {} } catch {}
+                return response.bodyText
+            }
+            // Event 1 whole, then the first half of event 2, and no end.
+            let second = #"id: 2\#nevent: order\#ndata: {"n":2}\#n\#n"#
+            #expect(body.hasPrefix(#"id: 1\#nevent: order\#ndata: {"n":1}\#n\#n"#), "\(body)")
+            #expect(body.hasSuffix(String(second.prefix(second.utf8.count / 2))), "\(body)")
+            #expect(proxy.journal.entries.contains { $0.path == "/cut" && $0.kind == .drop && $0.action == "cut in the middle of an event" })
+
+            let hung = ServerSentEventManager(request: SSERequest(url: proxy.httpURL("/hang")), retryPolicy: .disabled)
+            let states = hung.stateEvents
+            #expect(try await Self.events(hung, 1).map(\.id) == ["1"])
+            // The upstream's stream ends; the client's stays open.
+            _ = try await proxy.journal.first(within: .seconds(10)) { $0.path == "/hang" && $0.kind == .drop && $0.leg == .upstream }
+            await #expect(throws: TimeoutError.self) {
+                try await states.first(within: .milliseconds(300)) { if case .disconnected = $0 { true } else { false } }
+            }
+            await hung.terminate()
+        }
+    }
+
+    @Test("an SSE proxy with toUpstream rules, a reply or a WebSocket fault, and a WebSocket proxy with an SSE fault, are refused at start")
     func refusedAtStart() async throws {
         let upstream = URL(string: "http://127.0.0.1:1/x")!
         for script in [
             ProxyScript(upstream: upstream, toUpstream: [ProxyRule(match: .any, do: [.forward(false)])]),
             ProxyScript(upstream: upstream, toClient: [ProxyRule(match: .any, do: [.reply("x")])]),
             ProxyScript(upstream: URL(string: "ftp://127.0.0.1/x")!),
+            ProxyScript(upstream: upstream, toClient: [ProxyRule(match: .any, do: [.fragment(frames: 2)])]),
+            ProxyScript(upstream: URL(string: "ws://127.0.0.1:1/x")!, toClient: [ProxyRule(match: .any, do: [.cut])]),
+            ProxyScript(upstream: URL(string: "ws://127.0.0.1:1/x")!, toUpstream: [ProxyRule(match: .any, do: [.fault(.invalidUTF8)])]),
         ] {
             await #expect(throws: DuplexServerError.self) { try await withDuplexServer(routes: [.proxy("/p", script: script)]) { _ in } }
         }
