@@ -48,23 +48,6 @@ public enum ScriptFile {
         return try routes.array().enumerated().map { index, route throws(ScriptError) in try Self.route(route, index: index) }
     }
 
-    /// The rules of a proxy for `upstream` from a file of its own (`duplex intercept --rules
-    /// FILE`): an object with `toUpstream` and `toClient`, lists of rules, and `refuse`, as a
-    /// script's `proxy` object has them (docs/scripts.md).
-    /// - Throws: ``ScriptError`` with the place in the file and the reason.
-    public static func proxyRules(from data: Data, upstream: URL) throws(ScriptError) -> ProxyScript {
-        let root: JSONValue
-        do {
-            root = try JSONDecoder().decode(JSONValue.self, from: data)
-        } catch {
-            throw ScriptError(path: "", Self.notJSON(data, error))
-        }
-        let members = try Reader(root, at: "").object(keys: ["toUpstream", "toClient", "refuse"])
-        var script = ProxyScript(upstream: upstream)
-        try readRules(members, into: &script)
-        return script
-    }
-
     /// Faults on sends as a script's `faults` object writes them, such as
     /// `{"dropAfterSending": 3, "delaySendsMs": 50}` (`duplex-server --echo-faults`).
     public static func faults(from json: String) throws(ScriptError) -> WebSocketFaults {
@@ -123,7 +106,7 @@ public enum ScriptFile {
         return ScriptRule(match: try self.match(match), do: try actions.array().map { item throws(ScriptError) in try action(item) })
     }
 
-    private static func match(_ value: Reader) throws(ScriptError) -> MessageMatch {
+    static func match(_ value: Reader) throws(ScriptError) -> MessageMatch {
         let members = try value.object(keys: ["text", "contains", "json", "nth", "any"])
         guard !members.isEmpty else { throw value.error(#"a match needs one of "text", "contains", "json", "nth" or "any""#) }
         var match = MessageMatch.any
@@ -189,7 +172,7 @@ public enum ScriptFile {
     }
 
     /// A `fault` action's frame, by name.
-    private static func frameFault(_ argument: Reader) throws(ScriptError) -> FrameFault {
+    static func frameFault(_ argument: Reader) throws(ScriptError) -> FrameFault {
         let name = try argument.string()
         guard let fault = FrameFault(rawValue: name) else {
             throw argument.error("unknown fault \(name.debugDescription) (known: \(FrameFault.allCases.map(\.rawValue).joined(separator: ", ")))")
@@ -197,107 +180,8 @@ public enum ScriptFile {
         return fault
     }
 
-    private static func proxy(_ value: Reader) throws(ScriptError) -> ProxyScript {
-        let members = try value.object(keys: ["upstream", "toUpstream", "toClient", "refuse", "caFile", "insecure"])
-        guard let upstreamValue = members["upstream"] else {
-            throw value.error(#"a proxy needs "upstream", a ws://, wss://, http:// or https:// URL"#)
-        }
-        let text = try upstreamValue.string()
-        guard let upstream = URL(string: text) else { throw upstreamValue.error("not a URL: \(text.debugDescription)") }
-        var script = ProxyScript(upstream: upstream)
-        do {
-            try script.validate()
-        } catch {
-            throw upstreamValue.error(error.reason)
-        }
-        try readRules(members, into: &script)
-        do {
-            try script.validate()
-        } catch {
-            throw ScriptError(path: value.at.isEmpty ? error.path : "\(value.at).\(error.path)", error.reason)
-        }
-        if let caFile = members["caFile"] {
-            do {
-                script.tlsTrust = try .certificateAuthority(pemFile: try caFile.string())
-            } catch let error as ScriptError {
-                throw error
-            } catch {
-                throw caFile.error("cannot read the CA file: \(error)")
-            }
-        }
-        if let insecure = members["insecure"], try insecure.bool() {
-            guard members["caFile"] == nil else { throw insecure.error(#""insecure" and "caFile" do not go together"#) }
-            script.tlsTrust = .insecureAcceptAnyCertificate
-        }
-        return script
-    }
-
-    /// A proxy's `toUpstream`, `toClient` and `refuse`.
-    private static func readRules(_ members: [String: Reader], into script: inout ProxyScript) throws(ScriptError) {
-        script.toUpstream = try members["toUpstream"]?.array().map { item throws(ScriptError) in try proxyRule(item) } ?? []
-        script.toClient = try members["toClient"]?.array().map { item throws(ScriptError) in try proxyRule(item) } ?? []
-        script.refuse = try members["refuse"].map { value throws(ScriptError) in try refusal(value) }
-    }
-
-    private static func proxyRule(_ value: Reader) throws(ScriptError) -> ProxyRule {
-        let members = try value.object(keys: ["match", "do"])
-        guard let match = members["match"] else { throw value.error(#"a rule needs "match""#) }
-        guard let actions = members["do"] else { throw value.error(#"a rule needs "do", a list of actions"#) }
-        return ProxyRule(match: try self.match(match), do: try actions.array().map { item throws(ScriptError) in try proxyAction(item) })
-    }
-
-    private static let proxyActionKeys = [
-        "delayMs", "replace", "set", "send", "sendJSON", "reply", "forward", "duplicate", "close", "drop", "fragment", "fault", "answerPings", "cut",
-        "hang",
-    ]
-
-    private static func proxyAction(_ value: Reader) throws(ScriptError) -> ProxyAction {
-        let members = try value.object(keys: proxyActionKeys + ["reason"])
-        let named = proxyActionKeys.filter { members[$0] != nil }
-        guard named.count == 1, let key = named.first, let argument = members[key] else {
-            throw value.error(
-                "an action has exactly one of \(proxyActionKeys.joined(separator: ", ")) (got \(named.isEmpty ? "none" : named.joined(separator: ", ")))"
-            )
-        }
-        if let reason = members["reason"], key != "close" { throw reason.error(#""reason" goes with "close""#) }
-        switch key {
-        case "delayMs":
-            return .delay(.milliseconds(try argument.integer(in: 0...86_400_000)))
-        case "replace":
-            return .replace(try argument.string())
-        case "set":
-            guard case .object(let fields) = argument.value, !fields.isEmpty else {
-                throw argument.error("must be an object with the members to set (got \(argument.value.kind))")
-            }
-            return ProxyAction(step: .set(fields))
-        case "send":
-            return .send(try argument.string())
-        case "sendJSON":
-            return .send(argument.value.jsonText)
-        case "reply":
-            return .reply(try argument.string())
-        case "forward":
-            return .forward(try argument.bool())
-        case "duplicate":
-            guard try argument.bool() else { throw argument.error(#""duplicate" is true"#) }
-            return .duplicate
-        case "close":
-            let (code, reason) = try closeCode(argument, reason: members["reason"])
-            return .close(code: code, reason: reason)
-        case "fragment":
-            return .fragment(frames: try argument.integer(in: 1...1024))
-        case "fault":
-            return .fault(try frameFault(argument))
-        case "answerPings":
-            return .answerPings(try argument.bool())
-        default:
-            guard try argument.bool() else { throw argument.error(#""\#(key)" is true"#) }
-            return key == "drop" ? .drop : key == "cut" ? .cut : .hang
-        }
-    }
-
     /// A close action's code and reason, as a client may be sent them.
-    private static func closeCode(_ argument: Reader, reason: Reader?) throws(ScriptError) -> (UInt16, String) {
+    static func closeCode(_ argument: Reader, reason: Reader?) throws(ScriptError) -> (UInt16, String) {
         let code = try argument.integer(in: 1000...4999)
         guard ![1004, 1005, 1006, 1015].contains(code) else {
             throw argument.error("\(code) cannot be sent in a close frame (RFC 6455 section 7.4)")
@@ -318,7 +202,7 @@ public enum ScriptFile {
         )
     }
 
-    private static func refusal(_ value: Reader) throws(ScriptError) -> ScriptRefusal {
+    static func refusal(_ value: Reader) throws(ScriptError) -> ScriptRefusal {
         let members = try value.object(keys: ["status", "headers", "body", "times"])
         guard let status = members["status"] else { throw value.error(#"a refusal needs "status""#) }
         var headers: [String: String] = [:]
@@ -374,7 +258,7 @@ public enum ScriptFile {
     }
 
     /// Why `data` did not decode: where it first breaks JSON's grammar, with the text around it.
-    private static func notJSON(_ data: Data, _ error: any Error) -> String {
+    static func notJSON(_ data: Data, _ error: any Error) -> String {
         if let place = JSONSyntaxError.locate(in: data) { return "not JSON \(place)" }
         return "not JSON: \(reason(error))"
     }

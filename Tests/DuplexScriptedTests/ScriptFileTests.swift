@@ -249,6 +249,32 @@ struct ScriptFileTests {
         #expect(said?.hasPrefix(expected) == true, "said: \(said ?? "nothing")")
     }
 
+    @Test("a proxy's pins and client certificate are read; wrong ones are refused with their place")
+    func proxyIdentity() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("duplex-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let (certificate, key) = (directory.appendingPathComponent("client.pem").path, directory.appendingPathComponent("client-key.pem").path)
+        try "CERTIFICATE".write(toFile: certificate, atomically: true, encoding: .utf8)
+        try "KEY".write(toFile: key, atomically: true, encoding: .utf8)
+        let pin = Data(repeating: 7, count: 32).base64EncodedString()
+        let proxy = { (members: String) in #"{"routes": [{"path": "/p", "proxy": {"upstream": "wss://h/x", "insecure": true, \#(members)}}]}"# }
+        let script = try #require(
+            try routes(proxy(#""pins": ["sha256//\#(pin)"], "certFile": "\#(certificate)", "keyFile": "\#(key)""#)).first?.proxyScript)
+        #expect(script.tlsTrust == TLSTrust.insecureAcceptAnyCertificate.pinning(publicKeySHA256: [pin]))
+        #expect(script.tlsIdentity == .pem(certificateChain: "CERTIFICATE", privateKey: "KEY"))
+        for (members, expected) in [
+            (#""pins": ["abc"]"#, "routes[0].proxy.pins[0]: a pin is the base64 SHA-256"),
+            (#""pins": []"#, "routes[0].proxy.pins: give at least one pin"),
+            (#""certFile": "\#(certificate)""#, #"routes[0].proxy.certFile: "certFile" goes with "keyFile""#),
+            (#""keyFile": "\#(key)""#, #"routes[0].proxy.keyFile: "keyFile" goes with "certFile""#),
+            (#""certFile": "/nonexistent.pem", "keyFile": "\#(key)""#, "routes[0].proxy.certFile: cannot read the certificate file"),
+        ] {
+            let said = error(proxy(members))
+            #expect(said?.hasPrefix(expected) == true, "said: \(said ?? "nothing")")
+        }
+    }
+
     @Test("a file that cannot be read is named")
     func unreadable() {
         #expect(throws: ScriptError.self) { try ScriptFile.load(path: "/nonexistent/script.json") }
