@@ -131,6 +131,8 @@ public struct SSEErrorResponse: Sendable, Hashable {
     /// Whether the body was longer than ``bodyLimit`` (or did not end within the connect
     /// timeout), and ``body`` is its start.
     public var bodyTruncated: Bool
+    /// Every header of the answer, in order (``retryAfter`` and ``contentType`` among them).
+    public var headers: [HTTPHeader] = []
 
     /// Creates an answer.
     public init(status: Int, retryAfter: String? = nil, contentType: String? = nil, body: Data = Data(), bodyTruncated: Bool = false) {

@@ -426,6 +426,7 @@ final class ServerSentEventCore: LifecycleRunner {
             retryAfter: head.headers.first(name: "Retry-After"),
             contentType: head.headers.first(name: "Content-Type")
         )
+        answer.headers = head.headers.map { HTTPHeader(name: $0.name, value: $0.value) }
         let timer = channel.eventLoop.scheduleTask(in: deadline) { channel.close(promise: nil) }
         defer { timer.cancel() }
         do {

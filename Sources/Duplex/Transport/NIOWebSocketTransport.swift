@@ -25,7 +25,7 @@ struct NIOWebSocketTransport: WebSocketTransport {
 
     private enum UpgradeResult: Sendable {
         case upgraded(NIOWebSocketConnection)
-        case notUpgraded(status: Int?, retryAfter: String?, body: String?)
+        case notUpgraded(status: Int?, retryAfter: String?, body: String?, headers: [HTTPHeader])
     }
 
     func connect(
@@ -83,12 +83,13 @@ struct NIOWebSocketTransport: WebSocketTransport {
         switch result {
         case .upgraded(let connection):
             return connection
-        case .notUpgraded(let status, let retryAfter, let body):
+        case .notUpgraded(let status, let retryAfter, let body, let headers):
             let shown = status.map { "HTTP \($0)" } ?? "a response that was not 101"
             var error = WebSocketError(
                 .upgradeRejected, "the server answered the WebSocket handshake with \(shown)", status: status,
                 retryAfter: retryAfter.flatMap(DelayArithmetic.retryAfter))
             error.body = body.flatMap { $0.isEmpty ? nil : $0 }
+            error.headers = headers
             throw error
         }
     }
@@ -150,6 +151,7 @@ struct NIOWebSocketTransport: WebSocketTransport {
                         .upgradeRejected, "the server answered the WebSocket's CONNECT with HTTP \(code)", status: code,
                         retryAfter: response.headerFields[.retryAfter].flatMap(DelayArithmetic.retryAfter))
                     error.body = answer.body
+                    error.headers = response.headerFields.map { HTTPHeader(name: $0.name.rawName, value: $0.value) }
                     throw error
                 }
                 let operations = channel.pipeline.syncOperations
@@ -239,7 +241,8 @@ struct NIOWebSocketTransport: WebSocketTransport {
                     return .notUpgraded(
                         status: statusRecorder.status.withLockedValue { $0 },
                         retryAfter: statusRecorder.retryAfter.withLockedValue { $0 },
-                        body: statusRecorder.body.withLockedValue { $0 })
+                        body: statusRecorder.body.withLockedValue { $0 },
+                        headers: statusRecorder.headers.withLockedValue { $0 })
                 }
             }
         )

@@ -12,6 +12,8 @@ final class ResponseStatusRecorder: ChannelInboundHandler, RemovableChannelHandl
     let status = NIOLockedValueBox<Int?>(nil)
     /// The response's `Retry-After`, as sent.
     let retryAfter = NIOLockedValueBox<String?>(nil)
+    /// Every header of the response, in order.
+    let headers = NIOLockedValueBox<[HTTPHeader]>([])
     /// The first ``bodyLimit`` bytes of the response's body, once read (nil: none, or no limit).
     let body = NIOLockedValueBox<String?>(nil)
     /// How many bytes of the body to keep; 0: the recorder leaves after the head.
@@ -41,6 +43,7 @@ final class ResponseStatusRecorder: ChannelInboundHandler, RemovableChannelHandl
         case .head(let head):
             status.withLockedValue { $0 = Int(head.status.code) }
             retryAfter.withLockedValue { $0 = head.headers.first(name: "Retry-After") }
+            headers.withLockedValue { $0 = head.headers.map { HTTPHeader(name: $0.name, value: $0.value) } }
             context.fireChannelRead(data)
             if bodyLimit == 0 { finish(context: context) }
         case .body(var part):

@@ -72,6 +72,9 @@ public struct WebSocketError: Error, Sendable, Equatable, CustomStringConvertibl
     /// For ``Code/upgradeRejected``: the first bytes (at most 1 KiB) of the body the server
     /// answered with, as text: often why it refused. Nil when it sent none.
     public var body: String?
+    /// For ``Code/upgradeRejected``: every header of the server's answer, in order (its
+    /// `Retry-After` among them).
+    public var headers: [HTTPHeader] = []
 
     /// How much of a refusal's body ``body`` keeps.
     static let bodyLimit = 1024

@@ -1,3 +1,4 @@
+package import HTTPTypes
 /// The header fields a route that forwards a request (a proxy route, the recorder) passes to
 /// the upstream: all but the ones that belong to the hop between the client and this server.
 package enum ForwardedHeaders {
@@ -18,5 +19,18 @@ package enum ForwardedHeaders {
             forwarded[name] = forwarded[name].map { $0 + ", " + value } ?? value
         }
         return forwarded
+    }
+
+    /// Fields of an upstream's answer that the server writing it to the client sets itself.
+    static let written: Set<String> = ["content-length", "transfer-encoding", "content-encoding", "date", "server"]
+
+    /// The fields of an upstream's refusal passed on to the client: all, in order, but the hop's
+    /// own and those the server writes itself.
+    package static func relayed(_ headers: [(name: String, value: String)]) -> HTTPFields {
+        var fields = HTTPFields()
+        for (name, value) in headers where !hopByHop.contains(name.lowercased()) && !written.contains(name.lowercased()) {
+            if let field = HTTPField.Name(name) { fields.append(HTTPField(name: field, value: value)) }
+        }
+        return fields
     }
 }

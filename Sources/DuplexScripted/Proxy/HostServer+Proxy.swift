@@ -104,10 +104,9 @@ extension HostServer {
             return RouteRefusal(status: .badGateway, body: RouteRefusal.errorBody("the upstream could not be reached: \(error)"))
         }
         if error.code == .upgradeRejected, let status = error.status, (100..<600).contains(status) {
-            var headers = HTTPFields()
-            if let retryAfter = error.retryAfter { headers[.retryAfter] = String(Int(retryAfter.components.seconds)) }
+            var headers = ForwardedHeaders.relayed(error.headers.map { ($0.name, $0.value) })
             let body = error.body ?? ""
-            headers[.contentType] = JSONValue(body) == nil ? "text/plain; charset=utf-8" : "application/json"
+            if headers[.contentType] == nil { headers[.contentType] = JSONValue(body) == nil ? "text/plain; charset=utf-8" : "application/json" }
             return RouteRefusal(status: .init(code: status), headers: headers, body: body)
         }
         let why: String

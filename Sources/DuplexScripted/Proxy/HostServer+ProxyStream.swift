@@ -102,9 +102,8 @@ extension HostServer {
             return RouteRefusal(status: .badGateway, body: RouteRefusal.errorBody("the upstream could not be reached: \(error)"))
         }
         if let response = error.response, (100..<600).contains(response.status) {
-            var headers = HTTPFields()
-            if let retryAfter = response.retryAfter { headers[.retryAfter] = retryAfter }
-            headers[.contentType] = response.contentType ?? "application/octet-stream"
+            var headers = ForwardedHeaders.relayed(response.headers.map { ($0.name, $0.value) })
+            if headers[.contentType] == nil { headers[.contentType] = "application/octet-stream" }
             return RouteRefusal(status: .init(code: response.status), headers: headers, body: response.text)
         }
         return RouteRefusal(status: .badGateway, body: RouteRefusal.errorBody("the upstream's stream could not be opened: \(error.message)"))

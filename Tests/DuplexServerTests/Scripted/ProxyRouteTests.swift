@@ -19,7 +19,8 @@ struct ProxyRouteTests {
         try socket.send("got:" + (message.text ?? ""))
     } accept: { request in
         request.headers.contains { $0.name.lowercased() == "authorization" && $0.value == "Bearer no" }
-            ? .refuse(status: 403, body: #"{"error":"not you"}"#) : .accept
+            ? .refuse(status: 403, headers: ["WWW-Authenticate": #"Bearer error="invalid_token""#, "X-Request-Id": "r-7"], body: #"{"error":"not you"}"#)
+            : .accept
     }
 
     /// Runs `body` with a backend server and a server whose `/p` proxies to its `/feed`.
@@ -157,7 +158,7 @@ struct ProxyRouteTests {
         }
     }
 
-    @Test("an upstream refusal is relayed as is: status, body")
+    @Test("an upstream refusal is relayed as is: status, headers, body")
     func upstreamRefuses() async throws {
         try await Self.withProxy { proxy, _ in
             try await TestWebSocket.with(port: proxy.port, path: "/p", extraHeaders: ["Authorization: Bearer no"]) { socket in
@@ -167,6 +168,10 @@ struct ProxyRouteTests {
             let error = await #expect(throws: WebSocketError.self) { try await socket.connect() }
             #expect(error?.status == 403)
             #expect(error?.body == #"{"error":"not you"}"#)
+            let headers = Dictionary((error?.headers ?? []).map { ($0.name.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
+            #expect(headers["www-authenticate"] == #"Bearer error="invalid_token""#)
+            #expect(headers["x-request-id"] == "r-7")
+            #expect(headers["content-type"] == "application/json")
             await socket.terminate()
         }
     }
@@ -301,6 +306,7 @@ extension ProxyRouteTests {
                     let error = await #expect(throws: WebSocketError.self) { try await refused.connect() }
                     #expect(error?.status == 403)
                     #expect(error?.body == #"{"error":"not you"}"#)
+                    #expect(error?.headers.contains { $0.name.lowercased() == "x-request-id" && $0.value == "r-7" } == true)
                     await refused.terminate()
 
                     let unreachable = WebSocket(url: proxy.webSocketURL("/down"), configuration: client)

@@ -16,7 +16,9 @@ struct ProxyStreamTests {
     static let backend: [ScriptedRoute] = [
         .sse("/orders", script: SSEScript(events: (1...4).map { SSEScriptEvent(id: "\($0)", event: "order", data: #"{"n":\#($0)}"#) })),
         .sse("/body", method: "POST") { request in SSEScript(events: [SSEScriptEvent(data: request.body ?? "none")]) },
-        .sse("/closed", accept: { _ in .refuse(status: 403, body: #"{"error":"not you"}"#) }, script: SSEScript(events: [])),
+        .sse(
+            "/closed", accept: { _ in .refuse(status: 403, headers: ["X-Request-Id": "r-9"], body: #"{"error":"not you"}"#) },
+            script: SSEScript(events: [])),
     ]
 
     static func withProxy(
@@ -90,6 +92,7 @@ struct ProxyStreamTests {
             let error = await #expect(throws: SSEError.self) { try await refused.connect() }
             #expect(error?.status == 403)
             #expect(error?.response?.text == #"{"error":"not you"}"#)
+            #expect(error?.response?.headers.contains { $0.name.lowercased() == "x-request-id" && $0.value == "r-9" } == true)
             await refused.terminate()
 
             let unreachable = ServerSentEventManager(request: SSERequest(url: proxy.httpURL("/down")), retryPolicy: .disabled)
