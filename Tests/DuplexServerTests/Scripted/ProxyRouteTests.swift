@@ -19,7 +19,8 @@ struct ProxyRouteTests {
         try socket.send("got:" + (message.text ?? ""))
     } accept: { request in
         request.headers.contains { $0.name.lowercased() == "authorization" && $0.value == "Bearer no" }
-            ? .refuse(status: 403, headers: ["WWW-Authenticate": #"Bearer error="invalid_token""#, "X-Request-Id": "r-7"], body: #"{"error":"not you"}"#)
+            ? .refuse(
+                status: 403, headers: ["WWW-Authenticate": #"Bearer error="invalid_token""#, "X-Request-Id": "r-7"], body: #"{"error":"not you"}"#)
             : .accept
     }
 
