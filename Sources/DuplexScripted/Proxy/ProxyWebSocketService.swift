@@ -59,6 +59,8 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
     private var heldMessages: [HeldMessage] = []
     /// Whether the client's pings are answered (a rule's `answerPings`).
     private var answersPings = true
+    /// A flush of what was written to the client is queued behind this event-loop turn.
+    private var clientFlushQueued = false
 
     init(
         upstream: any WebSocketTransportConnection, leg: ProxyUpstreamLeg, proxy: ProxyRouteState, journal: ScriptJournal?,
@@ -315,7 +317,7 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
             case (.text(let text), _): handler.writeFragments(Array(text.utf8), opcode: .text, frames: frames, context: context)
             case (.binary(let data), _): handler.writeFragments(Array(data), opcode: .binary, frames: frames, context: context)
             }
-            handler.flush(context: context)
+            flushClientSoon()
         case .toUpstream:
             note(message, leg: .upstream, direction: .out, action: action)
             let forwarded: WebSocketMessage
@@ -326,6 +328,20 @@ final class ProxyWebSocketService: EventLoopWebSocketService {
             // Above its high watermark, the client is read no more until it drains. (Written to
             // an upstream that is gone, it is lost with it, and its end reaches the client.)
             if upstream.write(forwarded) { upstreamFull = true }
+        }
+    }
+
+    /// Flushes what was written to the client once this event-loop turn is done with the reads
+    /// at hand: the upstream's messages of one read go to the client in one write.
+    private func flushClientSoon() {
+        guard !clientFlushQueued else { return }
+        clientFlushQueued = true
+        let bound = NIOLoopBound(self, eventLoop: loop)
+        loop.execute {
+            let service = bound.value
+            service.clientFlushQueued = false
+            guard let handler = service.handler, let context = service.context else { return }
+            handler.flush(context: context)
         }
     }
 
