@@ -30,6 +30,9 @@ struct ClientConnector: Sendable {
     /// that passes a connection's messages on asks for its own loop, so that both connections'
     /// handlers run there with no hop between them.
     var eventLoop: (any EventLoop)?
+    /// The sizes of the buffer the connection reads into, when not NIO's (which starts at 2 KiB
+    /// and keeps that buffer between reads).
+    var receiveSizes: AdaptiveRecvByteBufferAllocator?
 
     /// A connector to `endpoint` with the TLS, proxy and timeout settings of a configuration.
     init(
@@ -74,6 +77,9 @@ struct ClientConnector: Sendable {
             .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
         if let waterMark {
             bootstrap = bootstrap.channelOption(ChannelOptions.writeBufferWaterMark, value: waterMark)
+        }
+        if let receiveSizes {
+            bootstrap = bootstrap.channelOption(ChannelOptions.recvAllocator, value: receiveSizes)
         }
         do {
             return try await withTaskCancellationHandler {

@@ -3,20 +3,36 @@ import Darwin
 #elseif canImport(Glibc)
 import Glibc
 #endif
+import NIOPosix
 import NIOWebSocket
 
 /// Masking keys for client frames (RFC 6455 §5.3: unpredictable, from a strong source of
 /// entropy), drawn from the system's random source 4 KiB at a time instead of one system call
-/// per frame.
+/// per frame. The 4 KiB are the thread's (an event loop's), shared by its connections: a
+/// connection holds none, which matters to a server that holds thousands of client connections
+/// (a proxy route's upstream legs).
 struct MaskingKeys {
-    private var bytes: [UInt8] = []
-    private var index = 0
+    /// The random bytes of one thread, and how far they were used.
+    private final class Pool: @unchecked Sendable {
+        var bytes: [UInt8] = []
+        var index = 0
+    }
+
+    /// Each thread's pool, made on its first frame.
+    private static let pools = ThreadSpecificVariable<Pool>()
 
     mutating func next() -> WebSocketMaskingKey {
-        if index + 4 > bytes.count { refill() }
-        let start = index
-        index += 4
-        var word = Word(value: bytes.withUnsafeBytes { UInt64($0.loadUnaligned(fromByteOffset: start, as: UInt32.self)) })
+        let pool: Pool
+        if let current = Self.pools.currentValue {
+            pool = current
+        } else {
+            pool = Pool()
+            Self.pools.currentValue = pool
+        }
+        if pool.index + 4 > pool.bytes.count { Self.refill(pool) }
+        let start = pool.index
+        pool.index += 4
+        var word = Word(value: pool.bytes.withUnsafeBytes { UInt64($0.loadUnaligned(fromByteOffset: start, as: UInt32.self)) })
         // swift-nio's `random(using:)` is inlined here; its initializer from bytes is not, and
         // costs a generic call for every frame.
         return WebSocketMaskingKey.random(using: &word)
@@ -28,13 +44,13 @@ struct MaskingKeys {
         mutating func next() -> UInt64 { value }
     }
 
-    private mutating func refill() {
+    private static func refill(_ pool: Pool) {
         let size = 4096
-        bytes = [UInt8](unsafeUninitializedCapacity: size) { buffer, count in
-            Self.fill(buffer)
+        pool.bytes = [UInt8](unsafeUninitializedCapacity: size) { buffer, count in
+            fill(buffer)
             count = size
         }
-        index = 0
+        pool.index = 0
     }
 
     private static func fill(_ buffer: UnsafeMutableBufferPointer<UInt8>) {

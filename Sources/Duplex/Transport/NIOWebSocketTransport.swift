@@ -22,6 +22,8 @@ import NIOWebSocket
 struct NIOWebSocketTransport: WebSocketTransport {
     /// The event loop HTTP/1.1 connections are made on; nil takes one of NIO's shared group.
     var eventLoop: (any EventLoop)? = nil
+    /// The sizes of the buffer HTTP/1.1 connections read into; nil: NIO's.
+    var receiveSizes: AdaptiveRecvByteBufferAllocator? = nil
 
     private enum UpgradeResult: Sendable {
         case upgraded(NIOWebSocketConnection)
@@ -72,6 +74,7 @@ struct NIOWebSocketTransport: WebSocketTransport {
         var connector = ClientConnector(
             endpoint: endpoint, settings: configuration, waterMark: Self.waterMark(configuration), stageName: "the handshake")
         connector.eventLoop = eventLoop
+        connector.receiveSizes = receiveSizes
         let result: UpgradeResult
         do {
             result = try await connector.connect { channel in

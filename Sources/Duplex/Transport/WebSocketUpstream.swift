@@ -19,6 +19,10 @@ package enum WebSocketUpstream {
     ) async throws -> any WebSocketTransportConnection {
         var http1 = configuration
         http1.httpVersion = .http1
-        return try await NIOWebSocketTransport(eventLoop: eventLoop).connect(request: request, configuration: http1, delegate: delegate)
+        // A server holds many such connections idle: each keeps the buffer it reads into, 512
+        // bytes at first (as the server's own connections), not NIO's 2 KiB; it grows with reads.
+        let transport = NIOWebSocketTransport(
+            eventLoop: eventLoop, receiveSizes: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 512, maximum: 65_536))
+        return try await transport.connect(request: request, configuration: http1, delegate: delegate)
     }
 }
