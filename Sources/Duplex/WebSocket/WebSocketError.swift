@@ -73,7 +73,8 @@ public struct WebSocketError: Error, Sendable, Equatable, CustomStringConvertibl
     /// answered with, as text: often why it refused. Nil when it sent none.
     public var body: String?
     /// For ``Code/upgradeRejected``: every header of the server's answer, in order (its
-    /// `Retry-After` among them).
+    /// `Retry-After` among them). Not compared by `==`: a `Date` would make two refusals of the
+    /// same kind differ.
     public var headers: [HTTPHeader] = []
 
     /// How much of a refusal's body ``body`` keeps.
@@ -85,6 +86,12 @@ public struct WebSocketError: Error, Sendable, Equatable, CustomStringConvertibl
         self.status = status
         self.closeCode = closeCode
         self.retryAfter = retryAfter
+    }
+
+    public static func == (lhs: WebSocketError, rhs: WebSocketError) -> Bool {
+        (lhs.code, lhs.message, lhs.status, lhs.closeCode, lhs.retryAfter, lhs.body) == (
+            rhs.code, rhs.message, rhs.status, rhs.closeCode, rhs.retryAfter, rhs.body
+        )
     }
 
     public var description: String {
