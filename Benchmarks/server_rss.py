@@ -67,8 +67,10 @@ async def main(binary, count, flags):
         async def open_stream():
             return await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="127.0.0.1" if tls else None)
 
-        # warm up: one echo round trip, so lazily built state exists before the idle figure
-        async with websockets.connect(f"{scheme}://127.0.0.1:{port}/echo", **connect_extra) as ws:
+        # warm up: one echo round trip, so lazily built state exists before the idle figure (on
+        # the measured path: a proxy route's first connection starts what its upstream legs share)
+        warm_path = os.environ.get("DUPLEX_RSS_PATH", "/echo") if os.environ.get("DUPLEX_RSS_KIND", "websocket") == "websocket" else "/echo"
+        async with websockets.connect(f"{scheme}://127.0.0.1:{port}{warm_path}", **connect_extra) as ws:
             await ws.send("warm")
             await asyncio.wait_for(ws.recv(), 10)
         await asyncio.sleep(1)

@@ -88,10 +88,12 @@ extension HostServer {
                         }
                     ))
             }
+            // Held while the upstream is asked only: a finished task kept for the connection's
+            // life would keep its memory too.
+            attempt.asking(connecting)
             channel.closeFuture.whenComplete { _ in
                 // Gone before it was served: its upstream goes too, made or still being made.
-                if let upstream = attempt.clientLeft() { upstream.abort() }
-                connecting.cancel()
+                attempt.clientLeft()
             }
             return answer.futureResult
         }
@@ -124,13 +126,29 @@ extension HostServer {
 /// client that leaves before takes it with it.
 private final class UpstreamAttempt: Sendable {
     private enum Phase {
-        case connecting
+        case connecting(Task<Void, Never>?)
         case open(any WebSocketTransportConnection)
         case served
         case clientLeft
     }
 
-    private let phase = NIOLockedValueBox(Phase.connecting)
+    private let phase = NIOLockedValueBox(Phase.connecting(nil))
+
+    /// The task asking the upstream: cancelled if the client leaves meanwhile.
+    func asking(_ task: Task<Void, Never>) {
+        let cancel = phase.withLockedValue { phase -> Bool in
+            switch phase {
+            case .connecting:
+                phase = .connecting(task)
+                return false
+            case .clientLeft:
+                return true
+            case .open, .served:
+                return false
+            }
+        }
+        if cancel { task.cancel() }
+    }
 
     /// The upstream's connection is open; false when the client left meanwhile.
     func opened(_ upstream: any WebSocketTransportConnection) -> Bool {
@@ -146,20 +164,22 @@ private final class UpstreamAttempt: Sendable {
         phase.withLockedValue { $0 = .served }
     }
 
-    /// The client's connection closed: the upstream's connection to end, if it was open and not
-    /// served yet.
-    func clientLeft() -> (any WebSocketTransportConnection)? {
-        phase.withLockedValue { phase in
+    /// The client's connection closed: an upstream not serving it yet is ended, or no longer
+    /// asked.
+    func clientLeft() {
+        let (task, upstream) = phase.withLockedValue { phase -> (Task<Void, Never>?, (any WebSocketTransportConnection)?) in
             switch phase {
-            case .connecting:
+            case .connecting(let task):
                 phase = .clientLeft
-                return nil
+                return (task, nil)
             case .open(let upstream):
                 phase = .clientLeft
-                return upstream
+                return (nil, upstream)
             case .served, .clientLeft:
-                return nil
+                return (nil, nil)
             }
         }
+        task?.cancel()
+        upstream?.abort()
     }
 }
