@@ -275,6 +275,8 @@ public final class ScriptJournal: Sendable {
             return state.matchers
         }
         observer?(entry)
+        // Most entries have no wait for them: nothing to filter, nothing allocated.
+        guard !matchers.isEmpty else { return }
         let matching = matchers.filter { $0.value(entry) }.map(\.key)
         guard !matching.isEmpty else { return }
         let woken: [CheckedContinuation<Entry, any Error>] = state.withLockedValue { state in
