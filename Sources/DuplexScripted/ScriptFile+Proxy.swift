@@ -106,7 +106,8 @@ extension ScriptFile {
         return ProxyRule(match: try self.match(match), do: try actions.array().map { item throws(ScriptError) in try proxyAction(item) })
     }
 
-    private static let proxyActionKeys = [
+    /// The keys of a proxy rule's actions (docs/scripts.md's table lists each).
+    package static let proxyActionKeys = [
         "delayMs", "replace", "set", "send", "sendJSON", "reply", "forward", "duplicate", "close", "drop", "fragment", "fault", "answerPings", "cut",
         "hang",
     ]

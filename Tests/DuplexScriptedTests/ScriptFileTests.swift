@@ -275,6 +275,19 @@ struct ScriptFileTests {
         }
     }
 
+    @Test("docs/scripts.md's table of proxy actions names every action a proxy rule takes, and no other")
+    func proxyActionsDocumented() throws {
+        let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../docs/scripts.md")
+        let docs = try String(contentsOf: file, encoding: .utf8)
+        let section = try #require(docs.components(separatedBy: "### `proxy`").dropFirst().first?.components(separatedBy: "### Errors").first)
+        var documented = Set<String>()
+        for line in section.split(separator: "\n") where line.hasPrefix("| `{\"") {
+            let cell = line.split(separator: "|").first ?? ""
+            for match in cell.matches(of: /`\{"(\w+)"/) { documented.insert(String(match.1)) }
+        }
+        #expect(documented == Set(ScriptFile.proxyActionKeys))
+    }
+
     @Test("a file that cannot be read is named")
     func unreadable() {
         #expect(throws: ScriptError.self) { try ScriptFile.load(path: "/nonexistent/script.json") }
