@@ -23,7 +23,9 @@ extension ScriptFile {
     }
 
     static func proxy(_ value: Reader) throws(ScriptError) -> ProxyScript {
-        let members = try value.object(keys: ["upstream", "toUpstream", "toClient", "refuse", "caFile", "insecure", "pins", "certFile", "keyFile"])
+        let members = try value.object(keys: [
+            "upstream", "toUpstream", "toClient", "refuse", "caFile", "insecure", "pins", "certFile", "keyFile", "httpVersion",
+        ])
         guard let upstreamValue = members["upstream"] else {
             throw value.error(#"a proxy needs "upstream", a ws://, wss://, http:// or https:// URL"#)
         }
@@ -55,6 +57,14 @@ extension ScriptFile {
             script.tlsTrust = .insecureAcceptAnyCertificate
         }
         try readIdentity(members, into: &script)
+        if let version = members["httpVersion"] {
+            switch try version.string() {
+            case "1.1": script.httpVersion = .http1
+            case "2": script.httpVersion = .http2
+            case "automatic": script.httpVersion = .automatic
+            case let other: throw version.error(#"must be "1.1", "2" or "automatic" (got \#(other.debugDescription))"#)
+            }
+        }
         return script
     }
 

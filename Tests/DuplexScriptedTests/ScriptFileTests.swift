@@ -79,6 +79,9 @@ struct ScriptFileTests {
             #"{"routes": [{"path": "/s", "proxy": {"upstream": "http://h/s", "toClient": [{"match": {"nth": 2}, "do": [{"cut": true}]}, {"match": {"nth": 3}, "do": [{"hang": true}]}]}}]}"#
         )
         #expect(try #require(faults.first?.proxyScript).toClient.map(\.actions) == [[.cut], [.hang]])
+        let overHTTP2 = try routes(#"{"routes": [{"path": "/p", "proxy": {"upstream": "wss://h/x", "httpVersion": "2"}}]}"#)
+        #expect(overHTTP2.first?.proxyScript?.httpVersion == .http2)
+        #expect(script.httpVersion == nil)
     }
 
     @Test("every action, match, fault and ending of docs/scripts.md is accepted")
@@ -169,6 +172,10 @@ struct ScriptFileTests {
             (
                 #"{"routes":[{"path":"/p","proxy":{"upstream":"ws://h/x","toClient":[{"match":{"nth":1},"do":[{"fault":"oops"}]}]}}]}"#,
                 #"routes[0].proxy.toClient[0].do[0].fault: unknown fault "oops""#
+            ),
+            (
+                #"{"routes":[{"path":"/p","proxy":{"upstream":"wss://h/x","httpVersion":"3"}}]}"#,
+                #"routes[0].proxy.httpVersion: must be "1.1", "2" or "automatic" (got "3")"#
             ),
             (
                 #"{"routes":[{"path":"/p","proxy":{"upstream":"ws://h/x","toUpstream":[{"match":{"nth":1},"do":[{"fragment":2}]}]}}]}"#,

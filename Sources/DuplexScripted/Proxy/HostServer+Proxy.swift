@@ -34,6 +34,7 @@ extension HostServer {
         configuration.tlsTrust = script.tlsTrust
         configuration.tlsIdentity = script.tlsIdentity
         configuration.maxMessageBytes = self.configuration.maxMessageBytes
+        if let httpVersion = script.httpVersion { configuration.httpVersion = httpVersion }
         // A client that offers compression has the upstream offered it too (each leg agrees on
         // its own).
         if request.headers[values: .secWebSocketExtensions].contains(where: { $0.contains("permessage-deflate") }) {

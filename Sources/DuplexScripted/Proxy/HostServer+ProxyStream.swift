@@ -39,6 +39,7 @@ extension HostServer {
         var configuration = SSEConfiguration()
         configuration.tlsTrust = script.tlsTrust
         configuration.tlsIdentity = script.tlsIdentity
+        if let httpVersion = script.httpVersion { configuration.httpVersion = httpVersion }
         let upstream = ServerSentEventManager(
             request: SSERequest(
                 url: url, method: .init(request.method.rawValue), body: body,

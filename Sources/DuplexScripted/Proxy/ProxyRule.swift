@@ -157,6 +157,11 @@ public struct ProxyScript: Sendable, Equatable {
     public var tlsTrust: TLSTrust
     /// The certificate the route presents to a `wss` upstream that asks for one.
     public var tlsIdentity: TLSIdentity?
+    /// Which HTTP the upstream is asked over; nil: each client's default (HTTP/1.1 for a
+    /// WebSocket, ``HTTPVersionPreference/automatic`` for SSE). Over HTTP/2 (a `wss` or `https`
+    /// upstream), the route's connections to one upstream share one TCP and TLS connection,
+    /// each on a stream of its own.
+    public var httpVersion: HTTPVersionPreference?
     /// Whether the client's path is appended to the upstream's (a proxy for a whole server, as
     /// `duplex intercept` runs: `ws://host/api` and a request for `/feed` ask `ws://host/api/feed`);
     /// false by default: every request asks ``upstream`` itself.

@@ -280,12 +280,15 @@ extension ProxyRouteTests {
         try await withTimeout(.seconds(30)) {
             // The backend over TLS, with the same certificate: the proxy trusts its CA.
             try await withDuplexServer(configuration: configuration, routes: [Self.backend]) { backend in
+                var upstreamOverHTTP2 = ProxyScript(upstream: backend.webSocketURL("/feed"), tlsTrust: trust)
+                upstreamOverHTTP2.httpVersion = .http2
                 let routes = [
                     ScriptedRoute.proxy(
                         "/p",
                         script: ProxyScript(
                             upstream: backend.webSocketURL("/feed"), toClient: [ProxyRule(match: .nth(2), do: [.forward(false)])], tlsTrust: trust)),
                     ScriptedRoute.proxy("/down", to: URL(string: "ws://127.0.0.1:\(down.port)/feed")!),
+                    ScriptedRoute.proxy("/h2", script: upstreamOverHTTP2),
                 ]
                 try await withDuplexServer(configuration: configuration, routes: routes) { proxy in
                     var client = WebSocketConfiguration(tlsTrust: trust)
@@ -314,6 +317,14 @@ extension ProxyRouteTests {
                     let failed = await #expect(throws: WebSocketError.self) { try await unreachable.connect() }
                     #expect(failed?.status == 502)
                     await unreachable.terminate()
+
+                    // The upstream asked over HTTP/2: an extended CONNECT reaches the backend.
+                    let overH2 = WebSocket(request: WebSocketRequest(url: proxy.webSocketURL("/h2"), protocols: ["feed.v1"]), configuration: client)
+                    var h2Messages = overH2.messages.makeAsyncIterator()
+                    try await overH2.connect()
+                    #expect(await Self.texts(&h2Messages, 1) == [#"{"n":1}"#])
+                    await overH2.terminate()
+                    #expect(backend.journal.entries.contains { $0.kind == .open && $0.request?.method == "CONNECT" })
                 }
             }
         }
