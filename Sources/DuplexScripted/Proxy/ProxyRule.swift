@@ -158,7 +158,7 @@ public struct ProxyScript: Sendable, Equatable {
     /// The certificate the route presents to a `wss` upstream that asks for one.
     public var tlsIdentity: TLSIdentity?
     /// Which HTTP the upstream is asked over; nil: each client's default (HTTP/1.1 for a
-    /// WebSocket, ``HTTPVersionPreference/automatic`` for SSE). Over HTTP/2 (a `wss` or `https`
+    /// WebSocket, `automatic` for SSE). Over HTTP/2 (a `wss` or `https`
     /// upstream), the route's connections to one upstream share one TCP and TLS connection,
     /// each on a stream of its own.
     public var httpVersion: HTTPVersionPreference?
