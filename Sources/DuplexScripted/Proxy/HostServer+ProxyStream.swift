@@ -68,8 +68,8 @@ extension HostServer {
                 }
                 journal?.append(.init(connection: connection, path: path, direction: .in, kind: .open, request: asked, leg: .client))
                 let relay = ProxyEventRelay(
-                    rules: script.toClient, journal: journal, tap: proxy.tap?(asked, nil, nil), connection: connection, path: path,
-                    upstream: upstream)
+                    rules: script.toClient, breakpoints: proxy.breakpoints, journal: journal, tap: proxy.tap?(asked, nil, nil),
+                    connection: connection, path: path, upstream: upstream)
                 return .stream(
                     EventStream(
                         route: route,
@@ -111,10 +111,14 @@ extension HostServer {
     }
 }
 
-/// Passes an upstream's events to the client through the `toClient` rules, one at a time, in
-/// order: the first rule that matches an event (its data, `nth` counting events) applies.
+/// Passes an upstream's events to the client through the route's `toClient` breakpoints and
+/// rules, one at a time, in order: a breakpoint that matches an event's data holds it for the
+/// test; then the first rule that matches it (its data, `nth` counting events) applies.
 final class ProxyEventRelay: Sendable {
     private let rules: [ProxyRule]
+    private let breakpoints: ProxyBreakpoints
+    /// The events breakpoints hold: let go when the client leaves.
+    private let heldEvents = NIOLockedValueBox<[HeldMessage]>([])
     private let journal: ScriptJournal?
     private let tap: (any ProxySessionTap)?
     private let connection: Int
@@ -124,9 +128,11 @@ final class ProxyEventRelay: Sendable {
     private let dropped = NIOLockedValueBox(false)
 
     init(
-        rules: [ProxyRule], journal: ScriptJournal?, tap: (any ProxySessionTap)?, connection: Int, path: String, upstream: ServerSentEventManager
+        rules: [ProxyRule], breakpoints: ProxyBreakpoints, journal: ScriptJournal?, tap: (any ProxySessionTap)?, connection: Int, path: String,
+        upstream: ServerSentEventManager
     ) {
         self.rules = rules
+        self.breakpoints = breakpoints
         self.journal = journal
         self.tap = tap
         self.connection = connection
@@ -140,11 +146,28 @@ final class ProxyEventRelay: Sendable {
     func run(_ events: AsyncStream<ServerSentEvent>, writer: EventStreamWriter) async {
         var number = 0
         var hangs = false
-        reading: for await event in events {
-            tap?.event(event)
+        reading: for await arrived in events {
+            tap?.event(arrived)
             number += 1
+            var (event, held) = (arrived, nil as String?)
+            if breakpoints.watches(.toClient), let breakpoint = breakpoints.take(.toClient, .text(arrived.data)) {
+                switch await hold(arrived, breakpoint, writer) {
+                case .forward(let message):
+                    event.data = message.text ?? arrived.data
+                    held = event.data == arrived.data ? "the test forwarded it" : "the test replaced it with \(message.excerpt.debugDescription)"
+                case .unanswered:
+                    held = "unanswered after \(breakpoint.holdingAtMost), let go"
+                case .drop:
+                    note(arrived, direction: .in, leg: .upstream, action: "held at a breakpoint; the test dropped it")
+                    continue reading
+                case .connectionEnded:
+                    note(arrived, direction: .in, leg: .upstream, action: "held at a breakpoint; the connection ended")
+                    break reading
+                }
+            }
             let rule = rules.first { $0.match.matches(.text(event.data), number: number) }
-            note(event, direction: .in, leg: .upstream, action: rule.map { "\($0)" } ?? "forward")
+            let action = rule.map { "\($0)" } ?? "forward"
+            note(arrived, direction: .in, leg: .upstream, action: held.map { "held at a breakpoint; \($0); \(action)" } ?? action)
             guard let rule else {
                 guard send(event, writer, as: "forwarded") else { break }
                 continue
@@ -213,8 +236,34 @@ final class ProxyEventRelay: Sendable {
         await upstream.terminate()
     }
 
-    /// The client is gone: the upstream's stream goes too.
+    /// Holds `event` for the test that set `breakpoint`, until it answers, the breakpoint's limit
+    /// passes, or the client leaves.
+    private func hold(_ event: ServerSentEvent, _ breakpoint: ProxyBreakpoint, _ writer: EventStreamWriter) async -> HeldMessage.Release {
+        let limit = breakpoint.holdingAtMost
+        var timer: Task<Void, Never>?
+        let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<HeldMessage.Release, Never>) in
+            let held = HeldMessage(
+                message: .text(event.data), direction: .toClient, connection: connection,
+                release: { continuation.resume(returning: $0) },
+                inject: { [self] injected in _ = send(ServerSentEvent(data: injected.text ?? ""), writer, as: "injected at a breakpoint") })
+            guard breakpoint.fire(held) else {
+                held.settle(.forward(held.message))
+                return
+            }
+            heldEvents.withLockedValue { $0.append(held) }
+            timer = Task {
+                try? await Task.sleep(for: limit)
+                held.settle(.unanswered)
+            }
+        }
+        timer?.cancel()
+        heldEvents.withLockedValue { $0.removeAll { $0.isReleased } }
+        return outcome
+    }
+
+    /// The client is gone: the upstream's stream goes too, and the events held for it are let go.
     func clientLeft() {
+        for held in heldEvents.withLockedValue({ $0 }) { held.settle(.connectionEnded) }
         tap?.dropped(by: .client)
         let upstream = self.upstream
         Task { await upstream.terminate() }

@@ -220,6 +220,9 @@ extension ScriptedRoute {
     /// before it. Set it before the message can come (before the send that causes it, say).
     ///
     /// A breakpoint is the message's first stop: a message let go goes on to the route's rules.
+    /// On an SSE proxy route, the messages are the upstream's events going ``ProxyDirection/toClient``,
+    /// each as its data (text): a replacement keeps the event's `id:` and `event:`, and an
+    /// injected one is an event with that data.
     /// - Parameters:
     ///   - direction: the way the message goes.
     ///   - holdingAtMost: how long a held message waits if the test never answers: it then goes

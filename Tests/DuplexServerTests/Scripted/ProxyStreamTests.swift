@@ -131,6 +131,34 @@ struct ProxyStreamTests {
         }
     }
 
+    @Test("a breakpoint holds an SSE event: the test injects an event before it and forwards a replacement, which keeps its id")
+    func breakpointOnAnEvent() async throws {
+        try await withTimeout(.seconds(30)) {
+            try await withDuplexServer(routes: Self.backend) { backend in
+                let route = ScriptedRoute.proxy("/orders", script: ProxyScript(upstream: backend.httpURL("/orders")))
+                let breakpoint = try route.breakpoint(.toClient) { $0.text == #"{"n":2}"# }
+                try await withDuplexServer(routes: [route]) { proxy in
+                    let manager = ServerSentEventManager(request: SSERequest(url: proxy.httpURL("/orders")), retryPolicy: .disabled)
+                    let events = manager.events
+                    try await manager.connect()
+                    let held = try await breakpoint.held(within: .seconds(10))
+                    #expect(held.message == .text(#"{"n":2}"#))
+                    held.inject("notice")
+                    held.forward(replacing: #"{"n":20}"#)
+                    var received: [ServerSentEvent] = []
+                    for await event in events {
+                        received.append(event)
+                        if received.count == 5 { break }
+                    }
+                    #expect(received.map(\.data) == [#"{"n":1}"#, "notice", #"{"n":20}"#, #"{"n":3}"#, #"{"n":4}"#])
+                    #expect(received[2].id == "2")
+                    await manager.terminate()
+                    #expect(proxy.journal.entries.contains { $0.action?.hasPrefix("held at a breakpoint; the test replaced it") == true })
+                }
+            }
+        }
+    }
+
     @Test("a rule's cut writes half the event and cuts the stream; a rule's hang leaves it open and silent, the upstream's ended")
     func cutAndHang() async throws {
         try await Self.withProxy({ backend in
