@@ -19,7 +19,16 @@ extension HostServer {
                     route.path,
                     name: route.path,
                     upgrade: { request, _ in self.scriptedUpgrade(handler, request, route: route.path, journal: journal) },
-                    plain: { _, _ in self.upgradeRequired() }
+                    plain: { request, _ in
+                        // A preset refuses what its protocol refuses (Socket.IO's long polling)
+                        // as its server would; any other route asks for the upgrade.
+                        guard route.preset != nil,
+                            let refusal = self.refusal(handler.accept(Self.scriptedRequest(request)), Self.scriptedRequest(request), journal: journal)
+                        else { return self.upgradeRequired() }
+                        var headers = refusal.headers
+                        if headers[.contentType] == nil { headers[.contentType] = "application/json" }
+                        return Response(status: refusal.status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: refusal.body)))
+                    }
                 )
             case .sse(let handler):
                 .stream(route.path, name: route.path, method: HTTPRequest.Method(route.method) ?? .get) { request in

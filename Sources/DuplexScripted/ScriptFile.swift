@@ -61,31 +61,34 @@ public enum ScriptFile {
     }
 
     private static func route(_ value: Reader, index: Int) throws(ScriptError) -> ScriptedRoute {
-        let members = try value.object(keys: ["path", "method", "websocket", "sse", "proxy"])
+        let members = try value.object(keys: ["path", "method"] + kindKeys)
         guard let pathValue = members["path"] else { throw value.error(#"a route needs a "path""#) }
         let path = try pathValue.string()
         guard path.hasPrefix("/") else { throw pathValue.error("a path starts with / (got \(path.debugDescription))") }
         let method = try members["method"]?.string().uppercased() ?? "GET"
-        if let proxy = members["proxy"] {
-            guard members["websocket"] == nil, members["sse"] == nil else { throw value.error(#"a route has one of "websocket", "sse" or "proxy""#) }
-            let script = try self.proxy(proxy)
-            if script.isEventStream { return .proxy(path, method: method, script: script) }
-            guard method == "GET" else { throw members["method"]!.error("a WebSocket proxy route's method is GET") }
-            return .proxy(path, script: script)
+        let kinds = kindKeys.filter { members[$0] != nil }
+        guard kinds.count == 1, let kind = kinds.first, let script = members[kind] else {
+            let known = kindKeys.map { #""\#($0)""# }.joined(separator: ", ")
+            throw value.error(kinds.isEmpty ? "a route needs one of \(known)" : "a route has one of \(known) (got \(kinds.joined(separator: ", ")))")
         }
-        switch (members["websocket"], members["sse"]) {
-        case (let script?, nil):
-            guard method == "GET" else { throw members["method"]!.error("a WebSocket route's method is GET") }
-            return .webSocket(path, script: try webSocket(script))
-        case (nil, let script?):
+        switch kind {
+        case "proxy":
+            let proxy = try self.proxy(script)
+            if proxy.isEventStream { return .proxy(path, method: method, script: proxy) }
+            guard method == "GET" else { throw members["method"]!.error("a WebSocket proxy route's method is GET") }
+            return .proxy(path, script: proxy)
+        case "sse":
             let (sse, refuse) = try self.sse(script)
             return .sse(path, method: method, script: sse, refuse: refuse)
-        case (nil, nil):
-            throw value.error(#"a route needs "websocket", "sse" or "proxy""#)
-        case (_?, _?):
-            throw value.error(#"a route has "websocket" or "sse", not both"#)
+        default:
+            guard method == "GET" else { throw members["method"]!.error("a WebSocket route's method is GET") }
+            if kind == "websocket" { return .webSocket(path, script: try webSocket(script)) }
+            return try preset(kind, script, path: path)
         }
     }
+
+    /// The keys that say what a route is, one to a route.
+    private static let kindKeys = ["websocket", "sse", "proxy"] + presetKeys
 
     private static func webSocket(_ value: Reader) throws(ScriptError) -> WebSocketScript {
         let members = try value.object(keys: ["subprotocols", "onConnect", "onMessage", "answerPings", "pongs", "faults", "refuse"])

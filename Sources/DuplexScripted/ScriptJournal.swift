@@ -48,8 +48,13 @@ public final class ScriptJournal: Sendable {
             /// The client did not answer the server's close frame within the close timeout; TCP
             /// was closed.
             case timeout
-            /// The route's handler threw (``data`` holds the error); the connection closed with 1011.
+            /// The route's handler threw (``data`` holds the error; the connection closed with
+            /// 1011), or a protocol preset met input its protocol does not allow, or withheld an
+            /// answer as its script says (``data`` says which).
             case error
+            /// A protocol preset's packet, decoded (MQTT's, whose messages are binary): ``data``
+            /// describes it, such as `PUBLISH ticks qos=1 id=1 "tick 1"`.
+            case packet
             /// The route sent a frame the client must reject (``ScriptAction/fault(_:)``); ``data``
             /// names the ``FrameFault`` (`invalidUTF8`, …) and ``code`` is the close code the client
             /// should answer with.

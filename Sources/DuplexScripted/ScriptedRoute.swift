@@ -29,6 +29,9 @@ public struct ScriptedRoute: Sendable, CustomStringConvertible {
     public private(set) var webSocketScript: WebSocketScript?
     /// The script of an SSE route that streams the same script to every request; nil otherwise.
     public private(set) var sseScript: SSEScript?
+    /// The protocol a preset route speaks (`graphql-transport-ws`, `socket.io`, `mqtt`); nil for
+    /// other routes.
+    public private(set) var preset: String?
     /// What a proxy route forwards to and its rules; nil for other routes.
     public var proxyScript: ProxyScript? {
         if case .proxy(let proxy) = kind { proxy.script } else { nil }
@@ -42,7 +45,7 @@ public struct ScriptedRoute: Sendable, CustomStringConvertible {
 
     public var description: String {
         switch kind {
-        case .webSocket: "WebSocket \(path)"
+        case .webSocket: "WebSocket \(path)" + (preset.map { " (\($0))" } ?? "")
         case .sse: "SSE \(method) \(path)"
         case .proxy(let proxy):
             (proxy.script.isEventStream ? "SSE \(method) \(path)" : "WebSocket \(path)") + ", proxied to \(proxy.script.upstream.absoluteString)"
@@ -167,6 +170,25 @@ public struct ScriptedRoute: Sendable, CustomStringConvertible {
             accept: { _ in refusals.next() }
         )
         route.webSocketScript = script
+        return route
+    }
+
+    /// A WebSocket route that speaks a protocol preset `name` through its handlers, on the same
+    /// engine, journal and close vocabulary as every scripted route.
+    static func preset(
+        _ path: String,
+        name: String,
+        subprotocols: [String],
+        accept: @escaping @Sendable (ScriptedRequest) -> UpgradeDecision = { _ in .accept },
+        onConnect: @escaping @Sendable (ScriptedWebSocket) throws -> Void,
+        onMessage: @escaping @Sendable (ScriptedMessage, ScriptedWebSocket) throws -> Void,
+        onEnd: @escaping @Sendable (ScriptedWebSocket) -> Void
+    ) -> ScriptedRoute {
+        var handler = WebSocketRouteHandler(
+            subprotocols: subprotocols, faults: .init(), answerPings: true, accept: accept, onConnect: onConnect, onMessage: onMessage)
+        handler.onEnd = onEnd
+        var route = ScriptedRoute(path: path, method: "GET", kind: .webSocket(handler))
+        route.preset = name
         return route
     }
 

@@ -195,6 +195,15 @@ public final class ScriptedWebSocket: Sendable {
         }
     }
 
+    /// Runs `body` on the connection's event loop after `delay`, unless the connection is closed
+    /// by then (a protocol preset's timers: pings, timeouts, paced messages).
+    func after(_ delay: Duration, _ body: @escaping @Sendable () -> Void) {
+        eventLoop.scheduleTask(in: TimeAmount(delay)) {
+            guard !self.isClosed else { return }
+            body()
+        }
+    }
+
     // MARK: Serving
 
     /// The handler and context, while served.
@@ -434,6 +443,7 @@ final class ScriptedWebSocketService: EventLoopWebSocketService {
         }
         socket.closedByClient()
         socket.detach()
+        route.onEnd(socket)
     }
 
     /// Runs a handler; one that throws closes the connection with 1011, its error journaled.
@@ -455,6 +465,8 @@ struct WebSocketRouteHandler: Sendable {
     var accept: @Sendable (ScriptedRequest) -> UpgradeDecision
     var onConnect: @Sendable (ScriptedWebSocket) throws -> Void
     var onMessage: @Sendable (ScriptedMessage, ScriptedWebSocket) throws -> Void
+    /// The connection is gone (a protocol preset's cleanup, an MQTT last will).
+    var onEnd: @Sendable (ScriptedWebSocket) -> Void = { _ in }
 }
 
 extension ScriptedWebSocket {

@@ -36,6 +36,19 @@ struct ScriptFileTests {
         #expect(routes.first?.proxyScript?.toUpstream.count == 4)
     }
 
+    @Test("docs/examples' preset files read into a graphql-transport-ws, a Socket.IO and an MQTT route")
+    func presetExamples() throws {
+        let folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../docs/examples")
+        let routes = try ["graphql-ws.json", "socketio.json", "mqtt.json"].flatMap { name in
+            try ScriptFile.load(path: folder.appendingPathComponent(name).path)
+        }
+        #expect(
+            routes.map(\.description) == [
+                "WebSocket /graphql (graphql-transport-ws)", "WebSocket /socket.io/ (socket.io)", "WebSocket /mqtt (mqtt)",
+            ])
+        #expect(routes.map(\.preset) == ["graphql-transport-ws", "socket.io", "mqtt"])
+    }
+
     @Test("a proxy route reads its upstream, its rules per direction with every action, and its refusal")
     func proxy() throws {
         let json = #"""
@@ -143,7 +156,7 @@ struct ScriptFileTests {
                 #"{"routes":[{"path":"/f","websocket":{"onMessage":[{"match":{"jsn":{}},"do":[]}]}}]}"#,
                 #"routes[0].websocket.onMessage[0].match: unknown key "jsn" (known: any, contains, json, nth, text)"#
             ),
-            (#"{"routes":[{"path":"/f"}]}"#, #"routes[0]: a route needs "websocket", "sse" or "proxy""#),
+            (#"{"routes":[{"path":"/f"}]}"#, #"routes[0]: a route needs one of "websocket", "sse", "proxy", "graphql", "socketio", "mqtt""#),
             (
                 #"{"routes":[{"path":"/p","proxy":{"upstream":"ftp://127.0.0.1:1/x"}}]}"#,
                 #"routes[0].proxy.upstream: must be a ws://, wss://, http:// or https:// URL with a host (got "ftp://127.0.0.1:1/x")"#
@@ -196,11 +209,50 @@ struct ScriptFileTests {
             (#"{"routes":[{"path":"/p","proxy":{"upstream":"ws://h/x","toServer":[]}}]}"#, #"routes[0].proxy: unknown key "toServer""#),
             (
                 #"{"routes":[{"path":"/p","proxy":{"upstream":"ws://h/x"},"websocket":{}}]}"#,
-                #"routes[0]: a route has one of "websocket", "sse" or "proxy""#
+                #"routes[0]: a route has one of "websocket", "sse", "proxy", "graphql", "socketio", "mqtt" (got websocket, proxy)"#
             ),
             (#"{"routes":[{"websocket":{}}]}"#, #"routes[0]: a route needs a "path""#),
             (#"{"routes":[{"path":"f","websocket":{}}]}"#, #"routes[0].path: a path starts with / (got "f")"#),
-            (#"{"routes":[{"path":"/f","websocket":{},"sse":{}}]}"#, #"routes[0]: a route has "websocket" or "sse", not both"#),
+            (
+                #"{"routes":[{"path":"/f","websocket":{},"sse":{}}]}"#,
+                #"routes[0]: a route has one of "websocket", "sse", "proxy", "graphql", "socketio", "mqtt" (got websocket, sse)"#
+            ),
+            (
+                #"{"routes":[{"path":"/g","graphql":{"operations":[{"next":[1]}]}}]}"#,
+                #"routes[0].graphql.operations[0].next[0]: a "next" payload is an object"#
+            ),
+            (
+                #"{"routes":[{"path":"/g","graphql":{"operations":[{"then":"later"}]}}]}"#,
+                #"routes[0].graphql.operations[0].then: unknown ending "later""#
+            ),
+            (
+                #"{"routes":[{"path":"/g","graphql":{"operations":[{"error":[{"message":"x"}],"then":"never"}]}}]}"#,
+                #"routes[0].graphql.operations[0]: an operation ends one way"#
+            ),
+            (#"{"routes":[{"path":"/g","graphql":{"refuseInit":{"close":1005}}}]}"#, #"routes[0].graphql.refuseInit.close: 1005 cannot be sent"#),
+            (#"{"routes":[{"path":"/s","socketio":{"namespaces":["admin"]}}]}"#, #"routes[0].socketio.namespaces[0]: a namespace starts with /"#),
+            (
+                #"{"routes":[{"path":"/s","socketio":{"onConnect":[{"emit":"x","data":1,"args":[]}]}}]}"#,
+                #"routes[0].socketio.onConnect[0]: an emit has "data" (one argument) or "args", not both"#
+            ),
+            (#"{"routes":[{"path":"/s","socketio":{"onEvent":[{"ack":"ok"}]}}]}"#, #"routes[0].socketio.onEvent[0].ack: must be an array"#),
+            (
+                #"{"routes":[{"path":"/m","mqtt":{"onSubscribe":[{"topic":"a/#/b","do":[]}]}}]}"#,
+                #"routes[0].mqtt.onSubscribe[0].topic: not a topic filter"#
+            ),
+            (
+                #"{"routes":[{"path":"/m","mqtt":{"onSubscribe":[{"topic":"t","do":[{"publish":"a/+"}]}]}}]}"#,
+                #"routes[0].mqtt.onSubscribe[0].do[0].topic: a topic name is not empty and has no + or #"#
+            ),
+            (
+                #"{"routes":[{"path":"/m","mqtt":{"onSubscribe":[{"topic":"t","do":[{"publish":"t","qos":2}]}]}}]}"#,
+                #"routes[0].mqtt.onSubscribe[0].do[0].qos: must be a whole number from 0 to 1"#
+            ),
+            (
+                #"{"routes":[{"path":"/m","mqtt":{"onSubscribe":[{"topic":"t","do":[{"drop":true,"qos":1}]}]}}]}"#,
+                #"routes[0].mqtt.onSubscribe[0].do[0].qos: "qos" goes with "publish""#
+            ),
+            (#"{"routes":[{"path":"/m","method":"POST","mqtt":{}}]}"#, #"routes[0].method: a WebSocket route's method is GET"#),
             (#"{"routes":[{"path":"/f","method":"POST","websocket":{}}]}"#, #"routes[0].method: a WebSocket route's method is GET"#),
             (
                 #"{"routes":[{"path":"/f","websocket":{"onConnect":[{"close":1005}]}}]}"#,
