@@ -6,7 +6,8 @@
 # counters checked against that traffic; those clients' sessions recorded by `duplex record` and
 # replayed by `duplex replay` (the duplex CLI next to the server binary); and a path switch
 # through `duplex proxy` as websockets and curl see it without a network-change hint; proxy
-# routes in front of a Python websockets upstream (proxy_check.py).
+# routes in front of a Python websockets upstream (proxy_check.py); the protocol presets of
+# docs/examples/ against gql, python-socketio and paho-mqtt (presets_check.py).
 # Usage: Tests/Interop/run.sh PATH/TO/duplex-server
 set -euo pipefail
 server_bin=${1:?usage: run.sh PATH/TO/duplex-server}
@@ -222,4 +223,6 @@ printf '{"routes":[{"path":"/echo","websocket":{}}]}' >"$work/clash.json"
 echo "scripted routes: Python websockets and curl -N saw what feed.json says; the journal has what they sent; bad scripts exit 64"
 # Proxy routes in front of a Python websockets upstream, from Python clients.
 timeout 120 python3 "$here/proxy_check.py" "$server_bin" || fail "proxy routes (above)"
+# Protocol presets: the example files of docs/examples/ served to gql, python-socketio and paho-mqtt.
+timeout 180 python3 "$here/presets_check.py" "$server_bin" "$here/../../docs/examples" || fail "protocol presets (above)"
 echo "interop: all checks passed"
