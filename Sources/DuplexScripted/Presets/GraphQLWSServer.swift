@@ -42,8 +42,7 @@ final class GraphQLWSServer: Sendable {
 
     func connected(_ socket: ScriptedWebSocket) throws {
         guard socket.request.subprotocol == Self.subprotocol else {
-            try socket.close(code: 4406, reason: "Subprotocol not acceptable")
-            return
+            return close(socket, GraphQLClose(code: 4406, reason: "Subprotocol not acceptable"))
         }
         sessions.withLockedValue { $0[socket.connection] = Session() }
         socket.after(script.initTimeout) { [self] in
