@@ -208,8 +208,9 @@ final class MQTTBroker: Sendable {
                 let name = qos == 1 ? "PUBACK" : "PUBREC"
                 send(MQTTWriter.packet(qos == 1 ? 0x40 : 0x50, MQTTWriter.uint16(id) + (version == 5 ? [0] : [])), "\(name) id=\(id)", socket)
             } else {
+                // Delivered all the same, as when the acknowledgement is lost on the way: the
+                // client resends it with DUP, and its subscribers see it twice.
                 socket.record(.out, .error, data: "mqtt: acknowledgement of id=\(id) withheld (the script's acknowledgePublishes is false)")
-                return
             }
         }
         publish(topic: topic, payload: payload, qos: min(qos, 1), retain: flags & 1 != 0)

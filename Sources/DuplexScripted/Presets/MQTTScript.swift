@@ -18,8 +18,9 @@ public struct MQTTScript: Sendable {
     public var authorize: (@Sendable (_ clientID: String, _ username: String?, _ password: Data?) -> UInt8?)?
     /// Whether PINGREQ gets PINGRESP; false withholds it.
     public var answerPings: Bool
-    /// Whether a QoS 1 PUBLISH gets PUBACK (and a QoS 2 one PUBREC); false never sends it, so
-    /// the client must resend it with DUP.
+    /// Whether a QoS 1 PUBLISH gets PUBACK (and a QoS 2 one PUBREC); false never sends it (the
+    /// message is delivered all the same, as when the acknowledgement is lost), so the client
+    /// must resend it with DUP.
     public var acknowledgePublishes: Bool
     /// What the route publishes to a client when it subscribes: the first rule whose topic
     /// equals a filter the client subscribed to.
