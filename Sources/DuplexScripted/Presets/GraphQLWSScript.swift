@@ -27,8 +27,8 @@ public struct GraphQLScript: Sendable {
     /// Decides each `connection_init` from its payload (JSON text, nil when it has none): nil
     /// acknowledges, a close refuses. Checked after ``refuseInit``.
     public var authorize: (@Sendable (_ payload: String?) -> GraphQLClose?)?
-    /// The interval of the route's own `ping` messages; nil sends none (the client's pings are
-    /// answered either way).
+    /// The interval of the route's own `ping` messages, from the ack on; nil sends none (the
+    /// client's pings are answered either way).
     public var pingEvery: Duration?
 
     /// A script of `operations`, acknowledged, with graphql-ws's 3-second init timeout.

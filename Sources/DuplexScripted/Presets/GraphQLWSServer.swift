@@ -49,7 +49,6 @@ final class GraphQLWSServer: Sendable {
             let acknowledged = sessions.withLockedValue { $0[socket.connection]?.acknowledged ?? true }
             if !acknowledged { close(socket, .initTimeout) }
         }
-        if let every = script.pingEvery { ping(socket, every: every) }
     }
 
     func ended(_ socket: ScriptedWebSocket) {
@@ -100,6 +99,7 @@ final class GraphQLWSServer: Sendable {
         }
         sessions.withLockedValue { $0[socket.connection]?.acknowledged = true }
         try socket.send(script.ackPayload.map { #"{"type":"connection_ack","payload":\#($0)}"# } ?? #"{"type":"connection_ack"}"#)
+        if let every = script.pingEvery { ping(socket, every: every) }
     }
 
     private func subscribe(id: String, _ payload: [String: JSONValue], _ socket: ScriptedWebSocket) throws {
