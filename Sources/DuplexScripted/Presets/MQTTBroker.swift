@@ -41,6 +41,8 @@ final class MQTTBroker: Sendable {
         var subscriptions: [String: Int] = [:]
         var will: Will?
         var nextID = 0
+        /// Packets read so far, for the keep-alive check.
+        var packetsRead = 0
 
         mutating func packetID() -> Int {
             nextID = nextID % 65_535 + 1
@@ -112,6 +114,7 @@ final class MQTTBroker: Sendable {
     private func handle(header: UInt8, body: [UInt8], _ socket: ScriptedWebSocket) throws(MQTTViolation) {
         let type = header >> 4
         let flags = header & 0x0F
+        state.withLockedValue { $0.sessions[socket.connection]?.packetsRead += 1 }
         var reader = MQTTReader(body)
         guard let version = version(socket) else {
             guard type == 1 else { throw MQTTViolation(reason: "packet type \(type) before CONNECT", code: 0x82) }
@@ -188,6 +191,18 @@ final class MQTTBroker: Sendable {
             state.sessions[socket.connection]?.version = level
             state.sessions[socket.connection]?.will = will
         }
+        if keepAlive > 0 { watchKeepAlive(socket, every: .seconds(keepAlive) * 3 / 2, read: 1) }
+    }
+
+    /// Closes a connection that sent nothing for one and a half times its keep-alive, as the
+    /// spec says a broker must (MQTT 5: after DISCONNECT 0x8D).
+    private func watchKeepAlive(_ socket: ScriptedWebSocket, every limit: Duration, read: Int) {
+        socket.after(limit) { [self] in
+            let now = state.withLockedValue { $0.sessions[socket.connection]?.packetsRead }
+            guard let now else { return }
+            guard now == read else { return watchKeepAlive(socket, every: limit, read: now) }
+            violation(socket, MQTTViolation(reason: "nothing for 1.5 times the keep-alive", code: 0x8D), closeCode: 1000)
+        }
     }
 
     private func publish(_ reader: inout MQTTReader, flags: UInt8, version: UInt8, _ socket: ScriptedWebSocket) throws(MQTTViolation) {
@@ -245,7 +260,8 @@ final class MQTTBroker: Sendable {
     }
 
     private func violation(_ socket: ScriptedWebSocket, _ violation: MQTTViolation, closeCode: UInt16 = 1002) {
-        socket.record(.in, .error, data: "mqtt: protocol violation: \(violation.reason); closing")
+        let what = violation.code == 0x8D ? "keep-alive expired" : "protocol violation"
+        socket.record(.in, .error, data: "mqtt: \(what): \(violation.reason); closing")
         if version(socket) == 5 {
             send(MQTTWriter.packet(0xE0, [violation.code, 0]), "DISCONNECT reason=\(violation.code)", socket)
         }

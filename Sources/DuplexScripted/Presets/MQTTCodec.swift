@@ -3,7 +3,7 @@ import Foundation
 /// A protocol violation: the packet or byte that breaks MQTT, and MQTT 5's reason code for it.
 struct MQTTViolation: Error {
     var reason: String
-    /// 0x81 malformed packet, 0x82 protocol error, 0x95 packet too large.
+    /// 0x81 malformed packet, 0x82 protocol error, 0x95 packet too large, 0x8D keep-alive timeout.
     var code: UInt8 = 0x81
 }
 

@@ -209,6 +209,23 @@ struct MQTTPresetTests {
         }
     }
 
+    @Test("a client silent for one and a half times its keep-alive is closed, after MQTT 5's DISCONNECT 0x8D; one that pings is not")
+    func keepAlive() async throws {
+        try await Self.withRoute { server in
+            var silent = try await PresetClient.connect(server, "/mqtt", protocols: ["mqtt"])
+            try await silent.send(Data(Self.connect("silent", version: 5, keepAlive: 1)))
+            var pinging = try await Self.connected(server, "pinging", version: 5)
+            let end = try await silent.end()
+            #expect(end.messages == [.data(Data([0x20, 3, 0, 0, 0])), .data(Data([0xE0, 2, 0x8D, 0]))])
+            #expect(end.code == 1000)
+            // The other connection (keep-alive 60) is still served.
+            try await pinging.send(Data(Self.pingRequest))
+            #expect(try await pinging.binary() == Data([0xD0, 0]))
+            _ = try await server.journal.first(within: .seconds(10)) { $0.data?.contains("keep-alive expired") == true }
+            await pinging.socket.terminate()
+        }
+    }
+
     /// A breach of the protocol and the close it gets.
     struct Breach: Sendable, CustomTestStringConvertible {
         var name: String
