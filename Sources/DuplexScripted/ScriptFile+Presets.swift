@@ -23,7 +23,7 @@ extension ScriptFile {
     // MARK: graphql-transport-ws
 
     private static func graphQL(_ value: Reader) throws(ScriptError) -> GraphQLScript {
-        let members = try value.object(keys: ["operations", "acknowledge", "ackPayload", "initTimeoutMs", "refuseInit", "pingEveryMs"])
+        let members = try value.object(keys: ["operations", "acknowledge", "ackPayload", "initTimeoutMs", "refuseInit", "pingEveryMs", "faults"])
         var script = GraphQLScript(operations: try members["operations"]?.array().map { item throws(ScriptError) in try operation(item) } ?? [])
         script.acknowledge = try members["acknowledge"]?.bool() ?? true
         if let payload = members["ackPayload"] {
@@ -32,6 +32,7 @@ extension ScriptFile {
         }
         if let timeout = members["initTimeoutMs"] { script.initTimeout = .milliseconds(try timeout.integer(in: 1...86_400_000)) }
         if let refusal = members["refuseInit"] { script.refuseInit = try graphQLClose(refusal) }
+        if let faults = members["faults"] { script.faults = try self.faults(faults) }
         script.pingEvery = try members["pingEveryMs"].map { value throws(ScriptError) in .milliseconds(try value.integer(in: 1...86_400_000)) }
         return script
     }
@@ -91,6 +92,7 @@ extension ScriptFile {
     private static func socketIO(_ value: Reader) throws(ScriptError) -> SocketIOScript {
         let members = try value.object(keys: [
             "namespaces", "onConnect", "onEvent", "pingIntervalMs", "pingTimeoutMs", "pings", "ignorePongs", "refuseConnect", "dropAfterEvents",
+            "faults",
         ])
         var script = SocketIOScript()
         if let namespaces = members["namespaces"] { script.namespaces = try namespaces.array().map { item throws(ScriptError) in try item.string() } }
@@ -102,6 +104,7 @@ extension ScriptFile {
         script.ignoresPongs = try members["ignorePongs"]?.bool() ?? false
         script.refuseConnect = try members["refuseConnect"]?.string()
         script.dropAfterEvents = try members["dropAfterEvents"]?.integer(in: 1...Int(Int32.max))
+        if let faults = members["faults"] { script.faults = try self.faults(faults) }
         return script
     }
 
@@ -150,11 +153,12 @@ extension ScriptFile {
     // MARK: MQTT
 
     private static func mqtt(_ value: Reader) throws(ScriptError) -> MQTTScript {
-        let members = try value.object(keys: ["connack", "answerPings", "acknowledgePublishes", "onSubscribe", "maxPacketBytes"])
+        let members = try value.object(keys: ["connack", "answerPings", "acknowledgePublishes", "onSubscribe", "maxPacketBytes", "faults"])
         var script = MQTTScript()
         script.connack = UInt8(try members["connack"]?.integer(in: 0...255) ?? 0)
         script.answerPings = try members["answerPings"]?.bool() ?? true
         script.acknowledgePublishes = try members["acknowledgePublishes"]?.bool() ?? true
+        if let faults = members["faults"] { script.faults = try self.faults(faults) }
         script.maxPacketBytes = try members["maxPacketBytes"]?.integer(in: 16...(256 << 20)) ?? script.maxPacketBytes
         script.onSubscribe =
             try members["onSubscribe"]?.array().map { item throws(ScriptError) in

@@ -194,7 +194,7 @@ public enum ScriptFile {
         return (UInt16(code), text)
     }
 
-    private static func faults(_ value: Reader) throws(ScriptError) -> WebSocketFaults {
+    static func faults(_ value: Reader) throws(ScriptError) -> WebSocketFaults {
         let members = try value.object(keys: ["delaySendsMs", "reorderSends", "duplicateSends", "fragmentSends", "dropAfterSending"])
         return WebSocketFaults(
             delaySends: try members["delaySendsMs"].map { value throws(ScriptError) in .milliseconds(try value.integer(in: 0...86_400_000)) },

@@ -179,13 +179,14 @@ public struct ScriptedRoute: Sendable, CustomStringConvertible {
         _ path: String,
         name: String,
         subprotocols: [String],
+        faults: WebSocketFaults,
         accept: @escaping @Sendable (ScriptedRequest) -> UpgradeDecision = { _ in .accept },
         onConnect: @escaping @Sendable (ScriptedWebSocket) throws -> Void,
         onMessage: @escaping @Sendable (ScriptedMessage, ScriptedWebSocket) throws -> Void,
         onEnd: @escaping @Sendable (ScriptedWebSocket) -> Void
     ) -> ScriptedRoute {
         var handler = WebSocketRouteHandler(
-            subprotocols: subprotocols, faults: .init(), answerPings: true, accept: accept, onConnect: onConnect, onMessage: onMessage)
+            subprotocols: subprotocols, faults: faults, answerPings: true, accept: accept, onConnect: onConnect, onMessage: onMessage)
         handler.onEnd = onEnd
         var route = ScriptedRoute(path: path, method: "GET", kind: .webSocket(handler))
         route.preset = name

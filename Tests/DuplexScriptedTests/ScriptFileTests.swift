@@ -49,6 +49,27 @@ struct ScriptFileTests {
         #expect(routes.map(\.preset) == ["graphql-transport-ws", "socket.io", "mqtt"])
     }
 
+    @Test("a preset reads its keys and the faults every scripted WebSocket route takes")
+    func presetKeys() throws {
+        let json = #"""
+            {"routes": [
+              {"path": "/g", "graphql": {"acknowledge": false, "initTimeoutMs": 100, "ackPayload": {"v": 1}, "pingEveryMs": 50,
+                "refuseInit": {"close": 4403, "reason": "no"}, "faults": {"dropAfterSending": 2},
+                "operations": [{"match": {"operationName": "A", "variables": {"id": 1}}, "close": 4500, "reason": "x"}]}},
+              {"path": "/s", "socketio": {"namespaces": ["/", "/a"], "pingIntervalMs": 10, "pingTimeoutMs": 20, "pings": false,
+                "ignorePongs": true, "refuseConnect": "no", "dropAfterEvents": 3, "faults": {"duplicateSends": true},
+                "onConnect": [{"emit": "e", "args": [1, "two"], "expectAck": true}, {"delayMs": 5}, {"disconnect": true}, {"close": true}, {"drop": true}],
+                "onEvent": [{"ack": [], "do": []}]}},
+              {"path": "/m", "mqtt": {"connack": 135, "answerPings": false, "acknowledgePublishes": false, "maxPacketBytes": 64,
+                "faults": {"delaySendsMs": 5},
+                "onSubscribe": [{"topic": "a/+", "do": [{"publish": "a/b", "payloadBase64": "AAE=", "qos": 1, "retain": true},
+                  {"dropMidPacket": true}, {"disconnect": true}, {"drop": true}]}]}}
+            ]}
+            """#
+        let routes = try routes(json)
+        #expect(routes.map(\.preset) == ["graphql-transport-ws", "socket.io", "mqtt"])
+    }
+
     @Test("a proxy route reads its upstream, its rules per direction with every action, and its refusal")
     func proxy() throws {
         let json = #"""

@@ -30,6 +30,9 @@ public struct GraphQLScript: Sendable {
     /// The interval of the route's own `ping` messages, from the ack on; nil sends none (the
     /// client's pings are answered either way).
     public var pingEvery: Duration?
+    /// Faults on every message the route sends (a delay, reordering, duplicates, fragments, a
+    /// drop after the Nth), as on any scripted WebSocket route.
+    public var faults: WebSocketFaults
 
     /// A script of `operations`, acknowledged, with graphql-ws's 3-second init timeout.
     public init(
@@ -39,7 +42,8 @@ public struct GraphQLScript: Sendable {
         initTimeout: Duration = .seconds(3),
         refuseInit: GraphQLClose? = nil,
         authorize: (@Sendable (_ payload: String?) -> GraphQLClose?)? = nil,
-        pingEvery: Duration? = nil
+        pingEvery: Duration? = nil,
+        faults: WebSocketFaults = .init()
     ) {
         self.operations = operations
         self.acknowledge = acknowledge
@@ -48,6 +52,7 @@ public struct GraphQLScript: Sendable {
         self.refuseInit = refuseInit
         self.authorize = authorize
         self.pingEvery = pingEvery
+        self.faults = faults
     }
 
     /// Checks every JSON text the script carries.

@@ -17,7 +17,7 @@ extension ScriptedRoute {
         try script.validate()
         let server = GraphQLWSServer(script: script)
         return .preset(
-            path, name: "graphql-transport-ws", subprotocols: [GraphQLWSServer.subprotocol],
+            path, name: "graphql-transport-ws", subprotocols: [GraphQLWSServer.subprotocol], faults: script.faults,
             onConnect: server.connected, onMessage: server.received, onEnd: server.ended)
     }
 }

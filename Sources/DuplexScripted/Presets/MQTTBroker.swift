@@ -18,7 +18,7 @@ extension ScriptedRoute {
         try script.validate()
         let broker = MQTTBroker(script: script)
         return .preset(
-            path, name: "mqtt", subprotocols: ["mqtt", "mqttv3.1"], onConnect: broker.connected, onMessage: broker.received,
+            path, name: "mqtt", subprotocols: ["mqtt", "mqttv3.1"], faults: script.faults, onConnect: broker.connected, onMessage: broker.received,
             onEnd: broker.ended)
     }
 }

@@ -28,6 +28,9 @@ public struct MQTTScript: Sendable {
     /// The largest packet a client may send, in bytes (its fixed header included); larger is a
     /// protocol violation.
     public var maxPacketBytes: Int
+    /// Faults on every message the route sends (a delay, reordering, duplicates, fragments, a
+    /// drop after the Nth), as on any scripted WebSocket route.
+    public var faults: WebSocketFaults
 
     /// A script: every client accepted and answered, 1 MiB packets at most.
     public init(
@@ -36,7 +39,8 @@ public struct MQTTScript: Sendable {
         answerPings: Bool = true,
         acknowledgePublishes: Bool = true,
         onSubscribe: [MQTTRule] = [],
-        maxPacketBytes: Int = 1 << 20
+        maxPacketBytes: Int = 1 << 20,
+        faults: WebSocketFaults = .init()
     ) {
         self.connack = connack
         self.authorize = authorize
@@ -44,6 +48,7 @@ public struct MQTTScript: Sendable {
         self.acknowledgePublishes = acknowledgePublishes
         self.onSubscribe = onSubscribe
         self.maxPacketBytes = maxPacketBytes
+        self.faults = faults
     }
 
     /// Checks the topics and QoS of every action.

@@ -33,6 +33,9 @@ public struct SocketIOScript: Sendable {
     public var authorize: (@Sendable (_ namespace: String, _ auth: String?) -> String?)?
     /// The connection is dropped (no close frame) after this many events emitted; nil never.
     public var dropAfterEvents: Int?
+    /// Faults on every message the route sends (a delay, reordering, duplicates, fragments, a
+    /// drop after the Nth), as on any scripted WebSocket route.
+    public var faults: WebSocketFaults
 
     /// A script; by default the namespace `/`, Socket.IO's default 25-second ping interval and
     /// 20-second timeout.
@@ -46,7 +49,8 @@ public struct SocketIOScript: Sendable {
         ignoresPongs: Bool = false,
         refuseConnect: String? = nil,
         authorize: (@Sendable (_ namespace: String, _ auth: String?) -> String?)? = nil,
-        dropAfterEvents: Int? = nil
+        dropAfterEvents: Int? = nil,
+        faults: WebSocketFaults = .init()
     ) {
         self.namespaces = namespaces
         self.onConnect = onConnect
@@ -58,6 +62,7 @@ public struct SocketIOScript: Sendable {
         self.refuseConnect = refuseConnect
         self.authorize = authorize
         self.dropAfterEvents = dropAfterEvents
+        self.faults = faults
     }
 
     /// Checks the namespaces and every JSON text the script carries.

@@ -18,7 +18,7 @@ extension ScriptedRoute {
         try script.validate()
         let server = SocketIOServer(script: script)
         return .preset(
-            path, name: "socket.io", subprotocols: [], accept: SocketIOServer.accept,
+            path, name: "socket.io", subprotocols: [], faults: script.faults, accept: SocketIOServer.accept,
             onConnect: server.connected, onMessage: server.received, onEnd: server.ended)
     }
 }

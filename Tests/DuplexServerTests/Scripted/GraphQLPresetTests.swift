@@ -101,6 +101,19 @@ struct GraphQLPresetTests {
         }
     }
 
+    @Test("the faults of every scripted route apply to a preset's messages: fragments, then a drop after the second message")
+    func faults() async throws {
+        try await Self.withRoute(Self.script { $0.faults = WebSocketFaults(fragmentSends: 3, dropAfterSending: 2) }) { server in
+            var client = try await PresetClient.connect(server, "/graphql", protocols: Self.subprotocol)
+            try await client.send(#"{"type":"connection_init"}"#)
+            #expect(try await client.text() == #"{"type":"connection_ack"}"#)
+            try await client.send(#"{"id":"1","type":"subscribe","payload":{"query":"subscription { ticks }"}}"#)
+            let end = try await client.end()
+            #expect(end.messages == [.string(#"{"id":"1","type":"next","payload":{"data":{"ticks":1}}}"#)])
+            #expect(end.code == nil || end.code == 1006)
+        }
+    }
+
     /// What the client does, and the close the preset answers it with.
     struct Breach: Sendable, CustomTestStringConvertible {
         var name: String
