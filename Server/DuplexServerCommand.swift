@@ -158,7 +158,7 @@ struct DuplexServerCommand: AsyncParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "Serve the scripted WebSocket and SSE routes of this JSON file beside the built-in ones (docs/scripts.md); GET /_journal shows what they served and received.",
+            "Serve the scripted WebSocket, SSE, proxy and protocol-preset (GraphQL, Socket.IO, MQTT) routes of this JSON file beside the built-in ones (docs/scripts.md); GET /_journal shows what they served and received.",
             valueName: "file"))
     var script: String?
 
