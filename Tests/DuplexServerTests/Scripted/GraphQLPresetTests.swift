@@ -33,6 +33,14 @@ struct GraphQLPresetTests {
         }
     }
 
+    /// A client past `connection_init` and its ack.
+    static func acknowledged(_ server: RunningDuplexServer) async throws -> PresetClient {
+        var client = try await PresetClient.connect(server, "/graphql", protocols: subprotocol)
+        try await client.send(#"{"type":"connection_init"}"#)
+        #expect(try await client.text() == #"{"type":"connection_ack"}"#)
+        return client
+    }
+
     @Test("init and ack, two subscriptions at once by id, next and complete, error with no complete, pings answered, the init payload journaled")
     func subscriptions() async throws {
         try await Self.withRoute { server in
@@ -72,9 +80,7 @@ struct GraphQLPresetTests {
     @Test("an operation none matches gets an error; the client's complete ends one, so its id can be used again")
     func unmatchedAndComplete() async throws {
         try await Self.withRoute { server in
-            var client = try await PresetClient.connect(server, "/graphql", protocols: Self.subprotocol)
-            try await client.send(#"{"type":"connection_init"}"#)
-            _ = try await client.text()
+            var client = try await Self.acknowledged(server)
             try await client.send(#"{"id":"1","type":"subscribe","payload":{"query":"{ unknown }"}}"#)
             #expect(try await client.text().contains(#""type":"error""#))
             try await client.send(#"{"id":"2","type":"subscribe","payload":{"query":"subscription { forever }"}}"#)
@@ -90,9 +96,7 @@ struct GraphQLPresetTests {
     @Test("a drop after the Nth next: the client sees two next messages, then the connection lost with no close frame")
     func dropAfterNext() async throws {
         try await Self.withRoute { server in
-            var client = try await PresetClient.connect(server, "/graphql", protocols: Self.subprotocol)
-            try await client.send(#"{"type":"connection_init"}"#)
-            _ = try await client.text()
+            var client = try await Self.acknowledged(server)
             try await client.send(#"{"id":"1","type":"subscribe","payload":{"query":"subscription { flaky }"}}"#)
             let end = try await client.end()
             #expect(end.messages.count == 2)
@@ -104,9 +108,7 @@ struct GraphQLPresetTests {
     @Test("the faults of every scripted route apply to a preset's messages: fragments, then a drop after the second message")
     func faults() async throws {
         try await Self.withRoute(Self.script { $0.faults = WebSocketFaults(fragmentSends: 3, dropAfterSending: 2) }) { server in
-            var client = try await PresetClient.connect(server, "/graphql", protocols: Self.subprotocol)
-            try await client.send(#"{"type":"connection_init"}"#)
-            #expect(try await client.text() == #"{"type":"connection_ack"}"#)
+            var client = try await Self.acknowledged(server)
             try await client.send(#"{"id":"1","type":"subscribe","payload":{"query":"subscription { ticks }"}}"#)
             let end = try await client.end()
             #expect(end.messages == [.string(#"{"id":"1","type":"next","payload":{"data":{"ticks":1}}}"#)])
