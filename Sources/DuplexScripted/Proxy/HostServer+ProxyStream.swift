@@ -202,15 +202,16 @@ final class ProxyEventRelay: Sendable {
                     journal?.append(.init(connection: connection, path: path, direction: .out, kind: .drop, leg: .client))
                     break reading
                 case .cut:
-                    // The first half of the event's text, then the connection goes.
+                    // The first half of the event's bytes, then the connection goes: a cut inside
+                    // a multi-byte character sends that character's first bytes, as a network would.
                     let text = (try? outgoing.encoded()) ?? ""
-                    let half = String(decoding: text.utf8.prefix(max(text.utf8.count / 2, 1)), as: UTF8.self)
+                    let half = Array(text.utf8.prefix(max(text.utf8.count / 2, 1)))
                     dropped.withLockedValue { $0 = true }
                     journal?.append(
                         .init(
-                            connection: connection, path: path, direction: .out, kind: .drop, data: half, leg: .client,
-                            action: "cut in the middle of an event"))
-                    writer.send(half)
+                            connection: connection, path: path, direction: .out, kind: .drop, data: String(decoding: half, as: UTF8.self),
+                            leg: .client, action: "cut in the middle of an event"))
+                    writer.send(ByteBuffer(bytes: half))
                     break reading
                 case .hang:
                     journal?.append(

@@ -12,8 +12,9 @@ import TestSupport
 @Suite("SSE proxy routes")
 struct ProxyStreamTests {
     /// The backend: four events with ids, resumable; a POST route that streams its body back;
-    /// a route that refuses with 403 and a body.
+    /// a route that refuses with 403 and a body; an event of two-byte characters.
     static let backend: [ScriptedRoute] = [
+        .sse("/accents", script: SSEScript(events: [SSEScriptEvent(id: "1", data: String(repeating: "é", count: 14))])),
         .sse("/orders", script: SSEScript(events: (1...4).map { SSEScriptEvent(id: "\($0)", event: "order", data: #"{"n":\#($0)}"#) })),
         .sse("/body", method: "POST") { request in SSEScript(events: [SSEScriptEvent(data: request.body ?? "none")]) },
         .sse(
@@ -165,6 +166,7 @@ struct ProxyStreamTests {
             [
                 .proxy("/cut", script: ProxyScript(upstream: backend.httpURL("/orders"), toClient: [ProxyRule(match: .nth(2), do: [.cut])])),
                 .proxy("/hang", script: ProxyScript(upstream: backend.httpURL("/orders"), toClient: [ProxyRule(match: .nth(2), do: [.hang])])),
+                .proxy("/cutAccents", script: ProxyScript(upstream: backend.httpURL("/accents"), toClient: [ProxyRule(match: .nth(1), do: [.cut])])),
             ]
         }) { proxy, backend in
             let body = try await TestHTTPResponse.get(port: proxy.port, "/cut") { response in
@@ -176,6 +178,13 @@ struct ProxyStreamTests {
             #expect(body.hasPrefix(#"id: 1\#nevent: order\#ndata: {"n":1}\#n\#n"#), "\(body)")
             #expect(body.hasSuffix(String(second.prefix(second.utf8.count / 2))), "\(body)")
             #expect(proxy.journal.entries.contains { $0.path == "/cut" && $0.kind == .drop && $0.action == "cut in the middle of an event" })
+            // A cut inside a character sends that character's first byte, not a replacement's: the
+            // event is 57 bytes as the proxy writes it, and its first 28 end in the first "é".
+            let accents = try await TestHTTPResponse.get(port: proxy.port, "/cutAccents") { response in
+                do { while try await response.readChunk() {} } catch {}
+                return response.bodyBytes
+            }
+            #expect(accents == Array("id: 1\nevent: message\ndata: ".utf8) + [0xC3])
 
             let hung = ServerSentEventManager(request: SSERequest(url: proxy.httpURL("/hang")), retryPolicy: .disabled)
             let states = hung.stateEvents

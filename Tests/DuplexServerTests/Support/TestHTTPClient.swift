@@ -10,6 +10,8 @@ final class TestHTTPResponse {
     private(set) var headers = HTTPHeaders()
     /// Every body byte read so far, as text.
     private(set) var bodyText = ""
+    /// The body's bytes so far, as they came.
+    private(set) var bodyBytes: [UInt8] = []
     private var parser = ServerSentEventParser()
     private var pendingEvents: [ServerSentEvent] = []
     private var inbound: NIOAsyncChannelInboundStream<HTTPClientResponsePart>.AsyncIterator
@@ -69,6 +71,7 @@ final class TestHTTPResponse {
             switch part {
             case .body(let buffer):
                 bodyText += String(buffer: buffer)
+                bodyBytes += buffer.readableBytesView
                 pendingEvents += try parser.parse(buffer.readableBytesView)
                 return true
             case .end:
