@@ -205,56 +205,52 @@ public struct ProxyScript: Sendable, Equatable {
         ["http", "https"].contains(upstream.scheme?.lowercased() ?? "")
     }
 
-    /// Checks that the upstream is a `ws`, `wss`, `http` or `https` URL with a host, and that an
-    /// SSE proxy has no `toUpstream` rules and no `reply` (its client sends no messages).
+    /// Checks that the upstream is a `ws`, `wss`, `http` or `https` URL with a host, that an SSE
+    /// proxy has no `toUpstream` rules and no `reply` (its client sends no messages), and that
+    /// each step is one the proxy's kind and the rule's direction take.
     /// - Throws: ``ScriptError`` at the place.
     public func validate() throws(ScriptError) {
         guard let scheme = upstream.scheme?.lowercased(), ["ws", "wss", "http", "https"].contains(scheme), upstream.host?.isEmpty == false else {
             throw ScriptError(
                 path: "upstream", "must be a ws://, wss://, http:// or https:// URL with a host (got \(upstream.absoluteString.debugDescription))")
         }
-        let webSocketOnly: (ProxyAction.Step) -> String? = { step in
-            switch step {
-            case .fragment: "fragment"
-            case .fault: "fault"
-            case .answerPings: "answerPings"
-            default: nil
-            }
+        if isEventStream, !toUpstream.isEmpty {
+            throw ScriptError(path: "toUpstream", "an SSE proxy (an http:// or https:// upstream) has no toUpstream: its client sends no messages")
         }
-        guard isEventStream else {
-            for (name, rules) in [("toUpstream", toUpstream), ("toClient", toClient)] {
-                for (index, rule) in rules.enumerated() {
-                    for (place, action) in rule.actions.enumerated() {
-                        let at = "\(name)[\(index)].do[\(place)]"
-                        switch action.step {
-                        case .cut, .hang:
-                            throw ScriptError(
-                                path: at, "\(action.step == .cut ? "cut" : "hang") applies to an SSE proxy's events (an http:// or https:// upstream)"
-                            )
-                        case .fragment, .fault:
-                            if name == "toUpstream" {
-                                throw ScriptError(path: at, "\(webSocketOnly(action.step)!) applies toward the client: a toClient rule")
-                            }
-                        default:
-                            break
-                        }
+        for (name, rules) in [("toUpstream", toUpstream), ("toClient", toClient)] {
+            for (index, rule) in rules.enumerated() {
+                for (place, action) in rule.actions.enumerated() {
+                    let at = "\(name)[\(index)].do[\(place)]"
+                    if isEventStream, case .reply = action.step {
+                        throw ScriptError(path: at, "an SSE proxy cannot reply: the upstream takes no messages")
+                    }
+                    guard let only = action.step.only else { continue }
+                    switch (only.onWebSocket, isEventStream) {
+                    case (true, true): throw ScriptError(path: at, "\(only.name) applies to a WebSocket proxy (a ws:// or wss:// upstream)")
+                    case (false, false): throw ScriptError(path: at, "\(only.name) applies to an SSE proxy's events (an http:// or https:// upstream)")
+                    default: break
+                    }
+                    if only.towardClient, name == "toUpstream" {
+                        throw ScriptError(path: at, "\(only.name) applies toward the client: a toClient rule")
                     }
                 }
             }
-            return
         }
-        guard toUpstream.isEmpty else {
-            throw ScriptError(path: "toUpstream", "an SSE proxy (an http:// or https:// upstream) has no toUpstream: its client sends no messages")
-        }
-        for (index, rule) in toClient.enumerated() {
-            for (place, action) in rule.actions.enumerated() {
-                if case .reply = action.step {
-                    throw ScriptError(path: "toClient[\(index)].do[\(place)]", "an SSE proxy cannot reply: the upstream takes no messages")
-                }
-                if let name = webSocketOnly(action.step) {
-                    throw ScriptError(path: "toClient[\(index)].do[\(place)]", "\(name) applies to a WebSocket proxy (a ws:// or wss:// upstream)")
-                }
-            }
+    }
+}
+
+extension ProxyAction.Step {
+    /// Where a step applies when not on every proxy: its name as a script writes it, whether it
+    /// is a WebSocket proxy's (else an SSE proxy's), and whether toward the client alone; nil for
+    /// a step every proxy takes.
+    var only: (name: String, onWebSocket: Bool, towardClient: Bool)? {
+        switch self {
+        case .fragment: ("fragment", true, true)
+        case .fault: ("fault", true, true)
+        case .answerPings: ("answerPings", true, false)
+        case .cut: ("cut", false, true)
+        case .hang: ("hang", false, true)
+        default: nil
         }
     }
 }
