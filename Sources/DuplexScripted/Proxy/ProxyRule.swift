@@ -227,7 +227,8 @@ public struct ProxyScript: Sendable, Equatable {
                     guard let only = action.step.only else { continue }
                     switch (only.onWebSocket, isEventStream) {
                     case (true, true): throw ScriptError(path: at, "\(only.name) applies to a WebSocket proxy (a ws:// or wss:// upstream)")
-                    case (false, false): throw ScriptError(path: at, "\(only.name) applies to an SSE proxy's events (an http:// or https:// upstream)")
+                    case (false, false):
+                        throw ScriptError(path: at, "\(only.name) applies to an SSE proxy's events (an http:// or https:// upstream)")
                     default: break
                     }
                     if only.towardClient, name == "toUpstream" {
