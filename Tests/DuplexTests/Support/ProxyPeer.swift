@@ -41,7 +41,8 @@ final class ProxyPeer: Sendable {
         var lines = ["Port \(port)", "Listen 127.0.0.1", "Timeout 30", "LogLevel Connect", "MaxClients 50", "Allow 127.0.0.1"]
         if let basicAuth { lines.append("BasicAuth \(basicAuth.user) \(basicAuth.password)") }
         if onlyPort443 { lines.append("ConnectPort 443") }
-        return try await start(tinyproxy, config: lines, arguments: { ["-d", "-c", $0] }, port: port)
+        // tinyproxy binds its port before it sets up its log, whose last line at start is this.
+        return try await start(tinyproxy, config: lines, arguments: { ["-d", "-c", $0] }, port: port, ready: "done sending stored logs")
     }
 
     /// dante, a SOCKS5 proxy with no authentication, logging every connection it opens.
@@ -55,10 +56,14 @@ final class ProxyPeer: Sendable {
             "client pass { from: 127.0.0.1/32 to: 0.0.0.0/0 log: connect }",
             "socks pass { from: 127.0.0.1/32 to: 0.0.0.0/0 log: connect }",
         ]
-        return try await start(danted, config: lines, arguments: { ["-f", $0, "-N", "1"] }, port: port)
+        // dante says it is running once its internal address is bound.
+        return try await start(danted, config: lines, arguments: { ["-f", $0, "-N", "1"] }, port: port, ready: "running")
     }
 
-    private static func start(_ program: String, config: [String], arguments: (String) -> [String], port: Int) async throws -> ProxyPeer {
+    /// Starts `program` and waits for the line of its log that says it listens (`ready`).
+    private static func start(
+        _ program: String, config: [String], arguments: (String) -> [String], port: Int, ready: String
+    ) async throws -> ProxyPeer {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("duplex-proxy-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let file = directory.appendingPathComponent("proxy.conf")
@@ -66,7 +71,7 @@ final class ProxyPeer: Sendable {
         let process = try CLIProcess(executable: URL(fileURLWithPath: program), arguments(file.path))
         let peer = ProxyPeer(port: port, process: process, directory: directory)
         do {
-            try await waitUntilAccepting(port: port, process: process)
+            try await peer.waitForLog(ready)
         } catch {
             peer.stop()
             throw error
@@ -94,25 +99,5 @@ final class ProxyPeer: Sendable {
         let port = channel.localAddress?.port ?? 0
         try await channel.close()
         return port
-    }
-
-    struct NotListening: Error, CustomStringConvertible {
-        var port: Int
-        var output: String
-        var description: String { "the proxy did not listen on \(port) within 10 s: \(output)" }
-    }
-
-    /// Connects to the port every 50 ms until it accepts (up to 10 s).
-    private static func waitUntilAccepting(port: Int, process: CLIProcess) async throws {
-        let clock = ContinuousClock()
-        let deadline = clock.now + .seconds(10)
-        while clock.now < deadline {
-            if let channel = try? await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connect(host: "127.0.0.1", port: port).get() {
-                try? await channel.close()
-                return
-            }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        throw NotListening(port: port, output: "\(process.output)")
     }
 }
