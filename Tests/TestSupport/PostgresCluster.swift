@@ -103,9 +103,19 @@ package final class PostgresCluster: Sendable {
         guard let directory = sharedDirectory.withLockedValue({ $0 }) else { return }
         let pidFile = directory.appendingPathComponent("data/postmaster.pid")
         if let text = try? String(contentsOf: pidFile, encoding: .utf8), let pid = text.split(separator: "\n").first.flatMap({ Int32($0) }) {
+            // It removes its pid file as it exits: watch the folder for that (inotify), then
+            // send the signal, and wait on the removal, for a second at most.
+            let watch = inotify_init1(Int32(IN_CLOEXEC))
+            defer { if watch >= 0 { close(watch) } }
+            if watch >= 0 { _ = inotify_add_watch(watch, pidFile.deletingLastPathComponent().path, UInt32(IN_DELETE)) }
             kill(pid, SIGQUIT)
-            // It removes its pid file as it exits; wait for that, briefly.
-            for _ in 0..<50 where FileManager.default.fileExists(atPath: pidFile.path) { usleep(20_000) }
+            let deadline = ContinuousClock.now + .seconds(1)
+            while watch >= 0, FileManager.default.fileExists(atPath: pidFile.path), ContinuousClock.now < deadline {
+                var ready = pollfd(fd: watch, events: Int16(POLLIN), revents: 0)
+                guard poll(&ready, 1, 1000) > 0 else { break }
+                var events = [UInt8](repeating: 0, count: 4096)
+                _ = read(watch, &events, events.count)
+            }
         }
         try? FileManager.default.removeItem(at: directory)
     }
