@@ -23,8 +23,11 @@ extension MQTTBroker {
         let accepted = zip(requests, codes).filter { $0.1 < 0x80 }.map { ($0.0.filter, Int($0.1)) }
         let retained: [(String, Data, Int)] = state.withLockedValue { state in
             for (filter, qos) in accepted { state.sessions[socket.connection]?.subscriptions[filter] = qos }
-            return state.retained.filter { topic, _ in accepted.contains { MQTTTopic.matches(topic, filter: $0.0) } }
-                .sorted { $0.key < $1.key }.map { ($0.key, $0.value.payload, $0.value.qos) }
+            // Each at the lower of its own QoS and the highest this SUBSCRIBE granted for it.
+            return state.retained.sorted { $0.key < $1.key }.compactMap { topic, message in
+                let granted = accepted.filter { MQTTTopic.matches(topic, filter: $0.0) }.map(\.1).max()
+                return granted.map { (topic, message.payload, min($0, message.qos)) }
+            }
         }
         send(MQTTWriter.packet(0x90, MQTTWriter.uint16(id) + (version == 5 ? [0] : []) + codes), "SUBACK id=\(id) codes=\(codes)", socket)
         for (topic, payload, qos) in retained {

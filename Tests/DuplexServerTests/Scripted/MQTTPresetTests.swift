@@ -131,16 +131,19 @@ struct MQTTPresetTests {
     }
 
     @Test(
-        "wildcards: + matches one level, # the rest and its parent, $ topics no first-level wildcard; a retained message reaches a later subscriber")
+        "wildcards: + matches one level, # the rest and its parent, $ topics no first-level wildcard; a retained message reaches a later subscriber at its granted QoS")
     func wildcardsAndRetained() async throws {
         try await Self.withRoute { server in
-            let publisher = try await Self.connected(server, "publisher")
-            try await publisher.send(Data(Self.publish("config/mode", "dark", retain: true)))
+            var publisher = try await Self.connected(server, "publisher")
+            try await publisher.send(Data(Self.publish("config/mode", "dark", qos: 1, retain: true)))
+            // Its PUBACK says the broker has it: a later subscriber gets it.
+            #expect(try await publisher.binary() == Data(Self.packet(0x40, [0, 1])))
             var subscriber = try await Self.connected(server, "subscriber")
             try await subscriber.send(Data(Self.subscribe(["sport/+/score", "news/#", "#"], qos: 0)))
             _ = try await subscriber.binary()
             let retained = try Self.published(try await subscriber.binary())
-            #expect(retained.topic == "config/mode" && retained.payload == "dark" && retained.retain)
+            // Published at QoS 1, delivered at the 0 this subscription was granted.
+            #expect(retained.topic == "config/mode" && retained.payload == "dark" && retained.retain && retained.qos == 0)
             for topic in ["$SYS/load", "sport/tennis/score", "news", "news/world/eu"] {
                 try await publisher.send(Data(Self.publish(topic, topic)))
             }
