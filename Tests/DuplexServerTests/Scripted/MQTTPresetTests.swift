@@ -131,7 +131,8 @@ struct MQTTPresetTests {
     }
 
     @Test(
-        "wildcards: + matches one level, # the rest and its parent, $ topics no first-level wildcard; a retained message reaches a later subscriber at its granted QoS")
+        "wildcards: + matches one level, # the rest and its parent, $ topics no first-level wildcard; a retained message reaches a later subscriber at its granted QoS"
+    )
     func wildcardsAndRetained() async throws {
         try await Self.withRoute { server in
             var publisher = try await Self.connected(server, "publisher")
