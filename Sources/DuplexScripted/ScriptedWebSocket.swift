@@ -195,6 +195,18 @@ public final class ScriptedWebSocket: Sendable {
         }
     }
 
+    /// `text` cut to the 123 bytes a close frame's reason may hold, at a character's boundary
+    /// (text from a peer, such as an id, may be longer, or cut inside a character).
+    static func closeReason(_ text: String) -> String {
+        guard text.utf8.count > 123 else { return text }
+        var reason = ""
+        for character in text {
+            guard reason.utf8.count + character.utf8.count <= 123 else { break }
+            reason.append(character)
+        }
+        return reason
+    }
+
     /// Runs `body` on the connection's event loop after `delay`, unless the connection is closed
     /// by then (a protocol preset's timers: pings, timeouts, paced messages).
     func after(_ delay: Duration, _ body: @escaping @Sendable () -> Void) {
@@ -452,7 +464,7 @@ final class ScriptedWebSocketService: EventLoopWebSocketService {
             try body()
         } catch {
             socket.record(.out, .error, data: "\(error)")
-            try? socket.close(code: 1011, reason: String(ScriptJournal.excerpt("\(error)").utf8.prefix(120)) ?? "handler error")
+            try? socket.close(code: 1011, reason: ScriptedWebSocket.closeReason(ScriptJournal.excerpt("\(error)")))
         }
     }
 }

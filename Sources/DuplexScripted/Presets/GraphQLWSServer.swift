@@ -111,7 +111,7 @@ final class GraphQLWSServer: Sendable {
         }
         switch start {
         case .unauthorized: return close(socket, .unauthorized)
-        case .duplicate: return close(socket, GraphQLClose(code: 4409, reason: String("Subscriber for \(id) already exists".utf8.prefix(123))!))
+        case .duplicate: return close(socket, GraphQLClose(code: 4409, reason: "Subscriber for \(id) already exists"))
         case .started: break
         }
         let quoted = JSONValue.string(id).jsonText
@@ -165,7 +165,9 @@ final class GraphQLWSServer: Sendable {
     }
 
     private func close(_ socket: ScriptedWebSocket, _ close: GraphQLClose) {
-        socket.record(.out, .error, data: "graphql-transport-ws: \(close.code) \(close.reason)")
-        try? socket.close(code: close.code, reason: close.reason)
+        // A reason may carry the client's own text (an id, a type): cut to what a close frame holds.
+        let reason = ScriptedWebSocket.closeReason(close.reason)
+        socket.record(.out, .error, data: "graphql-transport-ws: \(close.code) \(reason)")
+        try? socket.close(code: close.code, reason: reason)
     }
 }

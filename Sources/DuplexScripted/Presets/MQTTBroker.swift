@@ -265,6 +265,6 @@ final class MQTTBroker: Sendable {
         if version(socket) == 5 {
             send(MQTTWriter.packet(0xE0, [violation.code, 0]), "DISCONNECT reason=\(violation.code)", socket)
         }
-        try? socket.close(code: closeCode, reason: String("MQTT: \(violation.reason)".utf8.prefix(123)) ?? "MQTT protocol violation")
+        try? socket.close(code: closeCode, reason: ScriptedWebSocket.closeReason("MQTT: \(violation.reason)"))
     }
 }

@@ -127,6 +127,8 @@ struct GraphQLPresetTests {
         var testDescription: String { "\(name): \(code)" }
     }
 
+    static let longID = "x" + String(repeating: "é", count: 100)
+
     static let breaches: [Breach] = [
         Breach(name: "not JSON", sends: ["{"], code: 4400, reason: "Invalid message received"),
         Breach(name: "a binary message", sends: [], code: 4400, reason: "Binary messages are not allowed"),
@@ -143,6 +145,12 @@ struct GraphQLPresetTests {
                 #"{"type":"connection_init"}"#, #"{"id":"1","type":"subscribe","payload":{"query":"forever"}}"#,
                 #"{"id":"1","type":"subscribe","payload":{"query":"forever"}}"#,
             ], code: 4409, reason: "Subscriber for 1 already exists"),
+        Breach(
+            name: "a long id in use: the reason cut to 123 bytes between characters",
+            sends: [
+                #"{"type":"connection_init"}"#, #"{"id":"\#(longID)","type":"subscribe","payload":{"query":"forever"}}"#,
+                #"{"id":"\#(longID)","type":"subscribe","payload":{"query":"forever"}}"#,
+            ], code: 4409, reason: "Subscriber for x" + String(repeating: "é", count: 53)),
         Breach(
             name: "a second init", sends: [#"{"type":"connection_init"}"#, #"{"type":"connection_init"}"#], code: 4429,
             reason: "Too many initialisation requests"),
