@@ -7,6 +7,29 @@ extension ScriptFile {
     /// The route keys that name a preset.
     static let presetKeys = ["graphql", "socketio", "mqtt"]
 
+    private static let graphQLKeys = ["operations", "acknowledge", "ackPayload", "initTimeoutMs", "refuseInit", "pingEveryMs", "faults"]
+    private static let graphQLOperationKeys = ["match", "next", "everyMs", "then", "error", "close", "reason"]
+    private static let graphQLMatchKeys = ["operationName", "queryContains", "variables"]
+    private static let socketIOKeys = [
+        "namespaces", "onConnect", "onEvent", "pingIntervalMs", "pingTimeoutMs", "pings", "ignorePongs", "refuseConnect", "dropAfterEvents",
+        "faults",
+    ]
+    private static let socketIORuleKeys = ["event", "ack", "do"]
+    private static let socketIOActionKeys = ["emit", "delayMs", "disconnect", "close", "drop"]
+    private static let socketIOEmitKeys = ["data", "args", "expectAck"]
+    private static let mqttKeys = ["connack", "answerPings", "acknowledgePublishes", "onSubscribe", "maxPacketBytes", "faults"]
+    private static let mqttRuleKeys = ["topic", "do"]
+    private static let mqttActionKeys = ["publish", "delayMs", "dropMidPacket", "disconnect", "drop"]
+    private static let mqttPublishKeys = ["payload", "payloadBase64", "qos", "retain"]
+
+    /// Every key a preset's script may hold, at any depth, for the test that holds
+    /// docs/scripts.md to them.
+    package static var presetScriptKeys: Set<String> {
+        Set(
+            graphQLKeys + graphQLOperationKeys + graphQLMatchKeys + socketIOKeys + socketIORuleKeys + socketIOActionKeys + socketIOEmitKeys
+                + mqttKeys + mqttRuleKeys + mqttActionKeys + mqttPublishKeys)
+    }
+
     static func preset(_ key: String, _ value: Reader, path: String) throws(ScriptError) -> ScriptedRoute {
         do {
             switch key {
@@ -23,7 +46,7 @@ extension ScriptFile {
     // MARK: graphql-transport-ws
 
     private static func graphQL(_ value: Reader) throws(ScriptError) -> GraphQLScript {
-        let members = try value.object(keys: ["operations", "acknowledge", "ackPayload", "initTimeoutMs", "refuseInit", "pingEveryMs", "faults"])
+        let members = try value.object(keys: graphQLKeys)
         var script = GraphQLScript(operations: try members["operations"]?.array().map { item throws(ScriptError) in try operation(item) } ?? [])
         script.acknowledge = try members["acknowledge"]?.bool() ?? true
         if let payload = members["ackPayload"] {
@@ -38,10 +61,10 @@ extension ScriptFile {
     }
 
     private static func operation(_ value: Reader) throws(ScriptError) -> GraphQLOperation {
-        let members = try value.object(keys: ["match", "next", "everyMs", "then", "error", "close", "reason"])
+        let members = try value.object(keys: graphQLOperationKeys)
         var match = GraphQLMatch.any
         if let matchValue = members["match"] {
-            let conditions = try matchValue.object(keys: ["operationName", "queryContains", "variables"])
+            let conditions = try matchValue.object(keys: graphQLMatchKeys)
             match.operationName = try conditions["operationName"]?.string()
             match.queryContains = try conditions["queryContains"]?.string()
             if let variables = conditions["variables"] {
@@ -90,10 +113,7 @@ extension ScriptFile {
     // MARK: Socket.IO
 
     private static func socketIO(_ value: Reader) throws(ScriptError) -> SocketIOScript {
-        let members = try value.object(keys: [
-            "namespaces", "onConnect", "onEvent", "pingIntervalMs", "pingTimeoutMs", "pings", "ignorePongs", "refuseConnect", "dropAfterEvents",
-            "faults",
-        ])
+        let members = try value.object(keys: socketIOKeys)
         var script = SocketIOScript()
         if let namespaces = members["namespaces"] { script.namespaces = try namespaces.array().map { item throws(ScriptError) in try item.string() } }
         script.onConnect = try members["onConnect"]?.array().map { item throws(ScriptError) in try socketIOAction(item) } ?? []
@@ -109,7 +129,7 @@ extension ScriptFile {
     }
 
     private static func socketIORule(_ value: Reader) throws(ScriptError) -> SocketIORule {
-        let members = try value.object(keys: ["event", "ack", "do"])
+        let members = try value.object(keys: socketIORuleKeys)
         return SocketIORule(
             event: try members["event"]?.string(),
             ack: try members["ack"].map { ack throws(ScriptError) in
@@ -120,17 +140,15 @@ extension ScriptFile {
         )
     }
 
-    private static let socketIOActionKeys = ["emit", "delayMs", "disconnect", "close", "drop"]
-
     private static func socketIOAction(_ value: Reader) throws(ScriptError) -> SocketIOAction {
-        let members = try value.object(keys: socketIOActionKeys + ["data", "args", "expectAck"])
+        let members = try value.object(keys: socketIOActionKeys + socketIOEmitKeys)
         let named = socketIOActionKeys.filter { members[$0] != nil }
         guard named.count == 1, let key = named.first, let argument = members[key] else {
             throw value.error(
                 "an action has exactly one of \(socketIOActionKeys.joined(separator: ", ")) (got \(named.isEmpty ? "none" : named.joined(separator: ", ")))"
             )
         }
-        for extra in ["data", "args", "expectAck"] where key != "emit" && members[extra] != nil {
+        for extra in socketIOEmitKeys where key != "emit" && members[extra] != nil {
             throw members[extra]!.error(#""\#(extra)" goes with "emit""#)
         }
         switch key {
@@ -153,7 +171,7 @@ extension ScriptFile {
     // MARK: MQTT
 
     private static func mqtt(_ value: Reader) throws(ScriptError) -> MQTTScript {
-        let members = try value.object(keys: ["connack", "answerPings", "acknowledgePublishes", "onSubscribe", "maxPacketBytes", "faults"])
+        let members = try value.object(keys: mqttKeys)
         var script = MQTTScript()
         script.connack = UInt8(try members["connack"]?.integer(in: 0...255) ?? 0)
         script.answerPings = try members["answerPings"]?.bool() ?? true
@@ -162,7 +180,7 @@ extension ScriptFile {
         script.maxPacketBytes = try members["maxPacketBytes"]?.integer(in: 16...(256 << 20)) ?? script.maxPacketBytes
         script.onSubscribe =
             try members["onSubscribe"]?.array().map { item throws(ScriptError) in
-                let rule = try item.object(keys: ["topic", "do"])
+                let rule = try item.object(keys: mqttRuleKeys)
                 guard let topic = rule["topic"] else { throw item.error(#"a rule needs "topic", the filter a client subscribes to"#) }
                 return MQTTRule(
                     topic: try topic.string(), do: try rule["do"]?.array().map { action throws(ScriptError) in try mqttAction(action) } ?? [])
@@ -170,17 +188,15 @@ extension ScriptFile {
         return script
     }
 
-    private static let mqttActionKeys = ["publish", "delayMs", "dropMidPacket", "disconnect", "drop"]
-
     private static func mqttAction(_ value: Reader) throws(ScriptError) -> MQTTAction {
-        let members = try value.object(keys: mqttActionKeys + ["payload", "payloadBase64", "qos", "retain"])
+        let members = try value.object(keys: mqttActionKeys + mqttPublishKeys)
         let named = mqttActionKeys.filter { members[$0] != nil }
         guard named.count == 1, let key = named.first, let argument = members[key] else {
             throw value.error(
                 "an action has exactly one of \(mqttActionKeys.joined(separator: ", ")) (got \(named.isEmpty ? "none" : named.joined(separator: ", ")))"
             )
         }
-        for extra in ["payload", "payloadBase64", "qos", "retain"] where key != "publish" && members[extra] != nil {
+        for extra in mqttPublishKeys where key != "publish" && members[extra] != nil {
             throw members[extra]!.error(#""\#(extra)" goes with "publish""#)
         }
         switch key {

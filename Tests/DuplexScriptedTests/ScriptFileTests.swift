@@ -359,13 +359,24 @@ struct ScriptFileTests {
     func proxyActionsDocumented() throws {
         let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../docs/scripts.md")
         let docs = try String(contentsOf: file, encoding: .utf8)
-        let section = try #require(docs.components(separatedBy: "### `proxy`").dropFirst().first?.components(separatedBy: "### Errors").first)
+        let section = try #require(
+            docs.components(separatedBy: "### `proxy`").dropFirst().first?.components(separatedBy: "### Protocol presets").first)
         var documented = Set<String>()
         for line in section.split(separator: "\n") where line.hasPrefix("| `{\"") {
             let cell = line.split(separator: "|").first ?? ""
             for match in cell.matches(of: /`\{"(\w+)"/) { documented.insert(String(match.1)) }
         }
         #expect(documented == Set(ScriptFile.proxyActionKeys))
+    }
+
+    @Test("docs/scripts.md's protocol presets section names every key a preset's script takes")
+    func presetKeysDocumented() throws {
+        let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../docs/scripts.md")
+        let docs = try String(contentsOf: file, encoding: .utf8)
+        let section = try #require(
+            docs.components(separatedBy: "### Protocol presets").dropFirst().first?.components(separatedBy: "### Errors").first)
+        let missing = ScriptFile.presetScriptKeys.filter { !section.contains("`\($0)`") && !section.contains("\"\($0)\"") }
+        #expect(missing.isEmpty, "not in docs/scripts.md: \(missing.sorted())")
     }
 
     @Test("a file that cannot be read is named")
