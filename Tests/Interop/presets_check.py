@@ -155,12 +155,18 @@ def mqtt_checks(port, protocol, name):
         if not echoed.wait(10):
             fail(f"paho-mqtt ({name}) did not get its own echo")
         time.sleep(3.5)  # three keepalive periods of one second, in which paho sends PINGREQ
+        # A PINGREQ sent just now may still wait for its PINGRESP: give it time to arrive.
+        count = lambda text: sum(1 for line in list(log) if text in line)
+        deadline = time.time() + 5
+        while count("Received PINGRESP") < count("Sending PINGREQ") and time.time() < deadline:
+            time.sleep(0.05)
+        # Counted before the disconnect, requests first: a PINGREQ sent after is not counted.
+        requests = count("Sending PINGREQ")
+        responses = count("Received PINGRESP")
     finally:
         client.disconnect()
         client.loop_stop()
-    requests = sum(1 for line in log if "Sending PINGREQ" in line)
-    responses = sum(1 for line in log if "Received PINGRESP" in line)
-    if requests < 2 or responses != requests:
+    if requests < 2 or responses < requests:
         fail(f"paho-mqtt ({name}) sent {requests} PINGREQ and got {responses} PINGRESP")
     print(f"mqtt ({name}): paho-mqtt got CONNACK, three ticks, its echo, {responses} PINGRESP for {requests} PINGREQ")
 
