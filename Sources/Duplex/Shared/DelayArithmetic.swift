@@ -32,7 +32,12 @@ enum DelayArithmetic {
 
     /// `base × multiplier^attempt + increment × attempt`, capped at `limit`, varied by up to
     /// ±`jitter` (a fraction), and never beyond `limit × (1 + jitter)` nor ``longestSeconds``.
-    static func backoff(base: Double, multiplier: Double, increment: Double = 0, attempt: Int, limit: Double, jitter: Double) -> Duration {
+    /// `random` draws the jitter's factor from a range (the system's generator unless a
+    /// simulation gives its seeded one).
+    static func backoff(
+        base: Double, multiplier: Double, increment: Double = 0, attempt: Int, limit: Double, jitter: Double,
+        random: @Sendable (ClosedRange<Double>) -> Double = { Double.random(in: $0) }
+    ) -> Duration {
         let ceiling = clamp(limit, to: 0...longestSeconds)
         var seconds = clamp(base, to: 0...ceiling)
         let factor = clamp(multiplier, to: 1...1e6)
@@ -43,7 +48,7 @@ enum DelayArithmetic {
             done += 1
         }
         let spread = clamp(jitter, to: 0...1)
-        if spread > 0, seconds > 0 { seconds *= Double.random(in: (1 - spread)...(1 + spread)) }
+        if spread > 0, seconds > 0 { seconds *= random((1 - spread)...(1 + spread)) }
         return duration(seconds: min(seconds, longestSeconds))
     }
 

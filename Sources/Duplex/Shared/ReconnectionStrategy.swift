@@ -47,6 +47,10 @@ public struct ReconnectionStrategy: Sendable {
     /// The shortest wait a server can ask for (SSE `retry:` and `Retry-After`).
     public var minimumDelay: Duration
     private var custom: (@Sendable (Int) -> Duration?)?
+    /// Where the jitter's factor is drawn from: the system's generator, unless a simulated
+    /// network (DuplexTesting's `withSimulatedNetwork`) gives its seeded one, so that a seed gives
+    /// the same delays.
+    package var jitterSource: (@Sendable (ClosedRange<Double>) -> Double)?
 
     /// Creates a strategy from durations.
     public init(
@@ -125,7 +129,8 @@ public struct ReconnectionStrategy: Sendable {
             increment: DelayArithmetic.seconds(backoffIncrement),
             attempt: attempt,
             limit: base == nil ? DelayArithmetic.seconds(maxDelay) : limit,
-            jitter: jitter
+            jitter: jitter,
+            random: jitterSource ?? { Double.random(in: $0) }
         )
     }
 

@@ -121,7 +121,7 @@ extension WebSocketCore {
         let transport = self.transport
         let configuration = self.configuration
         let original = self.request
-        return Task {
+        return Task(on: clock) {
             do {
                 let request = await prepare?(original) ?? original
                 let connection = try await transport.connect(request: request, configuration: configuration, delegate: delegate)
@@ -140,12 +140,17 @@ extension WebSocketCore {
         guard let ping = configuration.ping, let generation = state.connection?.generation else { return }
         state.pingTracker = PingTracker(maxFailures: ping.maxPingFailures)
         let clock = self.clock
+        // The first ping's time is taken now, each next one's when the one before is done with.
+        let firstPing = sleeper(on: clock, for: ping.pingInterval - ping.pongTimeout)
         // Cancelled by the lifecycle's stopPinging, and ends by itself once the connection is gone.
-        state.pingTask = Task { [weak self] in
+        state.pingTask = Task(on: clock) { [weak self] in
+            var nextPing = firstPing
             while !Task.isCancelled {
-                guard (try? await clock.sleep(for: ping.pingInterval - ping.pongTimeout)) != nil else { return }
+                guard (try? await nextPing()) != nil else { return }
+                let pongDue = sleeper(on: clock, for: ping.pongTimeout)
                 guard self?.sendPing(generation: generation) == true else { return }
-                guard (try? await clock.sleep(for: ping.pongTimeout)) != nil else { return }
+                guard (try? await pongDue()) != nil else { return }
+                nextPing = sleeper(on: clock, for: ping.pingInterval - ping.pongTimeout)
                 guard self?.pongTimeoutElapsed(generation: generation) == true else { return }
             }
         }

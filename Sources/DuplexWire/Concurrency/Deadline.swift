@@ -18,12 +18,13 @@ package func withDeadline<T: Sendable>(
     orThrow error: @escaping @Sendable () -> any Error,
     _ body: @escaping @Sendable () async throws -> T
 ) async throws -> T {
+    let sleep = sleeper(on: clock, for: timeout)
     switch mode {
     case .cancelAndWait:
         return try await withThrowingTaskGroup(of: T.self) { group in
             group.addTask { try await body() }
             group.addTask {
-                try await clock.sleep(for: timeout)
+                try await sleep()
                 throw error()
             }
             defer { group.cancelAll() }
@@ -44,7 +45,7 @@ package func withDeadline<T: Sendable>(
             }
         }
         let timer = Task {
-            guard (try? await clock.sleep(for: timeout)) != nil else { return }
+            guard (try? await sleep()) != nil else { return }
             continuation.finish(throwing: error())
             work.cancel()
         }
@@ -56,4 +57,15 @@ package func withDeadline<T: Sendable>(
             work.cancel()
         }
     }
+}
+
+/// A wait on `clock` until `delay` after now, the deadline taken when this is called, not when
+/// the wait begins: a task that starts its timer late (on a loaded machine, or on a simulated
+/// network whose time moves while the task is being scheduled) still ends it on time.
+package func sleeper(on clock: any Clock<Duration>, for delay: Duration) -> @Sendable () async throws -> Void {
+    func opened<C: Clock<Duration>>(_ clock: C) -> @Sendable () async throws -> Void {
+        let deadline = clock.now.advanced(by: delay)
+        return { try await clock.sleep(until: deadline, tolerance: nil) }
+    }
+    return opened(clock)
 }

@@ -151,17 +151,19 @@ struct RetryBoundsTests {
     }
 }
 
-/// A clock whose sleeps return at once and are recorded.
+/// A clock whose time stands still, and whose sleeps return at once and are recorded: each as
+/// long as its deadline is from the still now.
 final class RecordingClock: Clock, Sendable {
     typealias Instant = ContinuousClock.Instant
     private let recorded = NIOLockedValueBox<[Duration]>([])
+    private let start = ContinuousClock.now
 
-    var now: Instant { .now }
+    var now: Instant { start }
     var minimumResolution: Duration { .nanoseconds(1) }
     var sleeps: [Duration] { recorded.withLockedValue { $0 } }
 
     func sleep(until deadline: Instant, tolerance: Duration?) async throws {
-        recorded.withLockedValue { $0.append(deadline - .now) }
+        recorded.withLockedValue { $0.append(deadline - start) }
         try Task.checkCancellation()
         await Task.yield()
     }

@@ -1,0 +1,194 @@
+public import Duplex
+public import DuplexFaultProxy
+import DuplexSchema
+import Foundation
+import NIOConcurrencyHelpers
+
+/// Clients and WebSocket servers joined in memory, on one ``TestClock``: no sockets, no real
+/// time. Every delivery, connection attempt and timer is an event on the clock's timeline, and
+/// every random choice (the link's jitter and loss, the clients' reconnection jitter) comes from
+/// the network's ``seed``: the same seed gives the same ``eventLog``.
+///
+/// Made by ``withSimulatedNetwork(seed:link:_:)``, which drives the clock. A server is a
+/// ``SimulatedServer`` (``server(host:port:)``): it echoes by default, answers pings, and can
+/// stop, start, restart after a while, close its connections or stop answering pings. A client is
+/// a `WebSocket` made by ``webSocket(url:configuration:)`` (or any `WebSocket` given
+/// ``configure(_:)``'s configuration and ``clock``). The link between them takes a
+/// `FaultProxy.LinkProfile` (``link``): delay and jitter each way, bandwidth, and loss as TCP sees
+/// it (a lost 1,460-byte segment stalls the stream for a retransmission timeout); ``partition()``
+/// holds every delivery until ``heal()``.
+///
+/// What it simulates is the WebSocket between the client's lifecycle and a server: connecting,
+/// messages, pings, close handshakes, drops, and every timer of the client (reconnection backoff,
+/// ping interval and pong timeout, connect and close timeouts, the preamble's). TLS, HTTP/2, the
+/// kernel's TCP and the Duplex server's own handlers need real sockets: test those with
+/// `withDuplexServer`.
+public final class SimulatedNetwork: Sendable {
+    /// The seed every random choice of this network comes from.
+    public let seed: UInt64
+    /// The clock of every timer and delivery.
+    public let clock: TestClock
+
+    struct State {
+        var servers: [String: SimulatedServer] = [:]
+        var link: FaultProxy.LinkProfile
+        var random: SeededGenerator
+        var log: [String] = []
+        var clients = 0
+        var connections = 0
+        var partitioned = false
+        /// Deliveries held by a partition, in order.
+        var held: [@Sendable () -> Void] = []
+        var sockets: [WebSocket] = []
+    }
+
+    let state: NIOLockedValueBox<State>
+
+    /// A network with no servers, whose random choices come from `seed`.
+    init(seed: UInt64, link: FaultProxy.LinkProfile) {
+        self.seed = seed
+        self.clock = TestClock()
+        self.state = NIOLockedValueBox(State(link: link, random: SeededGenerator(seed: seed)))
+        clock.observeSleeps { [weak self] setAt, firedAt in
+            self?.record("timer set at \(setAt) fires")
+            _ = firedAt
+        }
+    }
+
+    /// The link between every client and server; change it at any time (what is already on its
+    /// way keeps the time it was given).
+    public var link: FaultProxy.LinkProfile {
+        get { state.withLockedValue { $0.link } }
+        set { state.withLockedValue { $0.link = newValue } }
+    }
+
+    /// A server that listens at `host` and `port` (a client's URL names them), up from now. The
+    /// same one when asked twice.
+    public func server(host: String, port: Int = 80) -> SimulatedServer {
+        state.withLockedValue { state in
+            if let server = state.servers["\(host):\(port)"] { return server }
+            let server = SimulatedServer(network: self, name: "\(host):\(port)")
+            state.servers["\(host):\(port)"] = server
+            return server
+        }
+    }
+
+    /// `configuration` with this network as its transport and its reconnection jitter drawn from
+    /// the seed: for a `WebSocket` made with ``clock``.
+    public func configure(_ configuration: WebSocketConfiguration) -> WebSocketConfiguration {
+        var configured = configuration
+        let number = state.withLockedValue { state -> Int in
+            state.clients += 1
+            return state.clients
+        }
+        configured.transport = .custom { SimulatedTransport(network: self, client: number) }
+        let jitter = NIOLockedValueBox(SeededGenerator(seed: seed, stream: UInt64(number)))
+        configured.reconnection.jitterSource = { range in
+            jitter.withLockedValue { generator in Double.random(in: range, using: &generator) }
+        }
+        return configured
+    }
+
+    /// A client of this network: `configuration` as ``configure(_:)`` makes it, on ``clock``. It
+    /// is terminated when the simulation ends.
+    public func webSocket(url: String, configuration: WebSocketConfiguration = .init()) -> WebSocket {
+        guard let parsed = URL(string: url) else { preconditionFailure("not a URL: \(url)") }
+        let socket = WebSocket(request: WebSocketRequest(url: parsed), configuration: configure(configuration), clock: clock)
+        state.withLockedValue { $0.sockets.append(socket) }
+        return socket
+    }
+
+    /// Holds every delivery each way (connection attempts too) until ``heal()``, as a cable pulled
+    /// out would: nothing is lost, nothing arrives.
+    public func partition() {
+        state.withLockedValue { $0.partitioned = true }
+        record("network partitioned")
+    }
+
+    /// Ends a ``partition()``: what it held arrives, in order, from now on.
+    public func heal() {
+        let held = state.withLockedValue { state -> [@Sendable () -> Void] in
+            state.partitioned = false
+            defer { state.held = [] }
+            return state.held
+        }
+        record("network healed")
+        for delivery in held { clock.schedule(at: clock.now, delivery) }
+    }
+
+    /// Adds a line of the test's own to the event log, at the current virtual time.
+    public func record(_ line: String) {
+        let stamped = "\(clock.now) \(line)"
+        state.withLockedValue { $0.log.append(stamped) }
+    }
+
+    /// Every event so far, one per line, each with its virtual time: connection attempts and
+    /// their outcome, messages (kind and size), pings and pongs, closes and drops, servers going
+    /// down and up, timers firing (with the time each was set), and the test's own lines.
+    public var eventLog: String {
+        state.withLockedValue { $0.log.joined(separator: "\n") }
+    }
+
+    /// The log's lines.
+    public var eventLines: [String] {
+        state.withLockedValue { $0.log }
+    }
+
+    /// When bytes sent now over `direction`'s link arrive, after its delay, jitter, bandwidth and
+    /// loss; never before what was sent over it earlier (`after`). Draws from the seed.
+    func arrival(bytes: Int, upstream: Bool, after earlier: inout TestClock.Instant) -> TestClock.Instant {
+        let now = clock.now
+        let at = state.withLockedValue { state -> TestClock.Instant in
+            let link = upstream ? state.link.uplink : state.link.downlink
+            var delay = link.delay
+            if link.jitter > .zero {
+                delay += link.jitter * Double.random(in: 0...1, using: &state.random)
+            }
+            if let rate = link.bytesPerSecond, rate > 0 {
+                delay += .seconds(Double(bytes) / Double(rate))
+            }
+            if link.loss > 0 {
+                var timeout = max(.milliseconds(200), link.delay * 2)
+                for _ in 0..<max(1, (bytes + 1_459) / 1_460) where Double.random(in: 0..<1, using: &state.random) < link.loss {
+                    delay += timeout
+                    timeout = min(timeout * 2, .seconds(120))
+                }
+            }
+            return now.advanced(by: delay)
+        }
+        earlier = max(earlier, at)
+        return earlier
+    }
+
+    /// Runs `delivery` at `instant`, or once the network heals when it is partitioned then.
+    func deliver(at instant: TestClock.Instant, _ delivery: @escaping @Sendable () -> Void) {
+        clock.schedule(at: instant) { [weak self] in
+            guard let self else { return }
+            let held = self.state.withLockedValue { state -> Bool in
+                guard state.partitioned else { return false }
+                state.held.append(delivery)
+                return true
+            }
+            if !held { delivery() }
+        }
+    }
+
+    func nextConnection() -> Int {
+        state.withLockedValue { state in
+            state.connections += 1
+            return state.connections
+        }
+    }
+
+    func server(for url: URL) -> SimulatedServer? {
+        let port = url.port ?? (url.scheme == "wss" || url.scheme == "https" ? 443 : 80)
+        return state.withLockedValue { $0.servers["\(url.host ?? ""):\(port)"] }
+    }
+
+    /// Terminates the clients it made and ends every sleep left, so that no task waits forever.
+    func shutDown() async {
+        let sockets = state.withLockedValue { $0.sockets }
+        for socket in sockets { await socket.terminate() }
+        clock.cancelAll()
+    }
+}

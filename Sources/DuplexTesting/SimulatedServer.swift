@@ -1,0 +1,110 @@
+public import Duplex
+public import DuplexSchema
+import NIOConcurrencyHelpers
+
+/// A WebSocket server on a ``SimulatedNetwork``: it accepts connections while up, echoes each
+/// message (or answers with ``respond``), and answers pings. What it does is logged in the
+/// network's event log, at virtual times.
+public final class SimulatedServer: Sendable {
+    /// `host:port`.
+    public let name: String
+    private unowned let network: SimulatedNetwork
+
+    private struct State {
+        var isUp = true
+        var answersPings = true
+        var connections: [Int: SimulatedConnection] = [:]
+        var accepted = 0
+        var respond: @Sendable (WebSocketMessage) -> [WebSocketMessage] = { [$0] }
+    }
+
+    private let state = NIOLockedValueBox(State())
+
+    init(network: SimulatedNetwork, name: String) {
+        self.network = network
+        self.name = name
+    }
+
+    /// Whether it accepts connections; when down, an attempt is refused after a round trip.
+    public var isUp: Bool { state.withLockedValue { $0.isUp } }
+
+    /// Whether it answers pings with pongs (true by default): false, as a server whose process
+    /// hangs, and a client's pings go unanswered.
+    public var answersPings: Bool {
+        get { state.withLockedValue { $0.answersPings } }
+        set {
+            state.withLockedValue { $0.answersPings = newValue }
+            network.record("server \(name) \(newValue ? "answers" : "ignores") pings")
+        }
+    }
+
+    /// What it sends back for each message it receives, in order: the message itself by default.
+    public func respond(_ answer: @escaping @Sendable (WebSocketMessage) -> [WebSocketMessage]) {
+        state.withLockedValue { $0.respond = answer }
+    }
+
+    /// How many connections are open.
+    public var connectionCount: Int { state.withLockedValue { $0.connections.count } }
+
+    /// How many connections it has accepted since it was made.
+    public var acceptedCount: Int { state.withLockedValue { $0.accepted } }
+
+    /// Goes down: every connection drops with no close frame (its clients learn it a link's delay
+    /// later) and attempts are refused until ``start()``.
+    public func stop() {
+        let dropped = state.withLockedValue { state -> [SimulatedConnection] in
+            state.isUp = false
+            defer { state.connections = [:] }
+            return state.connections.keys.sorted().compactMap { state.connections[$0] }
+        }
+        network.record("server \(name) down")
+        for connection in dropped { connection.serverDropped() }
+    }
+
+    /// Comes up: attempts are accepted again.
+    public func start() {
+        state.withLockedValue { $0.isUp = true }
+        network.record("server \(name) up")
+    }
+
+    /// Goes down now and comes up `downtime` later, on the network's clock.
+    public func restart(downFor downtime: Duration) {
+        stop()
+        network.clock.schedule(at: network.clock.now.advanced(by: downtime)) { [weak self] in self?.start() }
+    }
+
+    /// Closes every connection with a close frame.
+    public func close(code: WebSocketCloseCode = .goingAway, reason: String = "") {
+        let open = state.withLockedValue { state -> [SimulatedConnection] in
+            defer { state.connections = [:] }
+            return state.connections.keys.sorted().compactMap { state.connections[$0] }
+        }
+        for connection in open { connection.serverClosed(code: code, reason: reason) }
+    }
+
+    /// Sends `message` to every open connection.
+    public func send(_ message: WebSocketMessage) {
+        let open = state.withLockedValue { state in state.connections.keys.sorted().compactMap { state.connections[$0] } }
+        for connection in open { connection.serverSends(message) }
+    }
+
+    /// Accepts `connection` when up.
+    func accept(_ connection: SimulatedConnection) -> Bool {
+        state.withLockedValue { state in
+            guard state.isUp else { return false }
+            state.accepted += 1
+            state.connections[connection.number] = connection
+            return true
+        }
+    }
+
+    func answers(to message: WebSocketMessage) -> [WebSocketMessage] {
+        state.withLockedValue { $0.respond }(message)
+    }
+
+    var ping: Bool { state.withLockedValue { $0.isUp && $0.answersPings } }
+
+    func forget(_ connection: SimulatedConnection) {
+        _ = state.withLockedValue { $0.connections.removeValue(forKey: connection.number) }
+    }
+}

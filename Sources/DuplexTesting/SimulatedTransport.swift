@@ -1,0 +1,231 @@
+import Duplex
+import DuplexSchema
+import Foundation
+import NIOConcurrencyHelpers
+
+/// A client's transport on a ``SimulatedNetwork``: each connection attempt crosses the link to
+/// the server its URL names, and is accepted, refused (server down, or none there) or left
+/// unanswered (a partition) until the configuration's connect timeout.
+struct SimulatedTransport: WebSocketTransport {
+    let network: SimulatedNetwork
+    /// The client's number in the log (`c1`).
+    let client: Int
+
+    func connect(
+        request: WebSocketRequest,
+        configuration: WebSocketConfiguration,
+        delegate: any WebSocketTransportDelegate
+    ) async throws -> any WebSocketTransportConnection {
+        let number = network.nextConnection()
+        let connection = SimulatedConnection(
+            network: network, label: "c\(client)#\(number)", number: number, closeTimeout: configuration.closeTimeout, delegate: delegate)
+        let clock = network.clock
+        let server = network.server(for: request.url)
+        network.record("\(connection.label) connect \(request.url.absoluteString)")
+        let outcome = NIOLockedValueBox<CheckedContinuation<Void, any Error>?>(nil)
+        let finish: @Sendable (Result<Void, any Error>) -> Void = { result in
+            outcome.withLockedValue { continuation in
+                defer { continuation = nil }
+                return continuation
+            }?.resume(with: result)
+        }
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            outcome.withLockedValue { $0 = continuation }
+            let timeout = clock.schedule(at: clock.now.advanced(by: configuration.connectTimeout)) { [network] in
+                if outcome.withLockedValue({ $0 != nil }) { network.record("\(connection.label) connect timed out") }
+                finish(.failure(WebSocketError(.connectTimeout, "no answer within \(configuration.connectTimeout) (simulated)")))
+            }
+            // The opening handshake: there, and back.
+            var upstream = clock.now
+            network.deliver(at: network.arrival(bytes: 300, upstream: true, after: &upstream)) { [network] in
+                let accepted = server?.accept(connection) ?? false
+                var downstream = clock.now
+                network.deliver(at: network.arrival(bytes: 200, upstream: false, after: &downstream)) {
+                    clock.cancel(timeout)
+                    guard outcome.withLockedValue({ $0 != nil }) else {
+                        // Timed out meanwhile: the client has gone.
+                        if accepted { server?.forget(connection) }
+                        return
+                    }
+                    if accepted {
+                        connection.opened(server: server)
+                        network.record("\(connection.label) open")
+                        finish(.success(()))
+                    } else {
+                        network.record("\(connection.label) refused")
+                        finish(
+                            .failure(
+                                WebSocketError(
+                                    .connectionFailed,
+                                    "connection refused (simulated: \(server == nil ? "no server at" : "server down at") \(request.url.host ?? ""))"))
+                        )
+                    }
+                }
+            }
+        }
+        return connection
+    }
+}
+
+/// One simulated WebSocket connection, both of its ends: the client's transport connection and
+/// what its server sees.
+final class SimulatedConnection: WebSocketTransportConnection {
+    let label: String
+    let number: Int
+    private let network: SimulatedNetwork
+    private let closeTimeout: Duration
+    private let delegate: any WebSocketTransportDelegate
+
+    private struct State {
+        var server: SimulatedServer?
+        /// The client learnt it ended: nothing more reaches it.
+        var closedForClient = false
+        /// The server's end is gone: nothing more reaches it.
+        var closedForServer = false
+        var closeSent = false
+        var upstream = TestClock.Instant()
+        var downstream = TestClock.Instant()
+    }
+
+    private let state = NIOLockedValueBox(State())
+
+    init(network: SimulatedNetwork, label: String, number: Int, closeTimeout: Duration, delegate: any WebSocketTransportDelegate) {
+        self.network = network
+        self.closeTimeout = closeTimeout
+        self.label = label
+        self.number = number
+        self.delegate = delegate
+    }
+
+    var negotiatedProtocol: String? { nil }
+
+    func opened(server: SimulatedServer?) {
+        state.withLockedValue { $0.server = server }
+    }
+
+    func write(_ message: WebSocketMessage) -> Bool {
+        network.record("\(label) → \(Self.describe(message))")
+        send(upstream: true, bytes: message.byteCount) { [self] in
+            guard let server = liveServer() else { return }
+            for answer in server.answers(to: message) { serverSends(answer) }
+        }
+        return false
+    }
+
+    func ping(_ payload: [UInt8]) {
+        network.record("\(label) ping")
+        send(upstream: true, bytes: payload.count) { [self] in
+            guard let server = liveServer(), server.ping else { return }
+            send(upstream: false, bytes: payload.count) { [self] in
+                guard toClient() else { return }
+                network.record("\(label) pong")
+                delegate.transportDidReceivePong(payload)
+            }
+        }
+    }
+
+    func close(code: WebSocketCloseCode, reason: String) {
+        let first = state.withLockedValue { state -> Bool in
+            defer { state.closeSent = true }
+            return !state.closeSent && !state.closedForClient
+        }
+        guard first else { return }
+        network.record("\(label) close \(code.rawValue) from client")
+        network.clock.schedule(at: network.clock.now.advanced(by: closeTimeout)) { [self] in
+            ended(code: nil, reason: "", error: WebSocketError(.connectionLost, "no close frame within \(closeTimeout) (simulated)"))
+        }
+        // The server answers with the same code; without an answer, the close timeout ends it.
+        send(upstream: true, bytes: 2 + reason.utf8.count) { [self] in
+            guard let server = liveServer() else { return }
+            server.forget(self)
+            state.withLockedValue { $0.closedForServer = true }
+            send(upstream: false, bytes: 2) { [self] in
+                ended(code: code, reason: reason, error: nil)
+            }
+        }
+    }
+
+    func abort() {
+        network.record("\(label) aborted by client")
+        state.withLockedValue { $0.closeSent = true }
+        send(upstream: true, bytes: 0) { [self] in
+            guard let server = liveServer() else { return }
+            server.forget(self)
+            state.withLockedValue { $0.closedForServer = true }
+        }
+        network.clock.schedule(at: network.clock.now) { [self] in ended(code: nil, reason: "", error: nil) }
+    }
+
+    // MARK: The server's end
+
+    /// The server sends `message`.
+    func serverSends(_ message: WebSocketMessage) {
+        send(upstream: false, bytes: message.byteCount) { [self] in
+            guard toClient() else { return }
+            network.record("\(label) ← \(Self.describe(message))")
+            delegate.transportDidReceive(message)
+        }
+    }
+
+    /// The server went down: the client sees the connection drop, with no close frame.
+    func serverDropped() {
+        state.withLockedValue { $0.closedForServer = true }
+        send(upstream: false, bytes: 0) { [self] in
+            ended(code: nil, reason: "", error: WebSocketError(.connectionLost, "the server went away (simulated)"))
+        }
+    }
+
+    /// The server closes with a close frame.
+    func serverClosed(code: WebSocketCloseCode, reason: String) {
+        state.withLockedValue { $0.closedForServer = true }
+        network.record("\(label) close \(code.rawValue) from server")
+        send(upstream: false, bytes: 2 + reason.utf8.count) { [self] in
+            ended(code: code, reason: reason, error: nil)
+        }
+    }
+
+    // MARK: Helpers
+
+    private func send(upstream: Bool, bytes: Int, _ delivery: @escaping @Sendable () -> Void) {
+        let at = state.withLockedValue { state -> TestClock.Instant in
+            upstream
+                ? network.arrival(bytes: bytes, upstream: true, after: &state.upstream)
+                : network.arrival(bytes: bytes, upstream: false, after: &state.downstream)
+        }
+        network.deliver(at: at, delivery)
+    }
+
+    private func liveServer() -> SimulatedServer? {
+        state.withLockedValue { $0.closedForServer ? nil : $0.server }
+    }
+
+    private func toClient() -> Bool {
+        state.withLockedValue { !$0.closedForClient }
+    }
+
+    private func ended(code: WebSocketCloseCode?, reason: String, error: WebSocketError?) {
+        let first = state.withLockedValue { state -> Bool in
+            defer { state.closedForClient = true }
+            return !state.closedForClient
+        }
+        guard first else { return }
+        network.record("\(label) closed\(code.map { " \($0.rawValue)" } ?? " with no close frame")")
+        delegate.transportDidClose(code: code, reason: reason, error: error, unwrittenMessages: 0)
+    }
+
+    private static func describe(_ message: WebSocketMessage) -> String {
+        switch message {
+        case .string(let text): "text \(text.utf8.count) bytes"
+        case .data(let data): "binary \(data.count) bytes"
+        }
+    }
+}
+
+extension WebSocketMessage {
+    fileprivate var byteCount: Int {
+        switch self {
+        case .string(let text): text.utf8.count
+        case .data(let data): data.count
+        }
+    }
+}

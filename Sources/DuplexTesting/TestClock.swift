@@ -1,0 +1,344 @@
+import DequeModule
+import DuplexWire
+import Foundation
+import HeapModule
+import NIOConcurrencyHelpers
+
+/// A clock whose time moves only when a test moves it: `sleep` waits for virtual time, and
+/// ``advance(by:)`` runs every sleep and event due, earliest first, each once what the one before
+/// caused has run. The shape of swift-clocks' `TestClock`, for `Duration`.
+///
+/// ```swift
+/// let clock = TestClock()
+/// let socket = WebSocket(request: request, configuration: configuration, clock: clock)
+/// await clock.advance(by: .seconds(30))   // the ping interval passes at once
+/// ```
+///
+/// The tasks a `WebSocket` starts for its timers and attempts run on the clock's own executor:
+/// one thread, one job at a time, in the order they became ready. "What an event caused has run"
+/// means that executor has nothing left to run.
+///
+/// Inside ``withSimulatedNetwork(seed:link:_:)`` the network drives the clock itself, and the
+/// test runs on that executor too: time jumps to the next timer or delivery whenever nothing is
+/// left to run, so a test writes `try await clock.sleep(for: .seconds(3600))` for an hour to
+/// pass, and ``advance(by:)`` does the same.
+public final class TestClock: Clock, Sendable {
+    /// A point in the clock's virtual time: how long after the clock's start.
+    public struct Instant: InstantProtocol, Hashable, Sendable, CustomStringConvertible {
+        /// The time since the clock's start.
+        public var offset: Duration
+
+        /// The instant `offset` after the clock's start.
+        public init(offset: Duration = .zero) {
+            self.offset = offset
+        }
+
+        /// The instant `duration` later.
+        public func advanced(by duration: Duration) -> Instant {
+            Instant(offset: offset + duration)
+        }
+
+        /// The time from this instant to `other`.
+        public func duration(to other: Instant) -> Duration {
+            other.offset - offset
+        }
+
+        /// Whether `lhs` comes first.
+        public static func < (lhs: Instant, rhs: Instant) -> Bool {
+            lhs.offset < rhs.offset
+        }
+
+        /// Seconds since the start, to the millisecond: `3600.250s`.
+        public var description: String {
+            let millis = offset.components.seconds * 1000 + offset.components.attoseconds / 1_000_000_000_000_000
+            let (seconds, rest) = millis.quotientAndRemainder(dividingBy: 1000)
+            let fraction = String(rest)
+            return "\(seconds).\(String(repeating: "0", count: 3 - fraction.count))\(fraction)s"
+        }
+    }
+
+    fileprivate enum Work {
+        case resume(CheckedContinuation<Void, any Error>)
+        case run(@Sendable () -> Void)
+    }
+
+    fileprivate struct Entry {
+        var deadline: Instant
+        var work: Work
+        /// When it was scheduled.
+        var setAt: Instant
+    }
+
+    /// An entry's place in the queue: its deadline, then the order it was scheduled in.
+    fileprivate struct Key: Comparable {
+        var deadline: Instant
+        var id: UInt64
+
+        static func < (lhs: Key, rhs: Key) -> Bool {
+            (lhs.deadline, lhs.id) < (rhs.deadline, rhs.id)
+        }
+    }
+
+    fileprivate struct State {
+        var now = Instant()
+        /// By sequence number: sleeps and events not yet due.
+        var entries: [UInt64: Entry] = [:]
+        /// Their order; a cancelled sleep's key stays until it comes up.
+        var queue = Heap<Key>()
+        var nextID: UInt64 = 0
+        /// Sleeps cancelled before they were registered.
+        var cancelled: Set<UInt64> = []
+        /// The jobs of the clock's executor, in order.
+        var jobs = Deque<UnownedJob>()
+        /// Whether the runner thread has started, and whether it should stop.
+        var running = false
+        var stopping = false
+        /// Callers of ``idle()``, resumed once no job is left.
+        var idleWaiters: [CheckedContinuation<Void, Never>] = []
+        /// Whether the runner moves the time itself (a simulated network) rather than ``advance(by:)``.
+        var driven = false
+        /// Told of each sleep that ends: when it began, and its deadline.
+        var sleepObserver: (@Sendable (Instant, Instant) -> Void)?
+
+        /// Removes the earliest entry due by `deadline` (any, when nil) and moves the time to it.
+        fileprivate mutating func takeEarliest(dueBy deadline: Instant?) -> Entry? {
+            while let key = queue.min, entries[key.id] == nil {
+                queue.removeMin()
+            }
+            guard let key = queue.min, deadline.map({ key.deadline <= $0 }) ?? true,
+                let entry = entries.removeValue(forKey: key.id)
+            else { return nil }
+            queue.removeMin()
+            now = max(now, entry.deadline)
+            return entry
+        }
+    }
+
+    private let state = NIOLockedValueBox(State())
+    /// Wakes the runner thread.
+    private let wake = DispatchSemaphore(value: 0)
+    private let executor: ClockExecutor
+
+    /// A clock at its start, with nothing scheduled.
+    public init() {
+        executor = ClockExecutor()
+        executor.clock = Weak(self)
+    }
+
+    deinit {
+        state.withLockedValue { $0.stopping = true }
+        wake.signal()
+    }
+
+    /// The current virtual time.
+    public var now: Instant { state.withLockedValue { $0.now } }
+
+    /// None: every instant can be reached.
+    public var minimumResolution: Duration { .zero }
+
+    /// How many sleeps and events wait for their time.
+    public var scheduledCount: Int { state.withLockedValue { $0.entries.count } }
+
+    /// Waits until the clock reaches `deadline` (at once when it has); throws
+    /// `CancellationError` when the task is cancelled first.
+    public func sleep(until deadline: Instant, tolerance: Duration? = nil) async throws {
+        try Task.checkCancellation()
+        let id = state.withLockedValue { state -> UInt64 in
+            state.nextID += 1
+            return state.nextID
+        }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let outcome = state.withLockedValue { state -> Result<Void, any Error>? in
+                    if state.cancelled.remove(id) != nil { return .failure(CancellationError()) }
+                    if deadline <= state.now { return .success(()) }
+                    state.entries[id] = Entry(deadline: deadline, work: .resume(continuation), setAt: state.now)
+                    state.queue.insert(Key(deadline: deadline, id: id))
+                    return nil
+                }
+                if let outcome { continuation.resume(with: outcome) } else { wake.signal() }
+            }
+        } onCancel: {
+            let entry = state.withLockedValue { state -> Entry? in
+                guard let entry = state.entries.removeValue(forKey: id) else {
+                    state.cancelled.insert(id)
+                    return nil
+                }
+                return entry
+            }
+            if case .resume(let continuation) = entry?.work { continuation.resume(throwing: CancellationError()) }
+        }
+    }
+
+    /// Lets `duration` of virtual time pass: runs every sleep and event due by then, earliest
+    /// first, each once what the one before caused has run, and returns once all of it has.
+    public func advance(by duration: Duration = .zero) async {
+        await advance(to: now.advanced(by: duration))
+    }
+
+    /// Lets the virtual time pass up to `deadline` (see ``advance(by:)``); nothing when it has.
+    public func advance(to deadline: Instant) async {
+        if state.withLockedValue({ $0.driven }) {
+            try? await sleep(until: deadline)
+            return
+        }
+        while true {
+            await idle()
+            guard let entry = state.withLockedValue({ $0.takeEarliest(dueBy: deadline) }) else { break }
+            fire(entry)
+        }
+        state.withLockedValue { $0.now = max($0.now, deadline) }
+        await idle()
+    }
+
+    /// Runs `work` when the clock reaches `deadline` (at the next step when it has), after the
+    /// sleeps and events already due then.
+    @discardableResult
+    package func schedule(at deadline: Instant, _ work: @escaping @Sendable () -> Void) -> UInt64 {
+        let id = state.withLockedValue { state -> UInt64 in
+            state.nextID += 1
+            let due = max(deadline, state.now)
+            state.entries[state.nextID] = Entry(deadline: due, work: .run(work), setAt: state.now)
+            state.queue.insert(Key(deadline: due, id: state.nextID))
+            return state.nextID
+        }
+        wake.signal()
+        return id
+    }
+
+    /// Drops an event ``schedule(at:_:)`` made, unless it has run.
+    package func cancel(_ id: UInt64) {
+        _ = state.withLockedValue { $0.entries.removeValue(forKey: id) }
+    }
+
+    /// Returns once the clock's executor has no job left to run.
+    package func idle() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            state.withLockedValue { state in
+                state.idleWaiters.append(continuation)
+                startRunner(&state)
+            }
+            wake.signal()
+        }
+    }
+
+    /// Moves the time on its own while `body` runs, on the clock's executor: whenever no job is
+    /// left, to the next sleep or event. A simulated network runs its clock this way.
+    package func drive<Result: Sendable>(_ body: @escaping @Sendable () async throws -> Result) async throws -> Result {
+        state.withLockedValue { state in
+            state.driven = true
+            startRunner(&state)
+        }
+        wake.signal()
+        defer {
+            state.withLockedValue { $0.driven = false }
+        }
+        return try await withTaskExecutorPreference(executor) {
+            try await body()
+        }
+    }
+
+    /// Tells `observer` of each sleep that ends, with the instant it began and its deadline.
+    package func observeSleeps(_ observer: @escaping @Sendable (Instant, Instant) -> Void) {
+        state.withLockedValue { $0.sleepObserver = observer }
+    }
+
+    /// Ends every sleep with `CancellationError` and drops every event: nothing waits on the clock
+    /// once a simulation is over.
+    package func cancelAll() {
+        let entries = state.withLockedValue { state -> [Entry] in
+            defer {
+                state.entries = [:]
+                state.queue = Heap()
+            }
+            return Array(state.entries.values)
+        }
+        for entry in entries {
+            if case .resume(let continuation) = entry.work { continuation.resume(throwing: CancellationError()) }
+        }
+    }
+
+    fileprivate func enqueue(_ job: UnownedJob) {
+        state.withLockedValue { state in
+            state.jobs.append(job)
+            startRunner(&state)
+        }
+        wake.signal()
+    }
+
+    private func fire(_ entry: Entry) {
+        switch entry.work {
+        case .resume(let continuation):
+            state.withLockedValue { $0.sleepObserver }?(entry.setAt, entry.deadline)
+            continuation.resume()
+        case .run(let work): work()
+        }
+    }
+
+    private enum Step {
+        case job(UnownedJob)
+        case entry(Entry)
+        case idle([CheckedContinuation<Void, Never>])
+        case stop
+    }
+
+    /// Starts the thread that runs the executor's jobs (and, when driven, moves the time).
+    private func startRunner(_ state: inout State) {
+        guard !state.running else { return }
+        state.running = true
+        let thread = Thread { [weak self, executor] in
+            while let step = self?.nextStep() {
+                switch step {
+                case .job(let job):
+                    job.runSynchronously(on: executor.asUnownedTaskExecutor())
+                case .entry(let entry):
+                    self?.fire(entry)
+                case .idle(let waiters):
+                    if waiters.isEmpty {
+                        guard let wake = self?.wake else { return }
+                        wake.wait()
+                    }
+                    for waiter in waiters { waiter.resume() }
+                case .stop:
+                    return
+                }
+            }
+        }
+        thread.name = "TestClock"
+        thread.start()
+    }
+
+    private func nextStep() -> Step {
+        state.withLockedValue { state in
+            if state.stopping { return .stop }
+            if let job = state.jobs.popFirst() { return .job(job) }
+            if state.driven, let entry = state.takeEarliest(dueBy: nil) { return .entry(entry) }
+            defer { state.idleWaiters = [] }
+            return .idle(state.idleWaiters)
+        }
+    }
+}
+
+extension TestClock: TaskExecutingClock {
+    package var taskExecutor: any TaskExecutor { executor }
+}
+
+/// The executor of a ``TestClock``: its jobs run on the clock's thread, one at a time, in order.
+private final class ClockExecutor: TaskExecutor, @unchecked Sendable {
+    /// Set once, right after init.
+    var clock = Weak<TestClock>(nil)
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        clock.value?.enqueue(UnownedJob(job))
+    }
+}
+
+private struct Weak<Value: AnyObject>: @unchecked Sendable {
+    weak var value: Value?
+
+    init(_ value: Value?) {
+        self.value = value
+    }
+}
+
+extension TestClock.Instant: Comparable {}
