@@ -36,6 +36,92 @@ import Testing
         #expect(first != other)
     }
 
+    /// Pings every 30 s answered for two hours; then the server stops answering, and the client
+    /// gives the connection up after its missed pongs, 30 s apart, and says so once.
+    @Test func pingFailsAfterMissedPongsAtThirtySecondIntervals() async throws {
+        try await withSimulatedNetwork(seed: 3, link: Self.link) { network, clock in
+            let server = network.server(host: "quiet.test")
+            var configuration = WebSocketConfiguration(reconnection: .none, logger: Self.quiet)
+            configuration.ping = PingConfig(pingInterval: .seconds(30), maxPingFailures: 3)
+            let socket = network.webSocket(url: "ws://quiet.test/", configuration: configuration)
+            socket.onPingFailed = { _ in network.record("ping failed") }
+            try await socket.connect()
+            try await clock.sleep(for: .seconds(7200))
+            #expect(socket.state == .connected(protocol: nil))
+            #expect(network.eventLines.filter { $0.hasSuffix(" pong") }.count >= 239)
+            server.answersPings = false
+            let stopped = clock.now
+            try await clock.sleep(for: .seconds(600))
+            let log = network.eventLines
+            guard case .disconnected(.pingFailed(let missed)) = socket.state else {
+                Issue.record("still \(socket.state)")
+                return
+            }
+            #expect(missed == 3)
+            let failures = log.filter { $0.hasSuffix(" ping failed") }
+            #expect(failures.count == 1, "onPingFailed ran once: \(failures)")
+            // The unanswered pings: the last three, 30 s apart, no pong after the first of them,
+            // and the failure when the last one's pong timeout ran out.
+            let failedAt = try #require(failures.first.flatMap { Self.seconds($0.split(separator: " ")[0]) })
+            let pings = Self.times(of: " ping", in: log)
+            let unanswered = Array(pings.suffix(3))
+            #expect(unanswered.count == 3 && unanswered[0] >= Self.seconds(stopped.offset) - 30)
+            let lastPong = Self.times(of: " pong", in: log).last ?? 0
+            #expect(lastPong < unanswered[0], "a pong after \(unanswered[0])")
+            for (earlier, later) in zip(unanswered, unanswered.dropFirst()) {
+                #expect(abs(later - earlier - 30) < 0.001)
+            }
+            #expect(abs(failedAt - unanswered[2] - 30) < 0.001, "failed at \(failedAt), pings at \(unanswered)")
+            #expect(pings.allSatisfy { $0 <= failedAt }, "no ping after the failure")
+        }
+    }
+
+    /// `terminate()` during a backoff wait: the wait is cancelled, no attempt follows in the next
+    /// hour, even once the server is back, and no timer of the client is left on the clock.
+    @Test func terminateDuringABackoffWaitEndsEverything() async throws {
+        try await withSimulatedNetwork(seed: 5, link: Self.link) { network, clock in
+            let server = network.server(host: "gone.test")
+            let configuration = WebSocketConfiguration(reconnection: .fixedDelay(.seconds(20)), logger: Self.quiet)
+            let socket = network.webSocket(url: "ws://gone.test/", configuration: configuration)
+            try await socket.connect()
+            server.stop()
+            try await clock.sleep(for: .seconds(5))
+            #expect(clock.scheduledCount == 1, "the client's retry timer waits")
+            network.record("terminating")
+            await socket.terminate()
+            #expect(clock.scheduledCount == 0, "terminate cancelled the retry timer")
+            server.start()
+            try await clock.sleep(for: .seconds(3600))
+            let log = network.eventLines
+            let terminated = try #require(log.firstIndex { $0.hasSuffix(" terminating") })
+            #expect(!log[terminated...].contains { $0.contains(" connect ") }, "\(log[terminated...])")
+            #expect(log.filter { $0.contains(" connect ") }.count == 1)
+            #expect(socket.state == .disconnected(.terminated))
+        }
+    }
+
+    /// A thousand clients on one server that restarts: every one reconnects once it is back,
+    /// their attempts spread by the jitter, all within the strategy's cap.
+    @Test func aThousandClientsReconnectAfterARestart() async throws {
+        let started = ContinuousClock.now
+        try await withSimulatedNetwork(seed: 9, link: Self.link) { network, clock in
+            let server = network.server(host: "storm.test")
+            let configuration = WebSocketConfiguration(
+                reconnection: .exponentialBackoff(baseDelay: .seconds(1), maxDelay: .seconds(30), jitter: 0.2), logger: Self.quiet)
+            let sockets = (0..<1_000).map { _ in network.webSocket(url: "ws://storm.test/", configuration: configuration) }
+            for socket in sockets { try await socket.connect() }
+            #expect(server.connectionCount == 1_000)
+            server.restart(downFor: .seconds(120))
+            try await clock.sleep(for: .seconds(240))
+            #expect(server.connectionCount == 1_000)
+            #expect(sockets.allSatisfy { $0.state == .connected(protocol: nil) })
+            #expect(server.acceptedCount == 2_000)
+            let waits = Self.retryWaits(network.eventLines)
+            #expect(waits.allSatisfy { $0 <= .seconds(36) })
+        }
+        print("1,000 clients through a restart: \(ContinuousClock.now - started) of wall time")
+    }
+
     /// A server down 1 of every 2 minutes for an hour, with a client reconnecting by exponential
     /// backoff from 1 s to 30 s (±20%), over a link of 20 ms each way with 5 ms of jitter.
     static func flappingHour(seed: UInt64) async throws -> [String] {
@@ -58,21 +144,34 @@ import Testing
         name: "lan", downlink: .init(kilobitsPerSecond: nil, delay: .milliseconds(20), jitter: .milliseconds(5)),
         uplink: .init(kilobitsPerSecond: nil, delay: .milliseconds(20), jitter: .milliseconds(5)))
 
-    /// The time from each refusal or drop to the attempt after it.
+    /// The time from each refusal or drop to the same client's attempt after it.
     static func retryWaits(_ log: [String]) -> [Duration] {
         var waits: [Duration] = []
-        var lost: Double?
+        var lost: [Substring: Double] = [:]
         for line in log {
             let parts = line.split(separator: " ")
             guard parts.count >= 3, let time = seconds(parts[0]) else { continue }
+            let client = parts[1].prefix { $0 != "#" }
             if parts[2] == "refused" || line.hasSuffix("closed with no close frame") {
-                lost = time
-            } else if parts[2] == "connect", let since = lost {
+                lost[client] = time
+            } else if parts[2] == "connect", let since = lost.removeValue(forKey: client) {
                 waits.append(.seconds(time - since))
-                lost = nil
             }
         }
         return waits
+    }
+
+    /// The times of the lines that end with `suffix`.
+    static func times(of suffix: String, in log: [String]) -> [Double] {
+        var times: [Double] = []
+        for line in log where line.hasSuffix(suffix) {
+            if let time = seconds(line.split(separator: " ")[0]) { times.append(time) }
+        }
+        return times
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) * 1e-18
     }
 
     static func seconds(_ text: Substring) -> Double? {
