@@ -284,10 +284,14 @@ struct RecordTests {
                 // stops the upstream.
                 await socket.core.gate.waitUntilClosed()
                 await peer.waitUntilHeldBack()
-                // Held, not merely slowed down: a second on, the upstream still could not write
-                // it all, and the recorder has not taken it all (without the hold it takes the
-                // whole flood within that second and buffers it for the client).
-                try await Task.sleep(for: .seconds(1))
+                // Held, not merely slowed down: after the recorder has answered twenty requests
+                // of others (its event loops ran all the while), the upstream still could not
+                // write it all, and the recorder has not taken it all (without the hold it takes
+                // the whole flood as fast as the upstream writes, and buffers it for the client).
+                for _ in 0..<20 {
+                    let answer = try await HTTPProbe.send(port: server.port, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                    #expect(answer.hasPrefix("HTTP/1.1 "))
+                }
                 #expect(peer.floodedCount < total, "the upstream could not write it all: held back through the recorder")
                 let taken = try recorder.cassette().sessions.first?.steps.count ?? 0
                 #expect(taken < total, "the recorder took \(taken) of \(total) while the client read nothing")

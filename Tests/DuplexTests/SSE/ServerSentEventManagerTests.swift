@@ -332,7 +332,7 @@ struct ServerSentEventManagerTests {
     func slowReaderIsNotSilence() async throws {
         try await withTimeout(.seconds(30)) {
             try await withDuplexServer { server in
-                // Ticks every 20 ms; the read timeout is 500 ms; the reader stops for 2.5 s with
+                // Ticks every 20 ms; the read timeout is 500 ms; the reader stops for 3 s with
                 // room for 2 events only.
                 var configuration = SSEConfiguration(readTimeout: .milliseconds(500))
                 configuration.streamBufferLimit = 2
@@ -340,9 +340,18 @@ struct ServerSentEventManagerTests {
                 let events = sse.events
                 let states = sse.stateEvents
                 try await sse.connect()
-                // The time itself is what is tested: the reader stays away for five read timeouts.
-                // There is no event to wait on, and the timer is NIO's (no clock to inject).
-                try await Task.sleep(for: .milliseconds(2500))
+                // The reader stays away while a second client, reading the same 20 ms ticks,
+                // gets 150 of them: three seconds of the server's own time, six read timeouts.
+                let metronome = ServerSentEventManager(url: server.httpURL("/events?interval=20"), retryPolicy: .disabled)
+                let beats = metronome.events
+                try await metronome.connect()
+                var beat = 0
+                for await _ in beats {
+                    beat += 1
+                    if beat == 150 { break }
+                }
+                await metronome.terminate()
+                #expect(beat == 150)
                 #expect(sse.state == .connected, "the stream stayed open while the reader was away")
                 // Bounded on its own, so that a stream that stopped says how (its state) instead
                 // of waiting out the test's limit.
