@@ -3,7 +3,7 @@ public import DuplexSchema
 import NIOConcurrencyHelpers
 
 /// A WebSocket server on a ``SimulatedNetwork``: it accepts connections while up, echoes each
-/// message (or answers with ``respond``), and answers pings. What it does is logged in the
+/// message (or answers with ``respond(_:)``), and answers pings. What it does is logged in the
 /// network's event log, at virtual times.
 public final class SimulatedServer: Sendable {
     /// `host:port`.
