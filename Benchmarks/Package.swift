@@ -52,6 +52,16 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .executableTarget(
+            name: "simulated-time-benchmark",
+            dependencies: [
+                .product(name: "Duplex", package: duplexPackage),
+                .product(name: "DuplexTesting", package: duplexPackage),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "SimulatedTimeBenchmark",
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
             name: "client-peers-benchmark",
             dependencies: [
                 .product(name: "Duplex", package: duplexPackage),

@@ -19,51 +19,96 @@ struct SimulatedTransport: WebSocketTransport {
         let number = network.nextConnection()
         let connection = SimulatedConnection(
             network: network, label: "c\(client)#\(number)", number: number, closeTimeout: configuration.closeTimeout, delegate: delegate)
-        let clock = network.clock
-        let server = network.server(for: request.url)
         network.record("\(connection.label) connect \(request.url.absoluteString)")
-        let outcome = NIOLockedValueBox<CheckedContinuation<Void, any Error>?>(nil)
-        let finish: @Sendable (Result<Void, any Error>) -> Void = { result in
-            outcome.withLockedValue { continuation in
-                defer { continuation = nil }
-                return continuation
-            }?.resume(with: result)
-        }
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            outcome.withLockedValue { $0 = continuation }
-            let timeout = clock.schedule(at: clock.now.advanced(by: configuration.connectTimeout)) { [network] in
-                if outcome.withLockedValue({ $0 != nil }) { network.record("\(connection.label) connect timed out") }
-                finish(.failure(WebSocketError(.connectTimeout, "no answer within \(configuration.connectTimeout) (simulated)")))
+        let attempt = Attempt()
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                attempt.begin(continuation)
+                start(connection, request: request, configuration: configuration, attempt: attempt)
             }
-            // The opening handshake: there, and back.
-            var upstream = clock.now
-            network.deliver(at: network.arrival(bytes: 300, upstream: true, after: &upstream)) { [network] in
-                let accepted = server?.accept(connection) ?? false
-                var downstream = clock.now
-                network.deliver(at: network.arrival(bytes: 200, upstream: false, after: &downstream)) {
-                    clock.cancel(timeout)
-                    guard outcome.withLockedValue({ $0 != nil }) else {
-                        // Timed out meanwhile: the client has gone.
-                        if accepted { server?.forget(connection) }
-                        return
-                    }
-                    if accepted {
-                        connection.opened(server: server)
-                        network.record("\(connection.label) open")
-                        finish(.success(()))
-                    } else {
-                        network.record("\(connection.label) refused")
-                        finish(
-                            .failure(
-                                WebSocketError(
-                                    .connectionFailed,
-                                    "connection refused (simulated: \(server == nil ? "no server at" : "server down at") \(request.url.host ?? ""))"))
-                        )
-                    }
+        } onCancel: {
+            attempt.finish(.failure(CancellationError()))
+        }
+        return connection
+    }
+
+    /// The attempt's packets: the opening handshake there and back, and the connect timeout.
+    private func start(_ connection: SimulatedConnection, request: WebSocketRequest, configuration: WebSocketConfiguration, attempt: Attempt) {
+        let (network, clock) = (self.network, network.clock)
+        let server = network.server(for: request.url)
+        let timeout = clock.schedule(at: clock.now.advanced(by: configuration.connectTimeout)) {
+            if attempt.isPending { network.record("\(connection.label) connect timed out") }
+            attempt.finish(.failure(WebSocketError(.connectTimeout, "no answer within \(configuration.connectTimeout) (simulated)")))
+        }
+        var upstream = clock.now
+        network.deliver(at: network.arrival(bytes: 300, upstream: true, after: &upstream)) {
+            let accepted = server?.accept(connection) ?? false
+            var downstream = clock.now
+            network.deliver(at: network.arrival(bytes: 200, upstream: false, after: &downstream)) {
+                clock.cancel(timeout)
+                guard attempt.isPending else {
+                    // Timed out or cancelled meanwhile: the client has gone.
+                    if accepted { server?.forget(connection) }
+                    return
+                }
+                if accepted {
+                    connection.opened(server: server)
+                    network.record("\(connection.label) open")
+                    attempt.finish(.success(()))
+                } else {
+                    network.record("\(connection.label) refused")
+                    let place = "\(server == nil ? "no server at" : "server down at") \(request.url.host ?? "")"
+                    attempt.finish(.failure(WebSocketError(.connectionFailed, "connection refused (simulated: \(place))")))
                 }
             }
         }
-        return connection
+    }
+}
+
+/// A connection attempt's outcome, given once: accepted, refused, timed out or cancelled.
+private final class Attempt: Sendable {
+    private enum Phase {
+        case starting
+        case waiting(CheckedContinuation<Void, any Error>)
+        /// Finished before the wait began (cancelled at once).
+        case finishedEarly(Result<Void, any Error>)
+        case done
+    }
+
+    private let phase = NIOLockedValueBox(Phase.starting)
+
+    func begin(_ continuation: CheckedContinuation<Void, any Error>) {
+        let early = phase.withLockedValue { phase -> Result<Void, any Error>? in
+            if case .finishedEarly(let result) = phase {
+                phase = .done
+                return result
+            }
+            phase = .waiting(continuation)
+            return nil
+        }
+        if let early { continuation.resume(with: early) }
+    }
+
+    var isPending: Bool {
+        phase.withLockedValue { phase in
+            if case .waiting = phase { true } else { false }
+        }
+    }
+
+    func finish(_ result: Result<Void, any Error>) {
+        let waiting = phase.withLockedValue { phase -> CheckedContinuation<Void, any Error>? in
+            switch phase {
+            case .starting:
+                phase = .finishedEarly(result)
+                return nil
+            case .waiting(let continuation):
+                phase = .done
+                return continuation
+            case .finishedEarly, .done:
+                return nil
+            }
+        }
+        waiting?.resume(with: result)
     }
 }
 

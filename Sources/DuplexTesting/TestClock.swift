@@ -114,20 +114,21 @@ public final class TestClock: Clock, Sendable {
         }
     }
 
-    private let state = NIOLockedValueBox(State())
-    /// Wakes the runner thread.
-    private let wake = DispatchSemaphore(value: 0)
-    private let executor: ClockExecutor
+    private let state: NIOLockedValueBox<State>
+    /// Runs the jobs of the clock's executor, and the time when driven.
+    private let runner: ClockRunner
+    private var wake: DispatchSemaphore { runner.wake }
 
     /// A clock at its start, with nothing scheduled.
     public init() {
-        executor = ClockExecutor()
-        executor.clock = Weak(self)
+        state = NIOLockedValueBox(State())
+        runner = ClockRunner(state: state)
     }
 
     deinit {
+        // The runner ends once the jobs already queued have run.
         state.withLockedValue { $0.stopping = true }
-        wake.signal()
+        runner.wake.signal()
     }
 
     /// The current virtual time.
@@ -216,7 +217,7 @@ public final class TestClock: Clock, Sendable {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             state.withLockedValue { state in
                 state.idleWaiters.append(continuation)
-                startRunner(&state)
+                runner.start(&state)
             }
             wake.signal()
         }
@@ -227,13 +228,13 @@ public final class TestClock: Clock, Sendable {
     package func drive<Result: Sendable>(_ body: @escaping @Sendable () async throws -> Result) async throws -> Result {
         state.withLockedValue { state in
             state.driven = true
-            startRunner(&state)
+            runner.start(&state)
         }
         wake.signal()
         defer {
             state.withLockedValue { $0.driven = false }
         }
-        return try await withTaskExecutorPreference(executor) {
+        return try await withTaskExecutorPreference(runner) {
             try await body()
         }
     }
@@ -258,86 +259,81 @@ public final class TestClock: Clock, Sendable {
         }
     }
 
-    fileprivate func enqueue(_ job: UnownedJob) {
+    private func fire(_ entry: Entry) {
+        runner.fire(entry)
+    }
+}
+
+extension TestClock: TaskExecutingClock {
+    package var taskExecutor: any TaskExecutor { runner }
+}
+
+/// The executor of a ``TestClock``, and the thread that runs it: its jobs, one at a time, in the
+/// order they became ready; when the clock is driven and no job is left, the next sleep or event.
+private final class ClockRunner: TaskExecutor, Sendable {
+    let state: NIOLockedValueBox<TestClock.State>
+    /// Wakes the thread.
+    let wake = DispatchSemaphore(value: 0)
+
+    init(state: NIOLockedValueBox<TestClock.State>) {
+        self.state = state
+    }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
         state.withLockedValue { state in
             state.jobs.append(job)
-            startRunner(&state)
+            start(&state)
         }
         wake.signal()
     }
 
-    private func fire(_ entry: Entry) {
+    /// Starts the thread, unless it runs.
+    func start(_ state: inout TestClock.State) {
+        guard !state.running else { return }
+        state.running = true
+        let thread = Thread { [self] in run() }
+        thread.name = "TestClock"
+        thread.start()
+    }
+
+    private enum Step {
+        case job(UnownedJob)
+        case entry(TestClock.Entry)
+        case idle([CheckedContinuation<Void, Never>])
+        case stop
+    }
+
+    private func run() {
+        while true {
+            let step = state.withLockedValue { state -> Step in
+                if let job = state.jobs.popFirst() { return .job(job) }
+                if state.stopping { return .stop }
+                if state.driven, let entry = state.takeEarliest(dueBy: nil) { return .entry(entry) }
+                defer { state.idleWaiters = [] }
+                return .idle(state.idleWaiters)
+            }
+            switch step {
+            case .job(let job):
+                job.runSynchronously(on: asUnownedTaskExecutor())
+            case .entry(let entry):
+                fire(entry)
+            case .idle(let waiters):
+                if waiters.isEmpty { wake.wait() }
+                for waiter in waiters { waiter.resume() }
+            case .stop:
+                return
+            }
+        }
+    }
+
+    func fire(_ entry: TestClock.Entry) {
         switch entry.work {
         case .resume(let continuation):
             state.withLockedValue { $0.sleepObserver }?(entry.setAt, entry.deadline)
             continuation.resume()
         case .run(let work): work()
         }
-    }
-
-    private enum Step {
-        case job(UnownedJob)
-        case entry(Entry)
-        case idle([CheckedContinuation<Void, Never>])
-        case stop
-    }
-
-    /// Starts the thread that runs the executor's jobs (and, when driven, moves the time).
-    private func startRunner(_ state: inout State) {
-        guard !state.running else { return }
-        state.running = true
-        let thread = Thread { [weak self, executor] in
-            while let step = self?.nextStep() {
-                switch step {
-                case .job(let job):
-                    job.runSynchronously(on: executor.asUnownedTaskExecutor())
-                case .entry(let entry):
-                    self?.fire(entry)
-                case .idle(let waiters):
-                    if waiters.isEmpty {
-                        guard let wake = self?.wake else { return }
-                        wake.wait()
-                    }
-                    for waiter in waiters { waiter.resume() }
-                case .stop:
-                    return
-                }
-            }
-        }
-        thread.name = "TestClock"
-        thread.start()
-    }
-
-    private func nextStep() -> Step {
-        state.withLockedValue { state in
-            if state.stopping { return .stop }
-            if let job = state.jobs.popFirst() { return .job(job) }
-            if state.driven, let entry = state.takeEarliest(dueBy: nil) { return .entry(entry) }
-            defer { state.idleWaiters = [] }
-            return .idle(state.idleWaiters)
-        }
-    }
-}
-
-extension TestClock: TaskExecutingClock {
-    package var taskExecutor: any TaskExecutor { executor }
-}
-
-/// The executor of a ``TestClock``: its jobs run on the clock's thread, one at a time, in order.
-private final class ClockExecutor: TaskExecutor, @unchecked Sendable {
-    /// Set once, right after init.
-    var clock = Weak<TestClock>(nil)
-
-    func enqueue(_ job: consuming ExecutorJob) {
-        clock.value?.enqueue(UnownedJob(job))
-    }
-}
-
-private struct Weak<Value: AnyObject>: @unchecked Sendable {
-    weak var value: Value?
-
-    init(_ value: Value?) {
-        self.value = value
     }
 }
 

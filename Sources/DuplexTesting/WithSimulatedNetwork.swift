@@ -28,8 +28,8 @@ import Foundation
 /// finishes its wait here: bound the test with a time limit).
 /// - Parameters:
 ///   - seed: the network's seed; nil for a random one (printed when `body` throws).
-///   - link: the link between clients and servers; none by default (deliveries arrive at once,
-///     in order).
+///   - link: the link between clients and servers; by default ``DuplexFaultProxy/FaultProxy/LinkProfile/instant``
+///     (deliveries arrive at once, in order).
 ///   - body: the test, given the network and its clock.
 /// - Returns: what `body` returns.
 public func withSimulatedNetwork<Result: Sendable>(
@@ -54,4 +54,11 @@ public func withSimulatedNetwork<Result: Sendable>(
         print("withSimulatedNetwork failed with seed \(chosen) (rerun: DUPLEX_SIMULATION_SEED=\(chosen)): \(error)\nlast events:\n\(tail)")
         throw error
     }
+}
+
+extension FaultProxy.LinkProfile {
+    /// `instant`: no delay, no limit, no loss either way: on a ``SimulatedNetwork``, what is sent
+    /// arrives at the same virtual instant, in order.
+    public static let instant = FaultProxy.LinkProfile(
+        name: "instant", downlink: Link(kilobitsPerSecond: nil, delay: .zero), uplink: Link(kilobitsPerSecond: nil, delay: .zero))
 }
