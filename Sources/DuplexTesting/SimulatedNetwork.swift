@@ -1,6 +1,7 @@
 public import Duplex
 public import DuplexFaultProxy
 import DuplexSchema
+import DuplexWire
 import Foundation
 import NIOConcurrencyHelpers
 
@@ -76,6 +77,10 @@ public final class SimulatedNetwork: Sendable {
     /// `configuration` with this network as its transport and its reconnection jitter drawn from
     /// the seed: for a `WebSocket` made with ``clock``.
     public func configure(_ configuration: WebSocketConfiguration) -> WebSocketConfiguration {
+        configured(configuration).configuration
+    }
+
+    private func configured(_ configuration: WebSocketConfiguration) -> (configuration: WebSocketConfiguration, client: Int) {
         var configured = configuration
         let number = state.withLockedValue { state -> Int in
             state.clients += 1
@@ -86,15 +91,21 @@ public final class SimulatedNetwork: Sendable {
         configured.reconnection.jitterSource = { range in
             jitter.withLockedValue { generator in Double.random(in: range, using: &generator) }
         }
-        return configured
+        return (configured, number)
     }
 
-    /// A client of this network: `configuration` as ``configure(_:)`` makes it, on ``clock``. It
-    /// is terminated when the simulation ends.
+    /// A client of this network: `configuration` as ``configure(_:)`` makes it, on ``clock``. Its
+    /// state changes are in the ``eventLog`` (`c1 state connected`); it is terminated when the
+    /// simulation ends.
     public func webSocket(url: String, configuration: WebSocketConfiguration = .init()) -> WebSocket {
         guard let parsed = URL(string: url) else { preconditionFailure("not a URL: \(url)") }
-        let socket = WebSocket(request: WebSocketRequest(url: parsed), configuration: configure(configuration), clock: clock)
+        let (configuration, number) = configured(configuration)
+        let socket = WebSocket(request: WebSocketRequest(url: parsed), configuration: configuration, clock: clock)
         state.withLockedValue { $0.sockets.append(socket) }
+        let states = socket.stateEvents
+        Task(on: clock) { [weak self] in
+            for await state in states { self?.record("c\(number) state \(state)") }
+        }
         return socket
     }
 
@@ -123,8 +134,9 @@ public final class SimulatedNetwork: Sendable {
     }
 
     /// Every event so far, one per line, each with its virtual time: connection attempts and
-    /// their outcome, messages (kind and size), pings and pongs, closes and drops, servers going
-    /// down and up, timers firing (with the time each was set), and the test's own lines.
+    /// their outcome, the clients' state changes, messages (kind and size), pings and pongs, closes
+    /// and drops, servers going down and up, timers firing (with the time each was set), and the
+    /// test's own lines.
     public var eventLog: String {
         state.withLockedValue { $0.log.joined(separator: "\n") }
     }

@@ -31,12 +31,17 @@ import Testing
         return network.eventLines
     }
     #expect(
-        Array(lines.prefix(7)) == [
+        Array(lines.prefix(12)) == [
+            "0.000s c1 state notConnected",
+            "0.000s c1 state connecting",
             "0.000s c1#1 connect ws://chat.test/",
             "0.014s c1#1 open",
+            "0.014s c1 state connected",
             "0.014s server chat.test:80 down",
             "0.019s c1#1 closed with no close frame",
+            "0.019s c1 state disconnected(error(connectionLost: the server went away (simulated)))",
             "1.050s timer set at 0.019s fires",
+            "1.050s c1 state connecting",
             "1.050s c1#2 connect ws://chat.test/",
             "1.062s c1#2 refused",
         ])
