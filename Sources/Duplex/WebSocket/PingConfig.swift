@@ -44,7 +44,7 @@ struct PingTracker: Sendable {
     let maxFailures: Int
     private(set) var consecutiveFailures = 0
     private var sequence: UInt64 = 0
-    private var outstanding: (payload: [UInt8], sentAt: ContinuousClock.Instant)?
+    private var outstanding: (payload: [UInt8], sentAt: Duration)?
     private let salt: UInt32
 
     init(maxFailures: UInt, salt: UInt32 = .random(in: .min ... .max)) {
@@ -52,8 +52,9 @@ struct PingTracker: Sendable {
         self.salt = salt
     }
 
-    /// Starts a ping: returns its payload, unique within the connection (a counter and a salt).
-    mutating func nextPing(at now: ContinuousClock.Instant) -> [UInt8] {
+    /// Starts a ping at `now` (the time on the socket's clock since a start of its own): returns
+    /// its payload, unique within the connection (a counter and a salt).
+    mutating func nextPing(at now: Duration) -> [UInt8] {
         sequence += 1
         var payload: [UInt8] = []
         withUnsafeBytes(of: sequence.bigEndian) { payload += $0 }
@@ -64,11 +65,11 @@ struct PingTracker: Sendable {
 
     /// A pong arrived. Returns the round-trip time when it answers the outstanding ping; a pong
     /// with any other payload (unsolicited, or late for an earlier ping) changes nothing.
-    mutating func pongReceived(_ payload: [UInt8], at now: ContinuousClock.Instant) -> Duration? {
+    mutating func pongReceived(_ payload: [UInt8], at now: Duration) -> Duration? {
         guard let ping = outstanding, ping.payload == payload else { return nil }
         outstanding = nil
         consecutiveFailures = 0
-        return ping.sentAt.duration(to: now)
+        return now - ping.sentAt
     }
 
     /// The pong timeout of the outstanding ping passed.

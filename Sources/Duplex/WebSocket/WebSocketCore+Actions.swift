@@ -162,7 +162,7 @@ extension WebSocketCore {
             guard state.lifecycle.liveGeneration == generation, let connection = state.connection?.connection,
                 var tracker = state.pingTracker
             else { return false }
-            connection.ping(tracker.nextPing(at: .now))
+            connection.ping(tracker.nextPing(at: reading.now()))
             state.pingTracker = tracker
             state.receivedAtPing = state.receivedCount
             return true

@@ -102,10 +102,10 @@ extension WebSocketCore {
     }
 
     func receivedPong(_ payload: [UInt8], generation: UInt64) {
-        let now = ContinuousClock.now
+        let now = reading.now()
         state.locked { state in
             if let manual = state.manualPings.removeValue(forKey: payload) {
-                let roundTrip = manual.sentAt.duration(to: now)
+                let roundTrip = now - manual.sentAt
                 let metrics = self.metrics
                 state.afterUnlock.append {
                     metrics.pong(after: roundTrip)

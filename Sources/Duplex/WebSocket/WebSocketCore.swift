@@ -19,6 +19,8 @@ final class WebSocketCore: LifecycleRunner {
     let configuration: WebSocketConfiguration
     let transport: any WebSocketTransport
     let clock: any Clock<Duration>
+    /// The time on `clock`, for round trips.
+    let reading: ClockReading
     let metrics: ClientMetrics
     let events: Broadcaster<WebSocketEvent>
     let messages: Broadcaster<WebSocketMessage>
@@ -59,7 +61,7 @@ final class WebSocketCore: LifecycleRunner {
         /// A connection that closed during its preamble, and why.
         var preambleClosed: (generation: UInt64, error: WebSocketError)?
         /// Pings sent by ``WebSocket/ping(timeout:)``, by payload, waiting for their pong.
-        var manualPings: [[UInt8]: (sentAt: ContinuousClock.Instant, continuation: CheckedContinuation<Duration, any Error>)] = [:]
+        var manualPings: [[UInt8]: (sentAt: Duration, continuation: CheckedContinuation<Duration, any Error>)] = [:]
         var manualPingCount: UInt64 = 0
         /// The connection's outbound buffer went above its high watermark and has not drained.
         var aboveHighWatermark = false
@@ -97,6 +99,7 @@ final class WebSocketCore: LifecycleRunner {
         self.configuration = configuration
         self.transport = configuration.transport.make()
         self.clock = clock
+        self.reading = ClockReading(clock)
         self.metrics = ClientMetrics(kind: "websocket", factory: configuration.metrics)
         let logger = configuration.logger
         let limit = configuration.streamBufferLimit
@@ -362,7 +365,7 @@ final class WebSocketCore: LifecycleRunner {
                             continuation.resume(throwing: WebSocketError(.notConnected, "ping needs an open connection"))
                             return
                         }
-                        state.manualPings[payload] = (.now, continuation)
+                        state.manualPings[payload] = (self.reading.now(), continuation)
                         connection.ping(payload)
                     }
                 }

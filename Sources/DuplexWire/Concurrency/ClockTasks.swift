@@ -15,3 +15,23 @@ extension Task where Failure == Never {
         self.init(executorPreference: (clock as? any TaskExecutingClock)?.taskExecutor, operation: operation)
     }
 }
+
+/// The time on a clock known only as `any Clock<Duration>`, as the time since this reading was
+/// made: round trips measured with it are on the clock the client was given (virtual on a test
+/// clock), not on the machine's.
+package struct ClockReading: Sendable {
+    private let read: @Sendable () -> Duration
+
+    package init(_ clock: any Clock<Duration>) {
+        func opened<C: Clock<Duration>>(_ clock: C) -> @Sendable () -> Duration {
+            let start = clock.now
+            return { start.duration(to: clock.now) }
+        }
+        read = opened(clock)
+    }
+
+    /// The time since the reading was made.
+    package func now() -> Duration {
+        read()
+    }
+}

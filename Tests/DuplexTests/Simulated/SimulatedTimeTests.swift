@@ -49,6 +49,9 @@ import Testing
             try await clock.sleep(for: .seconds(7200))
             #expect(socket.state == .connected(protocol: nil))
             #expect(network.eventLines.filter { $0.hasSuffix(" pong") }.count >= 239)
+            // Measured on the network's clock: 20 ms ± 5 each way.
+            let roundTrip = try #require(socket.pingRoundTripTime)
+            #expect(roundTrip >= .milliseconds(40) && roundTrip <= .milliseconds(50), "\(roundTrip)")
             server.answersPings = false
             let stopped = clock.now
             try await clock.sleep(for: .seconds(600))
