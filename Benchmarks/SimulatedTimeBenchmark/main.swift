@@ -1,0 +1,81 @@
+// The wall time of virtual time on a simulated network (DuplexTesting's withSimulatedNetwork):
+// one client through an hour of a flapping server, and 1,000 clients reconnecting after a
+// restart (a reconnection storm), with the size of each event log. Rounds interleaved, medians.
+//
+//   swift run -c release --package-path Benchmarks simulated-time-benchmark [ROUNDS]
+import Duplex
+import DuplexTesting
+import Foundation
+import Logging
+
+let rounds = CommandLine.arguments.dropFirst().first.flatMap(Int.init) ?? 5
+let quiet: Logger = {
+    var logger = Logger(label: "benchmark")
+    logger.logLevel = .critical
+    return logger
+}()
+
+/// One client, exponential backoff 1 s to 30 s (±20 %), a server down one minute in every two
+/// for an hour, over a link of 20 ms ± 5 ms each way.
+func flappingHour(seed: UInt64) async throws -> (lines: Int, bytes: Int, reconnections: Int) {
+    let link = FaultProxy.LinkProfile(
+        name: "lan", downlink: .init(kilobitsPerSecond: nil, delay: .milliseconds(20), jitter: .milliseconds(5)),
+        uplink: .init(kilobitsPerSecond: nil, delay: .milliseconds(20), jitter: .milliseconds(5)))
+    return try await withSimulatedNetwork(seed: seed, link: link) { network, clock in
+        let server = network.server(host: "flappy.test")
+        let configuration = WebSocketConfiguration(
+            reconnection: .exponentialBackoff(baseDelay: .seconds(1), maxDelay: .seconds(30), jitter: 0.2), logger: quiet)
+        let socket = network.webSocket(url: "ws://flappy.test/", configuration: configuration)
+        try await socket.connect()
+        for _ in 0..<30 {
+            server.restart(downFor: .seconds(60))
+            try await clock.sleep(for: .seconds(120))
+        }
+        let log = network.eventLog
+        return (network.eventLines.count, log.utf8.count, server.acceptedCount - 1)
+    }
+}
+
+/// 1,000 clients connected, the server restarted with two minutes of downtime, four minutes of
+/// virtual time for all of them to come back.
+func storm(seed: UInt64) async throws -> (lines: Int, bytes: Int, back: Int) {
+    let link = FaultProxy.LinkProfile(
+        name: "lan", downlink: .init(kilobitsPerSecond: nil, delay: .milliseconds(20), jitter: .milliseconds(5)),
+        uplink: .init(kilobitsPerSecond: nil, delay: .milliseconds(20), jitter: .milliseconds(5)))
+    return try await withSimulatedNetwork(seed: seed, link: link) { network, clock in
+        let server = network.server(host: "storm.test")
+        let configuration = WebSocketConfiguration(
+            reconnection: .exponentialBackoff(baseDelay: .seconds(1), maxDelay: .seconds(30), jitter: 0.2), logger: quiet)
+        let sockets = (0..<1_000).map { _ in network.webSocket(url: "ws://storm.test/", configuration: configuration) }
+        for socket in sockets { try await socket.connect() }
+        server.restart(downFor: .seconds(120))
+        try await clock.sleep(for: .seconds(240))
+        return (network.eventLines.count, network.eventLog.utf8.count, server.connectionCount)
+    }
+}
+
+func milliseconds(_ duration: Duration) -> Double {
+    Double(duration.components.seconds) * 1e3 + Double(duration.components.attoseconds) * 1e-15
+}
+
+func median(_ values: [Double]) -> Double {
+    let sorted = values.sorted()
+    return sorted[sorted.count / 2]
+}
+
+var hours: [Double] = []
+var storms: [Double] = []
+for round in 1...rounds {
+    let clock = ContinuousClock()
+    var start = clock.now
+    let hour = try await flappingHour(seed: UInt64(round))
+    hours.append(milliseconds(clock.now - start))
+    start = clock.now
+    let crowd = try await storm(seed: UInt64(round))
+    storms.append(milliseconds(clock.now - start))
+    print(
+        String(
+            format: "round %d: one client's hour %.1f ms (%d reconnections, log %d lines, %d bytes); 1,000 clients' storm %.0f ms (%d back, log %d lines, %d bytes)",
+            round, hours.last!, hour.reconnections, hour.lines, hour.bytes, storms.last!, crowd.back, crowd.lines, crowd.bytes))
+}
+print(String(format: "medians of %d rounds: one client's hour %.1f ms; 1,000 clients' storm %.0f ms", rounds, median(hours), median(storms)))
