@@ -406,6 +406,8 @@ let package = Package(
                 "DuplexTesting",
                 "TestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
+                // The client's handlers on embedded channels, on virtual time.
+                .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),

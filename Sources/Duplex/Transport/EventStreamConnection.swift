@@ -119,7 +119,7 @@ extension EventStreamConnection {
 /// nothing within `readTimeout` fails the connection with ``SSEError/Code/readTimeout``. The timer
 /// runs only while a read is wanted: a consumer that is behind holds reads back (backpressure),
 /// and that is not the server's silence.
-private final class EventStreamResponseHandler: ChannelDuplexHandler {
+final class EventStreamResponseHandler: ChannelDuplexHandler {
     typealias InboundIn = HTTPClientResponsePart
     typealias InboundOut = ByteBuffer
     typealias OutboundIn = Never
