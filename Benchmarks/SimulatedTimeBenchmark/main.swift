@@ -15,16 +15,20 @@ let quiet: Logger = {
     return logger
 }()
 
+/// 20 ms ± 5 ms each way.
+let link = FaultProxy.LinkProfile(
+    name: "lan", downlink: .init(kilobitsPerSecond: nil, delay: .milliseconds(20), jitter: .milliseconds(5)),
+    uplink: .init(kilobitsPerSecond: nil, delay: .milliseconds(20), jitter: .milliseconds(5)))
+
+/// Exponential backoff from 1 s to 30 s, ±20 %.
+let configuration = WebSocketConfiguration(
+    reconnection: .exponentialBackoff(baseDelay: .seconds(1), maxDelay: .seconds(30), jitter: 0.2), logger: quiet)
+
 /// One client, exponential backoff 1 s to 30 s (±20 %), a server down one minute in every two
 /// for an hour, over a link of 20 ms ± 5 ms each way.
 func flappingHour(seed: UInt64) async throws -> (lines: Int, bytes: Int, reconnections: Int) {
-    let link = FaultProxy.LinkProfile(
-        name: "lan", downlink: .init(kilobitsPerSecond: nil, delay: .milliseconds(20), jitter: .milliseconds(5)),
-        uplink: .init(kilobitsPerSecond: nil, delay: .milliseconds(20), jitter: .milliseconds(5)))
-    return try await withSimulatedNetwork(seed: seed, link: link) { network, clock in
+    try await withSimulatedNetwork(seed: seed, link: link) { network, clock in
         let server = network.server(host: "flappy.test")
-        let configuration = WebSocketConfiguration(
-            reconnection: .exponentialBackoff(baseDelay: .seconds(1), maxDelay: .seconds(30), jitter: 0.2), logger: quiet)
         let socket = network.webSocket(url: "ws://flappy.test/", configuration: configuration)
         try await socket.connect()
         for _ in 0..<30 {
@@ -39,13 +43,8 @@ func flappingHour(seed: UInt64) async throws -> (lines: Int, bytes: Int, reconne
 /// 1,000 clients connected, the server restarted with two minutes of downtime, four minutes of
 /// virtual time for all of them to come back.
 func storm(seed: UInt64) async throws -> (lines: Int, bytes: Int, back: Int) {
-    let link = FaultProxy.LinkProfile(
-        name: "lan", downlink: .init(kilobitsPerSecond: nil, delay: .milliseconds(20), jitter: .milliseconds(5)),
-        uplink: .init(kilobitsPerSecond: nil, delay: .milliseconds(20), jitter: .milliseconds(5)))
-    return try await withSimulatedNetwork(seed: seed, link: link) { network, clock in
+    try await withSimulatedNetwork(seed: seed, link: link) { network, clock in
         let server = network.server(host: "storm.test")
-        let configuration = WebSocketConfiguration(
-            reconnection: .exponentialBackoff(baseDelay: .seconds(1), maxDelay: .seconds(30), jitter: 0.2), logger: quiet)
         let sockets = (0..<1_000).map { _ in network.webSocket(url: "ws://storm.test/", configuration: configuration) }
         for socket in sockets { try await socket.connect() }
         server.restart(downFor: .seconds(120))
@@ -73,9 +72,10 @@ for round in 1...rounds {
     start = clock.now
     let crowd = try await storm(seed: UInt64(round))
     storms.append(milliseconds(clock.now - start))
-    print(
-        String(
-            format: "round %d: one client's hour %.1f ms (%d reconnections, log %d lines, %d bytes); 1,000 clients' storm %.0f ms (%d back, log %d lines, %d bytes)",
-            round, hours.last!, hour.reconnections, hour.lines, hour.bytes, storms.last!, crowd.back, crowd.lines, crowd.bytes))
+    let one = String(
+        format: "one client's hour %.1f ms (%d reconnections, log %d lines, %d bytes)", hours.last!, hour.reconnections, hour.lines, hour.bytes)
+    let many = String(
+        format: "1,000 clients' storm %.0f ms (%d back, log %d lines, %d bytes)", storms.last!, crowd.back, crowd.lines, crowd.bytes)
+    print("round \(round): \(one); \(many)")
 }
 print(String(format: "medians of %d rounds: one client's hour %.1f ms; 1,000 clients' storm %.0f ms", rounds, median(hours), median(storms)))
