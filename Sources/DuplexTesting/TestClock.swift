@@ -14,9 +14,10 @@ import NIOConcurrencyHelpers
 /// await clock.advance(by: .seconds(30))   // the ping interval passes at once
 /// ```
 ///
-/// The tasks a `WebSocket` starts for its timers and attempts run on the clock's own executor:
-/// one thread, one job at a time, in the order they became ready. "What an event caused has run"
-/// means that executor has nothing left to run.
+/// The tasks a `WebSocket` starts for its timers and attempts run on the clock's own
+/// ``executor``: one thread, one job at a time, in the order they became ready. "What an event
+/// caused has run" means that executor has nothing left to run; a task of yours that waits on the
+/// clock belongs there too.
 ///
 /// Inside ``withSimulatedNetwork(seed:link:_:)`` the network drives the clock itself, and the
 /// test runs on that executor too: time jumps to the next timer or delivery whenever nothing is
@@ -133,6 +134,12 @@ public final class TestClock: Clock, Sendable {
 
     /// The current virtual time.
     public var now: Instant { state.withLockedValue { $0.now } }
+
+    /// The clock's executor: one thread, one job at a time, in order. The tasks a `WebSocket`
+    /// starts for its timers run on it; start yours there too
+    /// (`Task(executorPreference: clock.executor) { … }`), and ``advance(by:)`` returns only once
+    /// what it woke in them has run.
+    public var executor: any TaskExecutor { runner }
 
     /// None: every instant can be reached.
     public var minimumResolution: Duration { .zero }
@@ -265,7 +272,7 @@ public final class TestClock: Clock, Sendable {
 }
 
 extension TestClock: TaskExecutingClock {
-    package var taskExecutor: any TaskExecutor { runner }
+    package var taskExecutor: any TaskExecutor { executor }
 }
 
 /// The executor of a ``TestClock``, and the thread that runs it: its jobs, one at a time, in the
