@@ -10,7 +10,7 @@ import NIOConcurrencyHelpers
 /// every random choice (the link's jitter and loss, the clients' reconnection jitter) comes from
 /// the network's ``seed``: the same seed gives the same ``eventLog``.
 ///
-/// Made by ``withSimulatedNetwork(seed:link:_:)``, which drives the clock. A server is a
+/// Made by ``withSimulatedNetwork(seed:link:stallTimeout:_:)``, which drives the clock. A server is a
 /// ``SimulatedServer`` (``server(host:port:)``): it echoes by default, answers pings, and can
 /// stop, start, restart after a while, close its connections or stop answering pings. A client is
 /// a `WebSocket` made by ``webSocket(url:configuration:)`` (or any `WebSocket` given

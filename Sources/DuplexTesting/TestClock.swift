@@ -19,7 +19,7 @@ import NIOConcurrencyHelpers
 /// caused has run" means that executor has nothing left to run; a task of yours that waits on the
 /// clock belongs there too.
 ///
-/// Inside ``withSimulatedNetwork(seed:link:_:)`` the network drives the clock itself, and the
+/// Inside ``withSimulatedNetwork(seed:link:stallTimeout:_:)`` the network drives the clock itself, and the
 /// test runs on that executor too: time jumps to the next timer or delivery whenever nothing is
 /// left to run, so a test writes `try await clock.sleep(for: .seconds(3600))` for an hour to
 /// pass, and ``advance(by:)`` does the same.
@@ -98,6 +98,11 @@ public final class TestClock: Clock, Sendable {
         var idleWaiters: [CheckedContinuation<Void, Never>] = []
         /// Whether the runner moves the time itself (a simulated network) rather than ``advance(by:)``.
         var driven = false
+        /// Called (once) when, driven, nothing is left to run and nothing is scheduled: nothing
+        /// can happen any more, and what the test waits for will not come.
+        var onStall: (@Sendable () -> Void)?
+        /// How long the runner waits, idle and with nothing scheduled, before it calls `onStall`.
+        var stallTimeout = Duration.seconds(1)
         /// Told of each sleep that ends: when it began, and its deadline.
         var sleepObserver: (@Sendable (Instant, Instant) -> Void)?
 
@@ -231,18 +236,54 @@ public final class TestClock: Clock, Sendable {
     }
 
     /// Moves the time on its own while `body` runs, on the clock's executor: whenever no job is
-    /// left, to the next sleep or event. A simulated network runs its clock this way.
-    package func drive<Result: Sendable>(_ body: @escaping @Sendable () async throws -> Result) async throws -> Result {
+    /// left, to the next sleep or event. A simulated network runs its clock this way. When nothing
+    /// is left to run or scheduled while `body` still waits, nothing can happen any more: after
+    /// `stallTimeout` of real time to be sure, `stalled()` is thrown and `body` is cancelled
+    /// (it may go on waiting, abandoned).
+    package func drive<Value: Sendable>(
+        stallTimeout: Duration,
+        stalled: @escaping @Sendable () -> any Error,
+        _ body: @escaping @Sendable () async throws -> Value
+    ) async throws -> Value {
+        let outcome = NIOLockedValueBox<CheckedContinuation<Value, any Error>?>(nil)
+        let finish: @Sendable (Result<Value, any Error>) -> Void = { result in
+            outcome.withLockedValue { waiting in
+                defer { waiting = nil }
+                return waiting
+            }?.resume(with: result)
+        }
+        let work = NIOLockedValueBox<Task<Void, Never>?>(nil)
         state.withLockedValue { state in
             state.driven = true
+            state.stallTimeout = stallTimeout
+            state.onStall = {
+                work.withLockedValue { $0 }?.cancel()
+                finish(.failure(stalled()))
+            }
             runner.start(&state)
         }
         wake.signal()
         defer {
-            state.withLockedValue { $0.driven = false }
+            state.withLockedValue { state in
+                state.driven = false
+                state.onStall = nil
+            }
         }
-        return try await withTaskExecutorPreference(runner) {
-            try await body()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Value, any Error>) in
+                outcome.withLockedValue { $0 = continuation }
+                work.withLockedValue { task in
+                    task = Task(executorPreference: runner) {
+                        do {
+                            finish(.success(try await body()))
+                        } catch {
+                            finish(.failure(error))
+                        }
+                    }
+                }
+            }
+        } onCancel: {
+            work.withLockedValue { $0 }?.cancel()
         }
     }
 
@@ -326,12 +367,29 @@ private final class ClockRunner: TaskExecutor, Sendable {
             case .entry(let entry):
                 fire(entry)
             case .idle(let waiters):
-                if waiters.isEmpty { wake.wait() }
+                if waiters.isEmpty { waitForWork() }
                 for waiter in waiters { waiter.resume() }
             case .stop:
                 return
             }
         }
+    }
+
+    /// Waits to be woken; driven, with nothing left to run or scheduled, for the stall timeout
+    /// at most, and then, if still nothing came, tells the driver that nothing can happen.
+    private func waitForWork() {
+        let (stuck, timeout) = state.withLockedValue { state in
+            (state.driven && state.jobs.isEmpty && state.entries.isEmpty, state.stallTimeout)
+        }
+        guard stuck else { return wake.wait() }
+        let nanoseconds = Int(timeout.components.seconds) * 1_000_000_000 + Int(timeout.components.attoseconds / 1_000_000_000)
+        guard wake.wait(timeout: .now() + .nanoseconds(nanoseconds)) == .timedOut else { return }
+        let onStall = state.withLockedValue { state -> (@Sendable () -> Void)? in
+            guard state.driven, state.jobs.isEmpty, state.entries.isEmpty else { return nil }
+            defer { state.onStall = nil }
+            return state.onStall
+        }
+        onStall?()
     }
 
     func fire(_ entry: TestClock.Entry) {

@@ -24,24 +24,31 @@ import Foundation
 /// ``SimulatedNetwork/webSocket(url:configuration:)`` are terminated and every sleep left on the
 /// clock ends with `CancellationError`.
 ///
-/// `body` must wait only on the network and the clock (a real socket or `Task.sleep` never
-/// finishes its wait here: bound the test with a time limit).
+/// `body` must wait only on the network and the clock. When it waits for something that cannot
+/// come (nothing is left to run and nothing is scheduled: a message no one sends, a real socket,
+/// a `Task.sleep`), ``SimulationStalled`` is thrown after `stallTimeout` of real time, with the
+/// seed and the last events, and `body` is cancelled.
 /// - Parameters:
 ///   - seed: the network's seed; nil for a random one (printed when `body` throws).
-///   - link: the link between clients and servers; by default ``DuplexFaultProxy/FaultProxy/LinkProfile/instant``
+///   - link: the link between clients and servers; by default `FaultProxy.LinkProfile.instant`
 ///     (deliveries arrive at once, in order).
+///   - stallTimeout: how long, in real time, nothing may be left to run or scheduled before the
+///     simulation counts as stalled.
 ///   - body: the test, given the network and its clock.
 /// - Returns: what `body` returns.
 public func withSimulatedNetwork<Result: Sendable>(
     seed: UInt64? = nil,
-    link: FaultProxy.LinkProfile = .init(
-        name: "instant", downlink: .init(kilobitsPerSecond: nil, delay: .zero), uplink: .init(kilobitsPerSecond: nil, delay: .zero)),
+    link: FaultProxy.LinkProfile = .instant,
+    stallTimeout: Duration = .seconds(1),
     _ body: @escaping @Sendable (SimulatedNetwork, TestClock) async throws -> Result
 ) async throws -> Result {
     let chosen = ProcessInfo.processInfo.environment["DUPLEX_SIMULATION_SEED"].flatMap(UInt64.init) ?? seed ?? UInt64.random(in: .min ... .max)
     let network = SimulatedNetwork(seed: chosen, link: link)
     do {
-        let result = try await network.clock.drive {
+        let result = try await network.clock.drive(
+            stallTimeout: stallTimeout,
+            stalled: { SimulationStalled(seed: chosen, at: network.clock.now, lastEvents: network.eventLines.suffix(20)) }
+        ) {
             let result = try await body(network, network.clock)
             await network.shutDown()
             return result
@@ -53,6 +60,22 @@ public func withSimulatedNetwork<Result: Sendable>(
         let tail = network.eventLines.suffix(20).joined(separator: "\n")
         print("withSimulatedNetwork failed with seed \(chosen) (rerun: DUPLEX_SIMULATION_SEED=\(chosen)): \(error)\nlast events:\n\(tail)")
         throw error
+    }
+}
+
+/// A simulated test waited for something that could not come: nothing was left to run and
+/// nothing was scheduled on the network's clock.
+public struct SimulationStalled: Error, CustomStringConvertible {
+    /// The network's seed.
+    public var seed: UInt64
+    /// The virtual time it stalled at.
+    public var at: TestClock.Instant
+    /// The event log's last lines.
+    public var lastEvents: [String]
+
+    /// Says what stalled, when, and with which seed.
+    public var description: String {
+        "the simulation stalled at \(at): nothing left to run or scheduled, and the test still waits (seed \(seed))"
     }
 }
 

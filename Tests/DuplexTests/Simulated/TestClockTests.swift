@@ -1,3 +1,4 @@
+import Duplex
 import DuplexTesting
 import NIOConcurrencyHelpers
 import Testing
@@ -38,5 +39,27 @@ import Testing
         try await clock.sleep(until: TestClock.Instant(offset: .seconds(1)))
         try await clock.sleep(for: .zero)
         #expect(clock.now.offset == .seconds(5))
+    }
+}
+
+/// A simulated test that waits for what cannot come is told so, with its seed, instead of hanging.
+@Suite struct SimulationStallTests {
+    @Test func waitingForAMessageNoOneSendsStalls() async throws {
+        let started = ContinuousClock.now
+        await #expect {
+            try await withSimulatedNetwork(seed: 8, stallTimeout: .milliseconds(200)) { network, clock in
+                _ = network.server(host: "silent.test")
+                let socket = network.webSocket(url: "ws://silent.test/", configuration: .init(reconnection: .none))
+                let messages = socket.messages
+                try await socket.connect()
+                try await clock.sleep(for: .seconds(60))
+                // The echo server sends nothing unasked: this waits for ever.
+                for await _ in messages { break }
+            }
+        } throws: { error in
+            guard let stalled = error as? SimulationStalled else { return false }
+            return stalled.seed == 8 && stalled.at.offset == .seconds(60) && stalled.lastEvents.contains { $0.hasSuffix("c1#1 open") }
+        }
+        #expect(ContinuousClock.now - started < .seconds(10))
     }
 }
