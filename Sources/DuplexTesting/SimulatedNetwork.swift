@@ -17,7 +17,8 @@ import NIOConcurrencyHelpers
 /// ``configure(_:)``'s configuration and ``clock``). The link between them takes a
 /// `FaultProxy.LinkProfile` (``link``): delay and jitter each way, bandwidth, and loss as TCP sees
 /// it (a lost 1,460-byte segment stalls the stream for a retransmission timeout); ``partition()``
-/// holds every delivery until ``heal()``.
+/// holds every delivery until ``heal()``, and ``switchPath()`` silently kills every open
+/// connection, as a phone changing networks does.
 ///
 /// What it simulates is the WebSocket between the client's lifecycle and a server: connecting,
 /// messages, pings, close handshakes, drops, and every timer of the client (reconnection backoff,
@@ -124,6 +125,17 @@ public final class SimulatedNetwork: Sendable {
         }
         record("network healed")
         for delivery in held { clock.schedule(at: clock.now, delivery) }
+    }
+
+    /// Moves every client to a new path, as a phone that goes from Wi-Fi to cellular: the
+    /// connections open now are silently gone (nothing sent over them arrives either way, and
+    /// neither end is told, so a client learns it from its pings or a timeout), and new
+    /// connections work.
+    public func switchPath() {
+        let servers = state.withLockedValue { state in state.servers.keys.sorted().compactMap { state.servers[$0] } }
+        let dropped = servers.flatMap(\.openConnections)
+        record("network path switched (\(dropped.count) connection\(dropped.count == 1 ? "" : "s") gone)")
+        for connection in dropped { connection.blackhole() }
     }
 
     /// Adds a line of the test's own to the event log, at the current virtual time.

@@ -88,6 +88,11 @@ public final class SimulatedServer: Sendable {
         for connection in open { connection.serverSends(message) }
     }
 
+    /// Every open connection, in the order they were made.
+    var openConnections: [SimulatedConnection] {
+        state.withLockedValue { state in state.connections.keys.sorted().compactMap { state.connections[$0] } }
+    }
+
     /// Accepts `connection` when up.
     func accept(_ connection: SimulatedConnection) -> Bool {
         state.withLockedValue { state in

@@ -128,6 +128,8 @@ final class SimulatedConnection: WebSocketTransportConnection {
         /// The server's end is gone: nothing more reaches it.
         var closedForServer = false
         var closeSent = false
+        /// Its path is gone (``SimulatedNetwork/switchPath()``): nothing sent over it arrives.
+        var blackholed = false
         var upstream = TestClock.Instant()
         var downstream = TestClock.Instant()
     }
@@ -237,7 +239,16 @@ final class SimulatedConnection: WebSocketTransportConnection {
                 ? network.arrival(bytes: bytes, upstream: true, after: &state.upstream)
                 : network.arrival(bytes: bytes, upstream: false, after: &state.downstream)
         }
-        network.deliver(at: at, delivery)
+        network.deliver(at: at) { [self] in
+            guard !state.withLockedValue({ $0.blackholed }) else { return }
+            delivery()
+        }
+    }
+
+    /// Its path is gone: from now on nothing sent either way arrives, and neither end is told,
+    /// as when a phone moves from Wi-Fi to cellular with its connections open.
+    func blackhole() {
+        state.withLockedValue { $0.blackholed = true }
     }
 
     private func liveServer() -> SimulatedServer? {

@@ -155,6 +155,32 @@ import Testing
         }
     }
 
+    /// A path switch leaves the connection open but dead: the client learns it from its missed
+    /// pongs, reconnects over the new path, and its messages flow again.
+    @Test func aPathSwitchIsFoundByThePings() async throws {
+        try await withSimulatedNetwork(seed: 4, link: Self.link) { network, clock in
+            let server = network.server(host: "moving.test")
+            var configuration = WebSocketConfiguration(reconnection: .fixedDelay(.seconds(1)), logger: Self.quiet)
+            configuration.ping = PingConfig(pingInterval: .seconds(10), maxPingFailures: 2)
+            let socket = network.webSocket(url: "ws://moving.test/", configuration: configuration)
+            let messages = socket.messages
+            try await socket.connect()
+            try await clock.sleep(for: .seconds(30))
+            network.switchPath()
+            let switched = clock.now
+            try await clock.sleep(for: .seconds(60))
+            #expect(socket.state == .connected(protocol: nil))
+            #expect(server.acceptedCount == 2)
+            let log = network.eventLines
+            let failedAt = try #require(Self.times(of: " aborted by client", in: log).first)
+            // Two missed pongs 10 s apart: found within 30 s, not before 10.
+            #expect(failedAt - Self.seconds(switched.offset) > 10 && failedAt - Self.seconds(switched.offset) <= 30, "\(failedAt)")
+            try await socket.send("after")
+            var iterator = messages.makeAsyncIterator()
+            #expect(await iterator.next()?.text == "after")
+        }
+    }
+
     /// `DUPLEX_SIMULATION_SEED` is read by `withSimulatedNetwork`; a seed given in the code is the
     /// network's when it is not set.
     @Test func theSeedIsTheNetworks() async throws {
