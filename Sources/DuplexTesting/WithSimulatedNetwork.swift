@@ -19,7 +19,8 @@ import Foundation
 /// ```
 ///
 /// The seed is `seed`, else a random one; the environment variable `DUPLEX_SIMULATION_SEED`
-/// overrides both, to rerun a failure with its seed. When `body` throws, the seed and the log's
+/// overrides both, to rerun a failure with its seed (``InvalidSimulationSeed`` is thrown when it
+/// holds anything but a number). When `body` throws, the seed and the log's
 /// last lines are printed, and the error is thrown on. When it returns, the clients made with
 /// ``SimulatedNetwork/webSocket(url:configuration:)`` are terminated and every sleep left on the
 /// clock ends with `CancellationError`.
@@ -42,7 +43,7 @@ public func withSimulatedNetwork<Result: Sendable>(
     stallTimeout: Duration = .seconds(1),
     _ body: @escaping @Sendable (SimulatedNetwork, TestClock) async throws -> Result
 ) async throws -> Result {
-    let chosen = ProcessInfo.processInfo.environment["DUPLEX_SIMULATION_SEED"].flatMap(UInt64.init) ?? seed ?? UInt64.random(in: .min ... .max)
+    let chosen = try simulationSeed(given: seed, environment: ProcessInfo.processInfo.environment)
     let network = SimulatedNetwork(seed: chosen, link: link)
     do {
         let result = try await network.clock.drive(
@@ -60,6 +61,31 @@ public func withSimulatedNetwork<Result: Sendable>(
         let tail = network.eventLines.suffix(20).joined(separator: "\n")
         print("withSimulatedNetwork failed with seed \(chosen) (rerun: DUPLEX_SIMULATION_SEED=\(chosen)): \(error)\nlast events:\n\(tail)")
         throw error
+    }
+}
+
+/// The seed of a simulation: `DUPLEX_SIMULATION_SEED` when `environment` has it, else `given`,
+/// else a random one.
+/// - Throws: ``InvalidSimulationSeed`` when the variable holds anything but a number.
+package func simulationSeed(given: UInt64?, environment: [String: String]) throws -> UInt64 {
+    guard let value = environment["DUPLEX_SIMULATION_SEED"] else { return given ?? UInt64.random(in: .min ... .max) }
+    guard let seed = UInt64(value) else { throw InvalidSimulationSeed(value: value) }
+    return seed
+}
+
+/// `DUPLEX_SIMULATION_SEED` is set to something that is not a seed (a number from 0 to
+/// 18446744073709551615).
+public struct InvalidSimulationSeed: Error, CustomStringConvertible {
+    /// What the variable holds (its first 100 characters).
+    public var value: String
+
+    init(value: String) {
+        self.value = String(value.prefix(100))
+    }
+
+    /// Says what is wrong.
+    public var description: String {
+        "DUPLEX_SIMULATION_SEED is \(value.debugDescription), not a seed: a number from 0 to \(UInt64.max)"
     }
 }
 

@@ -183,6 +183,14 @@ import Testing
 
     /// `DUPLEX_SIMULATION_SEED` is read by `withSimulatedNetwork`; a seed given in the code is the
     /// network's when it is not set.
+    @Test func theEnvironmentsSeedComesFirstAndMustBeANumber() throws {
+        #expect(try simulationSeed(given: 5, environment: [:]) == 5)
+        #expect(try simulationSeed(given: 5, environment: ["DUPLEX_SIMULATION_SEED": "18446744073709551615"]) == .max)
+        for bad in ["", "-1", "0x10", "12 ", "18446744073709551616", "seven"] {
+            #expect(throws: InvalidSimulationSeed.self) { try simulationSeed(given: 5, environment: ["DUPLEX_SIMULATION_SEED": bad]) }
+        }
+    }
+
     @Test func theSeedIsTheNetworks() async throws {
         let seed = try await withSimulatedNetwork(seed: 99) { network, _ in network.seed }
         let fromEnvironment = ProcessInfo.processInfo.environment["DUPLEX_SIMULATION_SEED"].flatMap(UInt64.init)
