@@ -214,4 +214,20 @@ public final class SimulatedNetwork: Sendable {
         for socket in sockets { await socket.terminate() }
         clock.cancelAll()
     }
+
+    /// Lets go of its servers (and their connections), its clients and held deliveries, which
+    /// hold the network: once the simulation is over, the network, its clock and the clock's
+    /// thread go away.
+    func release() {
+        clock.cancelAll()
+        let servers = state.withLockedValue { state in
+            defer {
+                state.servers = [:]
+                state.sockets = []
+                state.held = []
+            }
+            return Array(state.servers.values)
+        }
+        for server in servers { server.forgetAll() }
+    }
 }

@@ -8,7 +8,8 @@ import NIOConcurrencyHelpers
 public final class SimulatedServer: Sendable {
     /// `host:port`.
     public let name: String
-    private unowned let network: SimulatedNetwork
+    /// Weak: the network holds its servers; a server kept after its simulation logs nothing.
+    private weak let network: SimulatedNetwork?
 
     private struct State {
         var isUp = true
@@ -34,7 +35,7 @@ public final class SimulatedServer: Sendable {
         get { state.withLockedValue { $0.answersPings } }
         set {
             state.withLockedValue { $0.answersPings = newValue }
-            network.record("server \(name) \(newValue ? "answers" : "ignores") pings")
+            network?.record("server \(name) \(newValue ? "answers" : "ignores") pings")
         }
     }
 
@@ -57,20 +58,21 @@ public final class SimulatedServer: Sendable {
             defer { state.connections = [:] }
             return state.connections.keys.sorted().compactMap { state.connections[$0] }
         }
-        network.record("server \(name) down")
+        network?.record("server \(name) down")
         for connection in dropped { connection.serverDropped() }
     }
 
     /// Comes up: attempts are accepted again.
     public func start() {
         state.withLockedValue { $0.isUp = true }
-        network.record("server \(name) up")
+        network?.record("server \(name) up")
     }
 
     /// Goes down now and comes up `downtime` later, on the network's clock.
     public func restart(downFor downtime: Duration) {
         stop()
-        network.clock.schedule(at: network.clock.now.advanced(by: downtime)) { [weak self] in self?.start() }
+        guard let clock = network?.clock else { return }
+        clock.schedule(at: clock.now.advanced(by: downtime)) { [weak self] in self?.start() }
     }
 
     /// Closes every connection with a close frame.
@@ -108,6 +110,11 @@ public final class SimulatedServer: Sendable {
     }
 
     var ping: Bool { state.withLockedValue { $0.isUp && $0.answersPings } }
+
+    /// Lets go of every connection, with no word to anyone: the simulation is over.
+    func forgetAll() {
+        state.withLockedValue { $0.connections = [:] }
+    }
 
     func forget(_ connection: SimulatedConnection) {
         _ = state.withLockedValue { $0.connections.removeValue(forKey: connection.number) }

@@ -54,10 +54,10 @@ public func withSimulatedNetwork<Result: Sendable>(
             await network.shutDown()
             return result
         }
-        network.clock.cancelAll()
+        network.release()
         return result
     } catch {
-        network.clock.cancelAll()
+        network.release()
         let tail = network.eventLines.suffix(20).joined(separator: "\n")
         print("withSimulatedNetwork failed with seed \(chosen) (rerun: DUPLEX_SIMULATION_SEED=\(chosen)): \(error)\nlast events:\n\(tail)")
         throw error

@@ -2,6 +2,7 @@ import Duplex
 import DuplexTesting
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import Testing
 
 /// The card's time-based behaviours on a simulated network: hours of virtual time, in well under
@@ -189,6 +190,29 @@ import Testing
         for bad in ["", "-1", "0x10", "12 ", "18446744073709551616", "seven"] {
             #expect(throws: InvalidSimulationSeed.self) { try simulationSeed(given: 5, environment: ["DUPLEX_SIMULATION_SEED": bad]) }
         }
+    }
+
+    /// Once the simulation is over, nothing holds its network (nor its clock and the clock's
+    /// thread): a suite of many simulated tests does not keep a thread for each.
+    @Test func theNetworkGoesAwayAfterwards() async throws {
+        let gone = NIOLockedValueBox<WeakNetwork>(WeakNetwork())
+        let server = try await withSimulatedNetwork(seed: 2, link: Self.link) { network, _ in
+            gone.withLockedValue { $0.value = network }
+            let server = network.server(host: "echo.test")
+            let socket = network.webSocket(url: "ws://echo.test/", configuration: .init(reconnection: .none, logger: Self.quiet))
+            try await socket.connect()
+            return server
+        }
+        server.stop()  // kept by the test, it outlives its network, harmlessly
+        // The clock's executor may still be running the terminated client's last jobs.
+        try await withTimeout(.seconds(5)) {
+            while gone.withLockedValue({ $0.value }) != nil { await Task.yield() }
+        }
+        #expect(gone.withLockedValue { $0.value } == nil)
+    }
+
+    struct WeakNetwork {
+        weak var value: SimulatedNetwork?
     }
 
     @Test func theSeedIsTheNetworks() async throws {
