@@ -220,14 +220,17 @@ public final class SimulatedNetwork: Sendable {
     /// thread go away.
     func release() {
         clock.cancelAll()
-        let servers = state.withLockedValue { state in
+        // Taken out under the lock and let go after it: the last reference to a client ends it,
+        // which closes its connection and logs here.
+        let (servers, sockets, held) = state.withLockedValue { state in
             defer {
                 state.servers = [:]
                 state.sockets = []
                 state.held = []
             }
-            return Array(state.servers.values)
+            return (Array(state.servers.values), state.sockets, state.held)
         }
         for server in servers { server.forgetAll() }
+        withExtendedLifetime((sockets, held)) {}
     }
 }

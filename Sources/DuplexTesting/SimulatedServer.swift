@@ -113,7 +113,12 @@ public final class SimulatedServer: Sendable {
 
     /// Lets go of every connection, with no word to anyone: the simulation is over.
     func forgetAll() {
-        state.withLockedValue { $0.connections = [:] }
+        // Let go of after the lock: what a connection holds may log, or reach this server.
+        let connections = state.withLockedValue { state in
+            defer { state.connections = [:] }
+            return state.connections
+        }
+        withExtendedLifetime(connections) {}
     }
 
     func forget(_ connection: SimulatedConnection) {
