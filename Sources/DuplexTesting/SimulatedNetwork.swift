@@ -42,6 +42,7 @@ public final class SimulatedNetwork: Sendable {
         /// Deliveries held by a partition, in order.
         var held: [@Sendable () -> Void] = []
         var sockets: [WebSocket] = []
+        var eventSources: [ServerSentEventManager] = []
     }
 
     let state: NIOLockedValueBox<State>
@@ -82,16 +83,27 @@ public final class SimulatedNetwork: Sendable {
 
     private func configured(_ configuration: WebSocketConfiguration) -> (configuration: WebSocketConfiguration, client: Int) {
         var configured = configuration
-        let number = state.withLockedValue { state -> Int in
+        let number = nextClient()
+        configured.transport = .custom { SimulatedTransport(network: self, client: number) }
+        configured.reconnection = seeded(configured.reconnection, client: number)
+        return (configured, number)
+    }
+
+    private func nextClient() -> Int {
+        state.withLockedValue { state -> Int in
             state.clients += 1
             return state.clients
         }
-        configured.transport = .custom { SimulatedTransport(network: self, client: number) }
-        let jitter = NIOLockedValueBox(SeededGenerator(seed: seed, stream: UInt64(number)))
-        configured.reconnection.jitterSource = { range in
+    }
+
+    /// `strategy` with its jitter drawn from the seed, a stream of its own for each client.
+    private func seeded(_ strategy: ReconnectionStrategy, client: Int) -> ReconnectionStrategy {
+        var strategy = strategy
+        let jitter = NIOLockedValueBox(SeededGenerator(seed: seed, stream: UInt64(client)))
+        strategy.jitterSource = { range in
             jitter.withLockedValue { generator in Double.random(in: range, using: &generator) }
         }
-        return (configured, number)
+        return strategy
     }
 
     /// A client of this network: `configuration` as ``configure(_:)`` makes it, on ``clock``. Its
@@ -107,6 +119,32 @@ public final class SimulatedNetwork: Sendable {
             for await state in states { self?.record("c\(number) state \(state)") }
         }
         return socket
+    }
+
+    /// An event-stream client of this network, on ``clock``: its requests go to the
+    /// ``SimulatedServer`` its URL names, its reconnection jitter is drawn from the seed, its
+    /// connect and read timeouts and the server's `retry:` and `Retry-After` are waited out on the
+    /// clock. Its state changes are in the ``eventLog`` (`c2 state connected`); it is terminated
+    /// when the simulation ends.
+    public func eventSource(
+        url: String,
+        retryPolicy: RetryPolicy = .init(),
+        configuration: SSEConfiguration = .init(),
+        lastEventID: String? = nil
+    ) -> ServerSentEventManager {
+        guard let parsed = URL(string: url) else { preconditionFailure("not a URL: \(url)") }
+        let number = nextClient()
+        var configuration = configuration
+        configuration.transport = SimulatedEventStreamTransport(network: self, client: number)
+        let manager = ServerSentEventManager(
+            request: SSERequest(url: parsed), retryPolicy: seeded(retryPolicy, client: number), configuration: configuration,
+            lastEventID: lastEventID, clock: clock)
+        state.withLockedValue { $0.eventSources.append(manager) }
+        let states = manager.stateEvents
+        Task(on: clock) { [weak self] in
+            for await state in states { self?.record("c\(number) state \(state)") }
+        }
+        return manager
     }
 
     /// Holds every delivery each way (connection attempts too) until ``heal()``, as a cable pulled
@@ -134,8 +172,11 @@ public final class SimulatedNetwork: Sendable {
     public func switchPath() {
         let servers = state.withLockedValue { state in state.servers.keys.sorted().compactMap { state.servers[$0] } }
         let dropped = servers.flatMap(\.openConnections)
-        record("network path switched (\(dropped.count) connection\(dropped.count == 1 ? "" : "s") gone)")
+        let streams = servers.flatMap(\.openStreams)
+        let gone = dropped.count + streams.count
+        record("network path switched (\(gone) connection\(gone == 1 ? "" : "s") gone)")
         for connection in dropped { connection.blackhole() }
+        for stream in streams { stream.blackhole() }
     }
 
     /// Adds a line of the test's own to the event log, at the current virtual time.
@@ -204,14 +245,19 @@ public final class SimulatedNetwork: Sendable {
     }
 
     func server(for url: URL) -> SimulatedServer? {
-        let port = url.port ?? (url.scheme == "wss" || url.scheme == "https" ? 443 : 80)
-        return state.withLockedValue { $0.servers["\(url.host ?? ""):\(port)"] }
+        server(atHost: url.host ?? "", port: url.port ?? (url.scheme == "wss" || url.scheme == "https" ? 443 : 80))
+    }
+
+    /// The server at `host` and `port`, if one was made.
+    func server(atHost host: String, port: Int) -> SimulatedServer? {
+        state.withLockedValue { $0.servers["\(host):\(port)"] }
     }
 
     /// Terminates the clients it made and ends every sleep left, so that no task waits forever.
     func shutDown() async {
-        let sockets = state.withLockedValue { $0.sockets }
+        let (sockets, eventSources) = state.withLockedValue { ($0.sockets, $0.eventSources) }
         for socket in sockets { await socket.terminate() }
+        for eventSource in eventSources { await eventSource.terminate() }
         clock.cancelAll()
     }
 
@@ -222,15 +268,16 @@ public final class SimulatedNetwork: Sendable {
         clock.cancelAll()
         // Taken out under the lock and let go after it: the last reference to a client ends it,
         // which closes its connection and logs here.
-        let (servers, sockets, held) = state.withLockedValue { state in
+        let (servers, sockets, eventSources, held) = state.withLockedValue { state in
             defer {
                 state.servers = [:]
                 state.sockets = []
+                state.eventSources = []
                 state.held = []
             }
-            return (Array(state.servers.values), state.sockets, state.held)
+            return (Array(state.servers.values), state.sockets, state.eventSources, state.held)
         }
         for server in servers { server.forgetAll() }
-        withExtendedLifetime((sockets, held)) {}
+        withExtendedLifetime((sockets, eventSources, held)) {}
     }
 }

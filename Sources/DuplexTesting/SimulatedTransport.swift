@@ -20,20 +20,13 @@ struct SimulatedTransport: WebSocketTransport {
         let connection = SimulatedConnection(
             network: network, label: "c\(client)#\(number)", number: number, closeTimeout: configuration.closeTimeout, delegate: delegate)
         network.record("\(connection.label) connect \(request.url.absoluteString)")
-        let attempt = Attempt()
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                attempt.begin(continuation)
-                start(connection, request: request, configuration: configuration, attempt: attempt)
-            }
-        } onCancel: {
-            attempt.finish(.failure(CancellationError()))
-        }
+        let attempt = Attempt<Void>()
+        try await attempt.run { start(connection, request: request, configuration: configuration, attempt: attempt) }
         return connection
     }
 
     /// The attempt's packets: the opening handshake there and back, and the connect timeout.
-    private func start(_ connection: SimulatedConnection, request: WebSocketRequest, configuration: WebSocketConfiguration, attempt: Attempt) {
+    private func start(_ connection: SimulatedConnection, request: WebSocketRequest, configuration: WebSocketConfiguration, attempt: Attempt<Void>) {
         let (network, clock) = (self.network, network.clock)
         let server = network.server(for: request.url)
         let timeout = clock.schedule(at: clock.now.advanced(by: configuration.connectTimeout)) {
@@ -65,20 +58,33 @@ struct SimulatedTransport: WebSocketTransport {
     }
 }
 
-/// A connection attempt's outcome, given once: accepted, refused, timed out or cancelled.
-private final class Attempt: Sendable {
+/// A connection attempt's outcome, given once: accepted (with its `Value`), refused, timed out or
+/// cancelled.
+final class Attempt<Value: Sendable>: Sendable {
     private enum Phase {
         case starting
-        case waiting(CheckedContinuation<Void, any Error>)
+        case waiting(CheckedContinuation<Value, any Error>)
         /// Finished before the wait began (cancelled at once).
-        case finishedEarly(Result<Void, any Error>)
+        case finishedEarly(Result<Value, any Error>)
         case done
     }
 
     private let phase = NIOLockedValueBox(Phase.starting)
 
-    func begin(_ continuation: CheckedContinuation<Void, any Error>) {
-        let early = phase.withLockedValue { phase -> Result<Void, any Error>? in
+    /// Waits for the outcome, after `start` (which sets the attempt going) and unless cancelled.
+    func run(_ start: () -> Void) async throws -> Value {
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Value, any Error>) in
+                begin(continuation)
+                start()
+            }
+        } onCancel: {
+            finish(.failure(CancellationError()))
+        }
+    }
+
+    private func begin(_ continuation: CheckedContinuation<Value, any Error>) {
+        let early = phase.withLockedValue { phase -> Result<Value, any Error>? in
             if case .finishedEarly(let result) = phase {
                 phase = .done
                 return result
@@ -95,8 +101,8 @@ private final class Attempt: Sendable {
         }
     }
 
-    func finish(_ result: Result<Void, any Error>) {
-        let waiting = phase.withLockedValue { phase -> CheckedContinuation<Void, any Error>? in
+    func finish(_ result: Result<Value, any Error>) {
+        let waiting = phase.withLockedValue { phase -> CheckedContinuation<Value, any Error>? in
             switch phase {
             case .starting:
                 phase = .finishedEarly(result)

@@ -45,6 +45,8 @@ public struct SSEConfiguration: Sendable {
     /// server's `retry:` values it applied (docs/libraries.md lists the metrics). Default nil: swift-metrics'
     /// `MetricsSystem.factory`, a no-op until the application bootstraps a backend.
     public var metrics: (any MetricsFactory)? = nil
+    /// Where requests go: nil for the network. DuplexTesting's simulated network sets its own.
+    package var transport: (any EventStreamTransport)? = nil
 
     /// Creates a configuration; every argument has a default.
     public init(

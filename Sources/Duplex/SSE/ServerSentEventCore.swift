@@ -153,7 +153,7 @@ final class ServerSentEventCore: LifecycleRunner {
         switch action {
         case .startConnecting(let generation):
             // Ends when the stream does, or when the lifecycle cancels it (below).
-            state.attempt = (generation, Task { await self.attempt(generation: generation) })
+            state.attempt = (generation, Task(on: clock) { await self.attempt(generation: generation) })
         case .cancelAttempt, .closeConnection, .abortConnection:
             state.attempt?.task.cancel()
         case .discardConnection, .flush, .deliverHeld, .startPinging, .stopPinging, .opened, .lost, .closedAsAsked, .dropQueued:
@@ -246,7 +246,7 @@ final class ServerSentEventCore: LifecycleRunner {
             // GET without its body; a 307 and a 308 send it again as it was.
             var visited: Set<String> = [url.absoluteString]
             while Self.redirects.contains(opened.head.status.code) {
-                try? await opened.body.channel.close()
+                await opened.body.close()
                 let status = Int(opened.head.status.code)
                 let location = opened.head.headers.first(name: "Location") ?? ""
                 guard let next = URL(string: location, relativeTo: url)?.absoluteURL, ["http", "https"].contains(next.scheme?.lowercased() ?? "")
@@ -267,9 +267,8 @@ final class ServerSentEventCore: LifecycleRunner {
                 opened = try await open(current, lastEventID: lastEventID)
             }
             let terminalEvent = current.terminalEvent
-            try await opened.body.executeThenClose { body, _ in
-                var chunks = body.makeAsyncIterator()
-                if let failure = try await check(opened.head, body: &chunks, channel: opened.body.channel, resumable: current.isResumable) {
+            try await opened.body.readThenClose { chunks in
+                if let failure = try await check(opened.head, body: &chunks, connection: opened.body, resumable: current.isResumable) {
                     ended(generation: generation, opened: false, loss: failure)
                     return
                 }
@@ -335,7 +334,7 @@ final class ServerSentEventCore: LifecycleRunner {
     }
 
     /// Sends `request` and returns with its response head.
-    private func open(_ request: SSERequest, lastEventID: String) async throws -> EventStreamConnection.Opened {
+    private func open(_ request: SSERequest, lastEventID: String) async throws -> EventStreamResponse {
         let endpoint: WebSocketRequest.Endpoint
         do {
             endpoint = try WebSocketRequest(url: request.url).endpoint()
@@ -363,7 +362,7 @@ final class ServerSentEventCore: LifecycleRunner {
         } else if request.method != .get {
             httpHeaders.replaceOrAdd(name: "Content-Length", value: "0")
         }
-        return try await EventStreamConnection.open(
+        return try await (configuration.transport ?? EventStreamConnection()).open(
             endpoint: endpoint,
             method: HTTPMethod(rawValue: request.method.rawValue),
             headers: httpHeaders,
@@ -378,8 +377,8 @@ final class ServerSentEventCore: LifecycleRunner {
     /// 429 or a 503, which say that the server did not act on it.
     private func check(
         _ response: HTTPResponseHead,
-        body: inout NIOAsyncChannelInboundStream<ByteBuffer>.AsyncIterator,
-        channel: any Channel,
+        body: inout any EventStreamChunks,
+        connection: any EventStreamBody,
         resumable: Bool
     ) async throws -> SSELoss? {
         let status = Int(response.status.code)
@@ -389,7 +388,7 @@ final class ServerSentEventCore: LifecycleRunner {
                 retry: .never)
         }
         guard (200..<300).contains(status) else {
-            let answer = await Self.readAnswer(response, body: &body, channel: channel, within: TimeAmount(configuration.connectTimeout))
+            let answer = await Self.readAnswer(response, body: &body, connection: connection, within: configuration.connectTimeout)
             let error = SSEError(.badStatus, "the server answered HTTP \(status)\(Self.excerpt(answer))", status: status, response: answer)
             let retried = resumable ? status >= 500 || status == 429 : status == 503 || status == 429
             if configuration.retryOnServerErrors, retryPolicy.enabled, retried {
@@ -401,7 +400,7 @@ final class ServerSentEventCore: LifecycleRunner {
         let contentType = response.headers.first(name: "Content-Type") ?? ""
         let mediaType = contentType.split(separator: ";", maxSplits: 1).first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
         guard mediaType == "text/event-stream" else {
-            let answer = await Self.readAnswer(response, body: &body, channel: channel, within: TimeAmount(configuration.connectTimeout))
+            let answer = await Self.readAnswer(response, body: &body, connection: connection, within: configuration.connectTimeout)
             let error = SSEError(
                 .badContentType,
                 "the response is \(contentType.isEmpty ? "untyped" : String(contentType.prefix(100)).debugDescription), not text/event-stream\(Self.excerpt(answer))",
@@ -417,9 +416,9 @@ final class ServerSentEventCore: LifecycleRunner {
     /// `deadline` (the connection is closed then, and the body kept so far is marked truncated).
     static func readAnswer(
         _ head: HTTPResponseHead,
-        body: inout NIOAsyncChannelInboundStream<ByteBuffer>.AsyncIterator,
-        channel: any Channel,
-        within deadline: TimeAmount
+        body: inout any EventStreamChunks,
+        connection: any EventStreamBody,
+        within deadline: Duration
     ) async -> SSEErrorResponse {
         var answer = SSEErrorResponse(
             status: Int(head.status.code),
@@ -427,8 +426,8 @@ final class ServerSentEventCore: LifecycleRunner {
             contentType: head.headers.first(name: "Content-Type")
         )
         answer.headers = head.headers.map { HTTPHeader(name: $0.name, value: $0.value) }
-        let timer = channel.eventLoop.scheduleTask(in: deadline) { channel.close(promise: nil) }
-        defer { timer.cancel() }
+        let cancelDeadline = connection.close(after: deadline)
+        defer { cancelDeadline() }
         do {
             while var chunk = try await body.next() {
                 let room = SSEErrorResponse.bodyLimit - answer.body.count

@@ -12,25 +12,19 @@ import NIOHTTP2
 /// (`NIOAsyncChannel`'s backpressure, and over HTTP/2 its flow-control window), and a body silent
 /// for the read timeout fails with ``SSEError/Code/readTimeout``. The response's end closes the
 /// connection, or the stream.
-enum EventStreamConnection {
-    /// The response head and the connection that carries the body.
-    struct Opened: Sendable {
-        var head: HTTPResponseHead
-        var body: NIOAsyncChannel<ByteBuffer, Never>
-    }
-
+struct EventStreamConnection: EventStreamTransport {
     /// Sends `method` for `endpoint` with `headers` and `body` over the HTTP the configuration
     /// prefers, and returns once the response head has arrived.
     /// - Throws: what ``ClientConnector/connect(_:)`` throws; with
     ///   ``HTTPVersionPreference/http2``, a ``WebSocketError/Code/handshakeFailed`` when the server
     ///   has no HTTP/2 or the URL is not `https://`.
-    static func open(
+    func open(
         endpoint: WebSocketRequest.Endpoint,
         method: HTTPMethod,
         headers: HTTPHeaders,
         body: Data?,
         configuration: SSEConfiguration
-    ) async throws -> Opened {
+    ) async throws -> EventStreamResponse {
         let request = Request(head: HTTPRequestHead(version: .http1_1, method: method, uri: endpoint.target, headers: headers), body: body)
         let key = HTTP2ClientPool.Key(endpoint: endpoint, settings: configuration)
         switch configuration.httpVersion {
@@ -38,13 +32,13 @@ enum EventStreamConnection {
             throw WebSocketError(.handshakeFailed, "SSE over HTTP/2 needs https://; this URL is http://")
         case .http2:
             do {
-                return try await openHTTP2(endpoint: endpoint, request: request, configuration: configuration)
+                return try await Self.openHTTP2(endpoint: endpoint, request: request, configuration: configuration)
             } catch let unavailable as HTTP2ClientConnection.Unavailable {
                 throw WebSocketError(.handshakeFailed, "\(endpoint.host):\(endpoint.port): \(unavailable.reason)")
             }
         case .automatic where endpoint.secure && !HTTP2ClientPool.shared.isWithoutHTTP2(key, forWebSockets: false):
             do {
-                return try await openHTTP2(endpoint: endpoint, request: request, configuration: configuration)
+                return try await Self.openHTTP2(endpoint: endpoint, request: request, configuration: configuration)
             } catch let unavailable as HTTP2ClientConnection.Unavailable {
                 HTTP2ClientPool.shared.markWithout(unavailable, key)
             }
@@ -59,14 +53,16 @@ enum EventStreamConnection {
             try operations.addHTTPClientHandlers()
             try operations.addHandler(response)
             let body = try NIOAsyncChannel<ByteBuffer, Never>(wrappingChannelSynchronously: channel)
-            return response.headPromise.futureResult.map { Opened(head: $0, body: body) }
+            return response.headPromise.futureResult.map { EventStreamResponse(head: $0, body: Body(channel: body)) }
         }
     }
 
     /// The request on a stream of the origin's HTTP/2 connection, through swift-nio-http2's
     /// HTTP/1 codec (which makes `Host` the `:authority`), so that the same response handler
     /// reads it. The response head must come within the connect timeout.
-    private static func openHTTP2(endpoint: WebSocketRequest.Endpoint, request: Request, configuration: SSEConfiguration) async throws -> Opened {
+    private static func openHTTP2(endpoint: WebSocketRequest.Endpoint, request: Request, configuration: SSEConfiguration) async throws
+        -> EventStreamResponse
+    {
         let leasing: @Sendable () async throws -> HTTP2ClientPool.Lease = {
             try await HTTP2ClientPool.shared.lease(
                 endpoint: endpoint,
@@ -80,7 +76,7 @@ enum EventStreamConnection {
         let connectTimeout = TimeAmount(configuration.connectTimeout)
         // A request the server did not act on (refused, or crossed by GOAWAY) goes once more on
         // a new connection.
-        return try await HTTP2ClientPool.shared.openStream(leasing: leasing) { (channel, opened: EventLoopPromise<Opened>) in
+        return try await HTTP2ClientPool.shared.openStream(leasing: leasing) { (channel, opened: EventLoopPromise<EventStreamResponse>) in
             let response = EventStreamResponseHandler(request: request, readTimeout: readTimeout, headPromise: channel.eventLoop.makePromise())
             let operations = channel.pipeline.syncOperations
             try operations.addHandler(HTTP2FramePayloadToHTTP1ClientCodec(httpProtocol: .https))
@@ -96,7 +92,7 @@ enum EventStreamConnection {
             headPromise.futureResult.whenComplete { result in
                 deadline.cancel()
                 if case .failure = result { channel.close(promise: nil) }
-                opened.completeWith(result.map { Opened(head: $0, body: body) })
+                opened.completeWith(result.map { EventStreamResponse(head: $0, body: Body(channel: body)) })
             }
         }
     }
@@ -108,7 +104,31 @@ extension EventStreamConnection {
         var head: HTTPRequestHead
         var body: Data?
     }
+
+    /// The body as the connection's channel reads it: read only as fast as it is consumed.
+    struct Body: EventStreamBody {
+        let channel: NIOAsyncChannel<ByteBuffer, Never>
+
+        func readThenClose(_ read: (inout any EventStreamChunks) async throws -> Void) async throws {
+            try await channel.executeThenClose { inbound, _ in
+                var chunks: any EventStreamChunks = inbound.makeAsyncIterator()
+                try await read(&chunks)
+            }
+        }
+
+        func close() async {
+            try? await channel.channel.close()
+        }
+
+        func close(after delay: Duration) -> @Sendable () -> Void {
+            let channel = channel.channel
+            let timer = channel.eventLoop.scheduleTask(in: TimeAmount(delay)) { channel.close(promise: nil) }
+            return { timer.cancel() }
+        }
+    }
 }
+
+extension NIOAsyncChannelInboundStream<ByteBuffer>.AsyncIterator: EventStreamChunks {}
 
 /// Writes the request once added, completes `headPromise` with the response head, passes the
 /// body's bytes on, and closes the connection at the response's end. A connection that closes

@@ -54,14 +54,14 @@ public struct WebSocketRequest: Sendable, Hashable {
     static let placeholder = URL(string: "invalid:")!
 
     /// Where to connect, read from the URL.
-    struct Endpoint: Sendable, Equatable {
-        var host: String
-        var port: Int
-        var secure: Bool
+    package struct Endpoint: Sendable, Equatable {
+        package var host: String
+        package var port: Int
+        package var secure: Bool
         /// Path and query, as sent in the request line.
-        var target: String
+        package var target: String
         /// The Host header.
-        var hostHeader: String
+        package var hostHeader: String
     }
 
     func endpoint() throws -> Endpoint {

@@ -251,9 +251,9 @@ import Testing
             let parts = line.split(separator: " ")
             guard parts.count >= 3, let time = seconds(parts[0]) else { continue }
             let client = parts[1].prefix { $0 != "#" }
-            if parts[2] == "refused" || line.hasSuffix("closed with no close frame") {
+            if parts[2] == "refused" || parts[2] == "dropped" || line.hasSuffix("closed with no close frame") {
                 lost[client] = time
-            } else if parts[2] == "connect", let since = lost.removeValue(forKey: client) {
+            } else if parts[2] == "connect" || parts[2] == "GET", let since = lost.removeValue(forKey: client) {
                 waits.append(.seconds(time - since))
             }
         }

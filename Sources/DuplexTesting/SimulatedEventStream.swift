@@ -1,0 +1,286 @@
+import DequeModule
+import Duplex
+import DuplexSchema
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+
+/// A `ServerSentEventManager`'s requests on a ``SimulatedNetwork``: each crosses the link to the
+/// server its URL names, which answers with its event stream (or the answer it was given for
+/// streams), refuses it (down, or no server there), or leaves it unanswered (a partition) until
+/// the configuration's connect timeout.
+struct SimulatedEventStreamTransport: EventStreamTransport {
+    let network: SimulatedNetwork
+    /// The client's number in the log (`c1`).
+    let client: Int
+
+    func open(
+        endpoint: WebSocketRequest.Endpoint,
+        method: HTTPMethod,
+        headers: HTTPHeaders,
+        body: Data?,
+        configuration: SSEConfiguration
+    ) async throws -> EventStreamResponse {
+        let number = network.nextConnection()
+        let stream = SimulatedEventStream(network: network, label: "c\(client)#\(number)", number: number, readTimeout: configuration.readTimeout)
+        let lastEventID = headers.first(name: "Last-Event-ID")
+        network.record("\(stream.label) \(method.rawValue) \(endpoint.target)\(lastEventID.map { " Last-Event-ID \($0)" } ?? "")")
+        let (network, clock) = (network, network.clock)
+        let server = network.server(atHost: endpoint.host, port: endpoint.port)
+        let attempt = Attempt<HTTPResponseHead>()
+        let head = try await attempt.run {
+            let timeout = clock.schedule(at: clock.now.advanced(by: configuration.connectTimeout)) {
+                if attempt.isPending { network.record("\(stream.label) connect timed out") }
+                attempt.finish(.failure(WebSocketError(.connectTimeout, "no answer within \(configuration.connectTimeout) (simulated)")))
+            }
+            stream.send(upstream: true, bytes: 300 + (body?.count ?? 0)) {
+                let answer = server?.answer(stream, lastEventID: lastEventID)
+                stream.send(upstream: false, bytes: 200) {
+                    clock.cancel(timeout)
+                    guard attempt.isPending else {
+                        // Timed out or cancelled meanwhile: the client has gone.
+                        stream.closeNow()
+                        return
+                    }
+                    guard let answer else {
+                        network.record("\(stream.label) refused")
+                        let place = "\(server == nil ? "no server at" : "server down at") \(endpoint.host)"
+                        attempt.finish(.failure(WebSocketError(.connectionFailed, "connection refused (simulated: \(place))")))
+                        return
+                    }
+                    network.record("\(stream.label) HTTP \(answer.status)")
+                    var headers = HTTPHeaders(answer.headers.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
+                    if answer.status == 200, headers["Content-Type"].isEmpty { headers.add(name: "Content-Type", value: "text/event-stream") }
+                    attempt.finish(.success(HTTPResponseHead(version: .http1_1, status: .init(statusCode: answer.status), headers: headers)))
+                }
+                // What the server sends at once follows the head, in order.
+                guard let answer else { return }
+                stream.opened(server: server)
+                for (text, line) in answer.chunks { stream.serverSends(text, line) }
+                if answer.ends { stream.serverEnded() }
+            }
+        }
+        return EventStreamResponse(head: head, body: stream)
+    }
+}
+
+/// One simulated event-stream response, both of its ends: the body the client reads and what
+/// its server sees.
+final class SimulatedEventStream: EventStreamBody {
+    let label: String
+    let number: Int
+    private let network: SimulatedNetwork
+    private let readTimeout: Duration
+
+    private struct State {
+        var server: SimulatedServer?
+        var chunks = Deque<ByteBuffer>()
+        /// How the body ended, when it has: cleanly (nil) or with an error.
+        var end: (any Error)??
+        /// The read under way, and its number (for its read timeout).
+        var reader: CheckedContinuation<ByteBuffer?, any Error>?
+        var reads: UInt64 = 0
+        var readTimer: UInt64?
+        /// The client closed it: nothing more reaches it.
+        var closedForClient = false
+        /// The server's end is gone: nothing more reaches it.
+        var closedForServer = false
+        /// Its path is gone (``SimulatedNetwork/switchPath()``): nothing sent over it arrives.
+        var blackholed = false
+        var upstream = TestClock.Instant()
+        var downstream = TestClock.Instant()
+    }
+
+    private let state = NIOLockedValueBox(State())
+
+    init(network: SimulatedNetwork, label: String, number: Int, readTimeout: Duration) {
+        self.network = network
+        self.label = label
+        self.number = number
+        self.readTimeout = readTimeout
+    }
+
+    func opened(server: SimulatedServer?) {
+        state.withLockedValue { $0.server = server }
+    }
+
+    // MARK: The client's end
+
+    func readThenClose(_ read: (inout any EventStreamChunks) async throws -> Void) async throws {
+        var chunks: any EventStreamChunks = Chunks(stream: self)
+        do {
+            try await read(&chunks)
+        } catch {
+            closeNow()
+            throw error
+        }
+        closeNow()
+    }
+
+    func close() async {
+        closeNow()
+    }
+
+    func close(after delay: Duration) -> @Sendable () -> Void {
+        let clock = network.clock
+        let timer = clock.schedule(at: clock.now.advanced(by: delay)) { [self] in closeNow() }
+        return { clock.cancel(timer) }
+    }
+
+    private struct Chunks: EventStreamChunks {
+        let stream: SimulatedEventStream
+        mutating func next() async throws -> ByteBuffer? {
+            try await stream.nextChunk()
+        }
+    }
+
+    /// The next chunk that arrived, waiting for one (for up to the read timeout) when none has.
+    private func nextChunk() async throws -> ByteBuffer? {
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<ByteBuffer?, any Error>) in
+                let (ready, read) = state.withLockedValue { state -> (Result<ByteBuffer?, any Error>?, UInt64?) in
+                    if let chunk = state.chunks.popFirst() { return (.success(chunk), nil) }
+                    if let end = state.end { return (end.map { .failure($0) } ?? .success(nil), nil) }
+                    if state.closedForClient { return (.success(nil), nil) }
+                    if Task.isCancelled { return (.failure(CancellationError()), nil) }
+                    state.reader = continuation
+                    state.reads += 1
+                    return (nil, state.reads)
+                }
+                if let ready { return continuation.resume(with: ready) }
+                guard let read else { return }
+                // Only while a read is wanted, as the network's transport times it.
+                let clock = network.clock
+                let timer = clock.schedule(at: clock.now.advanced(by: readTimeout)) { [self] in readTimedOut(read) }
+                let stale = state.withLockedValue { state -> Bool in
+                    guard state.reader != nil, state.reads == read else { return true }
+                    state.readTimer = timer
+                    return false
+                }
+                if stale { clock.cancel(timer) }
+            }
+        } onCancel: {
+            resumeReader(with: .failure(CancellationError()))
+        }
+    }
+
+    private func readTimedOut(_ read: UInt64) {
+        let current = state.withLockedValue { $0.reader != nil && $0.reads == read }
+        guard current else { return }
+        network.record("\(label) read timed out")
+        resumeReader(with: .failure(SSEError(.readTimeout, "no bytes arrived within the read timeout (\(readTimeout), simulated)")))
+        closeNow()
+    }
+
+    /// Ends the read under way, if any, with `result`.
+    private func resumeReader(with result: Result<ByteBuffer?, any Error>) {
+        let (reader, timer) = state.withLockedValue { state in
+            defer {
+                state.reader = nil
+                state.readTimer = nil
+            }
+            return (state.reader, state.readTimer)
+        }
+        if let timer { network.clock.cancel(timer) }
+        reader?.resume(with: result)
+    }
+
+    /// Closes the client's end: a read under way ends, and the server forgets it a link's delay
+    /// later.
+    func closeNow() {
+        let first = state.withLockedValue { state -> Bool in
+            defer { state.closedForClient = true }
+            return !state.closedForClient
+        }
+        guard first else { return }
+        network.record("\(label) closed by client")
+        resumeReader(with: .success(nil))
+        send(upstream: true, bytes: 0) { [self] in
+            guard let server = liveServer() else { return }
+            server.forget(self)
+            state.withLockedValue { $0.closedForServer = true }
+        }
+    }
+
+    // MARK: The server's end
+
+    /// The server sends `text`, logged as `line`.
+    func serverSends(_ text: String, _ line: String) {
+        send(upstream: false, bytes: text.utf8.count) { [self] in
+            guard toClient() else { return }
+            network.record("\(label) ← \(line)")
+            arrived(.success(ByteBuffer(string: text)))
+        }
+    }
+
+    /// The server ends the response: the client reads its end.
+    func serverEnded() {
+        state.withLockedValue { $0.closedForServer = true }
+        send(upstream: false, bytes: 5) { [self] in
+            guard toClient() else { return }
+            network.record("\(label) response ended")
+            arrived(.success(nil))
+        }
+    }
+
+    /// The server went down: the connection drops before the response's end.
+    func serverDropped() {
+        state.withLockedValue { $0.closedForServer = true }
+        send(upstream: false, bytes: 0) { [self] in
+            guard toClient() else { return }
+            network.record("\(label) dropped")
+            arrived(
+                .failure(
+                    SSEError(
+                        .connectionFailed,
+                        "the connection closed before the response ended (a drop, not the server's end of the stream; simulated)")))
+        }
+    }
+
+    /// Its path is gone: from now on nothing sent either way arrives, and neither end is told.
+    func blackhole() {
+        state.withLockedValue { $0.blackholed = true }
+    }
+
+    // MARK: Helpers
+
+    /// A chunk (or the end: nil) arrived for the client.
+    private func arrived(_ result: Result<ByteBuffer?, any Error>) {
+        let reader = state.withLockedValue { state -> CheckedContinuation<ByteBuffer?, any Error>? in
+            if let reader = state.reader {
+                if case .success(nil) = result { state.end = .some(nil) }
+                if case .failure(let error) = result { state.end = .some(error) }
+                return reader
+            }
+            switch result {
+            case .success(let chunk?): state.chunks.append(chunk)
+            case .success(nil): state.end = .some(nil)
+            case .failure(let error): state.end = .some(error)
+            }
+            return nil
+        }
+        if reader != nil { resumeReader(with: result) }
+    }
+
+    /// Sends `bytes` one way; `delivery` runs when they arrive, unless the path is gone.
+    func send(upstream: Bool, bytes: Int, _ delivery: @escaping @Sendable () -> Void) {
+        let at = state.withLockedValue { state -> TestClock.Instant in
+            upstream
+                ? network.arrival(bytes: bytes, upstream: true, after: &state.upstream)
+                : network.arrival(bytes: bytes, upstream: false, after: &state.downstream)
+        }
+        network.deliver(at: at) { [self] in
+            guard !state.withLockedValue({ $0.blackholed }) else { return }
+            delivery()
+        }
+    }
+
+    private func liveServer() -> SimulatedServer? {
+        state.withLockedValue { $0.closedForServer ? nil : $0.server }
+    }
+
+    private func toClient() -> Bool {
+        state.withLockedValue { !$0.closedForClient }
+    }
+}
