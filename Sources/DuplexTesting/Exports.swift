@@ -5,3 +5,7 @@
 // Scripted routes (`ScriptedRoute`, `WebSocketScript`, `SSEScript`) and their journal are the
 // server's: a test that imports DuplexTesting writes them without importing DuplexServer.
 @_exported public import DuplexServer
+
+// The wire's types (`ServerSentEvent`, `WebSocketCloseCode`): a test publishes events on a
+// simulated server without importing DuplexSchema.
+@_exported public import DuplexSchema

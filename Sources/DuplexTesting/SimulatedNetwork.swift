@@ -5,7 +5,7 @@ import DuplexWire
 import Foundation
 import NIOConcurrencyHelpers
 
-/// Clients and WebSocket servers joined in memory, on one ``TestClock``: no sockets, no real
+/// Clients and servers joined in memory, on one ``TestClock``: no sockets, no real
 /// time. Every delivery, connection attempt and timer is an event on the clock's timeline, and
 /// every random choice (the link's jitter and loss, the clients' reconnection jitter) comes from
 /// the network's ``seed``: the same seed gives the same ``eventLog``.
@@ -22,9 +22,10 @@ import NIOConcurrencyHelpers
 ///
 /// What it simulates is the WebSocket between the client's lifecycle and a server: connecting,
 /// messages, pings, close handshakes, drops, and every timer of the client (reconnection backoff,
-/// ping interval and pong timeout, connect and close timeouts, the preamble's). TLS, HTTP/2, the
-/// kernel's TCP and the Duplex server's own handlers need real sockets: test those with
-/// `withDuplexServer`.
+/// ping interval and pong timeout, connect and close timeouts, the preamble's); and event streams
+/// (``eventSource(url:retryPolicy:configuration:lastEventID:)``): `retry:`, `Last-Event-ID`,
+/// `Retry-After`, read timeouts. TLS, HTTP/2, the kernel's TCP and the Duplex server's own
+/// handlers need real sockets: test those with `withDuplexServer`.
 public final class SimulatedNetwork: Sendable {
     /// The seed every random choice of this network comes from.
     public let seed: UInt64

@@ -24,7 +24,7 @@ extension SimulatedServer {
     /// request whose `Last-Event-ID` is the id of a kept event gets every event published after
     /// that one first. A request with no `Last-Event-ID`, or one the server never published, gets
     /// the events published from then on. Every event is kept until the simulation ends.
-    /// - Throws: ``ServerSentEventError`` when the event cannot be encoded (an id or event name
+    /// - Throws: `ServerSentEventError` when the event cannot be encoded (an id or event name
     ///   with CR, LF or NUL, a negative retry).
     public func publish(_ event: ServerSentEvent) throws(ServerSentEventError) {
         let text = try event.encoded()

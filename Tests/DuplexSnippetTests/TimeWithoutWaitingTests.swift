@@ -60,3 +60,20 @@ import Testing
         #expect(socket.state == .disconnected(.pingFailed(missedPings: 3)))
     }
 }
+
+@Test func aFeedResumesAfterTenMinutes() async throws {
+    try await withSimulatedNetwork(seed: 5) { network, clock in
+        let server = network.server(host: "feed.test")
+        server.eventStreamRetry = .seconds(5)  // sent as retry: 5000
+        let feed = network.eventSource(url: "http://feed.test/events")
+        var events = feed.events.makeAsyncIterator()
+        try await feed.connect()
+        try server.publish(ServerSentEvent(id: "1", data: "first"))
+        server.restart(downFor: .seconds(600))
+        try server.publish(ServerSentEvent(id: "2", data: "while you were away"))
+        #expect(await events.next()?.id == "1")
+        #expect(await events.next()?.id == "2")  // resent after Last-Event-ID: 1
+        #expect(server.lastEventIDsReceived == [nil, "1"])
+        #expect(clock.now.offset > .seconds(600))
+    }
+}
