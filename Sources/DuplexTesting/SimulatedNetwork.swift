@@ -82,6 +82,12 @@ public final class SimulatedNetwork: Sendable {
         configured(configuration).configuration
     }
 
+    /// `strategy` with its jitter drawn from the seed: for a `ReconnectingWebSocket` made with
+    /// ``clock``, whose delays are its strategy's.
+    public func configure(_ strategy: ReconnectionStrategy) -> ReconnectionStrategy {
+        seeded(strategy, client: nextClient())
+    }
+
     private func configured(_ configuration: WebSocketConfiguration) -> (configuration: WebSocketConfiguration, client: Int) {
         var configured = configuration
         let number = nextClient()

@@ -73,11 +73,17 @@ public final class ChatClient: Sendable {
 
     /// Creates a client for the room at `url` (`ws://` or `wss://`, path `/chat/ROOM`).
     /// Nothing connects until ``join(timeout:)``.
-    public init(url: URL, name: String, configuration: WebSocketConfiguration = ChatClient.defaultConfiguration) {
+    public convenience init(url: URL, name: String, configuration: WebSocketConfiguration = ChatClient.defaultConfiguration) {
+        self.init(url: url, name: name, configuration: configuration, clock: ContinuousClock())
+    }
+
+    /// Creates a client whose timers (reconnection delays, pings, the join's and the delivery's
+    /// time limits) run on `clock`: a test's clock, such as DuplexTesting's `TestClock`.
+    public init(url: URL, name: String, configuration: WebSocketConfiguration = ChatClient.defaultConfiguration, clock: some Clock<Duration>) {
         self.url = url
         self.name = name
         self.socket = WebSocket(
-            request: WebSocketRequest(url: url), configuration: configuration, clock: ContinuousClock(), policy: ChatClientCore.policy(configuration))
+            request: WebSocketRequest(url: url), configuration: configuration, clock: clock, policy: ChatClientCore.policy(configuration))
         self.core = ChatClientCore(name: name, socket: socket, configuration: configuration)
         socket.prepareRequest = { [weak core] request in
             var request = request

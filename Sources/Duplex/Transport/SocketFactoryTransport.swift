@@ -1,4 +1,5 @@
 import DuplexSchema
+import DuplexWire
 import NIOConcurrencyHelpers
 
 /// The transport of a ``ReconnectingWebSocket``: each connection is a fresh socket from the
@@ -7,6 +8,8 @@ import NIOConcurrencyHelpers
 /// reconnect on their own: the wrapper's lifecycle does.
 struct SocketFactoryTransport: WebSocketTransport {
     let factory: @Sendable () -> any WebSocketProtocol
+    /// The wrapper's clock: the tasks that carry each socket run on its executor, if it has one.
+    let clock: any Clock<Duration>
 
     func connect(
         request: WebSocketRequest,
@@ -22,7 +25,8 @@ struct SocketFactoryTransport: WebSocketTransport {
             await socket.terminate()
             throw error as? WebSocketError ?? WebSocketError(.connectionFailed, "\(error)")
         }
-        return SocketConnection(socket: socket, events: events, delegate: delegate, highWatermark: configuration.sendBufferHighWatermark)
+        return SocketConnection(
+            socket: socket, events: events, delegate: delegate, highWatermark: configuration.sendBufferHighWatermark, clock: clock)
     }
 }
 
@@ -49,14 +53,17 @@ final class SocketConnection: WebSocketTransportConnection {
     private let state = NIOLockedValueBox(State())
     private let highWatermark: Int
 
-    init(socket: any WebSocketProtocol, events: AsyncStream<WebSocketEvent>, delegate: any WebSocketTransportDelegate, highWatermark: Int) {
+    init(
+        socket: any WebSocketProtocol, events: AsyncStream<WebSocketEvent>, delegate: any WebSocketTransportDelegate, highWatermark: Int,
+        clock: any Clock<Duration>
+    ) {
         self.socket = socket
         self.highWatermark = highWatermark
         let (writeStream, writes) = AsyncStream.makeStream(of: Write.self)
         self.writes = writes
         // Ends when the socket's events end (it closed or was terminated): then the writer
         // finishes what it was given, and the close is reported with what it could not write.
-        Task { [self] in
+        Task(on: clock) { [self] in
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { await self.write(writeStream, delegate: delegate) }
                 let close = await pump(events, to: delegate)

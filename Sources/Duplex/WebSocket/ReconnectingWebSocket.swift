@@ -48,12 +48,27 @@ public final class ReconnectingWebSocket: WebSocketProtocol {
     ///     may hold (also at most 8 MiB of messages) before forwarding waits and the socket
     ///     stops reading (65,536 by default).
     ///   - logger: where reconnections are logged.
-    public init(
+    public convenience init(
         connect: @escaping @Sendable () -> any WebSocketProtocol,
         strategy: ReconnectionStrategy = .exponentialBackoff(),
         maxQueuedSends: Int = 1000,
         streamBufferLimit: Int = 65_536,
         logger: Logger = Logger(label: "duplex.reconnecting-websocket")
+    ) {
+        self.init(
+            connect: connect, strategy: strategy, maxQueuedSends: maxQueuedSends, streamBufferLimit: streamBufferLimit, logger: logger,
+            clock: ContinuousClock())
+    }
+
+    /// Creates the wrapper with the strategy's delays on `clock`: a test's clock, such as
+    /// DuplexTesting's `TestClock` (give the sockets `connect` makes the same clock).
+    public init(
+        connect: @escaping @Sendable () -> any WebSocketProtocol,
+        strategy: ReconnectionStrategy = .exponentialBackoff(),
+        maxQueuedSends: Int = 1000,
+        streamBufferLimit: Int = 65_536,
+        logger: Logger = Logger(label: "duplex.reconnecting-websocket"),
+        clock: some Clock<Duration>
     ) {
         self.strategy = strategy
         self.maxQueuedSends = maxQueuedSends
@@ -61,13 +76,13 @@ public final class ReconnectingWebSocket: WebSocketProtocol {
             reconnection: strategy,
             maxQueuedSends: maxQueuedSends,
             streamBufferLimit: streamBufferLimit,
-            transport: .custom { SocketFactoryTransport(factory: connect) },
+            transport: .custom { SocketFactoryTransport(factory: connect, clock: clock) },
             logger: logger
         )
         let policy = WebSocketPolicy(strategy: strategy, maxQueued: maxQueuedSends, connectRetries: true, retriesNormalClosure: true)
         // The request is the factory's to make, socket by socket: the core's is never used.
         let request = WebSocketRequest(url: URL(string: "ws://127.0.0.1/")!)
-        self.core = WebSocketCore(request: request, configuration: configuration, clock: ContinuousClock(), policy: policy)
+        self.core = WebSocketCore(request: request, configuration: configuration, clock: clock, policy: policy)
     }
 
     deinit {
