@@ -25,6 +25,8 @@ extension ScriptedRoute {
 /// The graphql-transport-ws side of a route: one session per connection.
 final class GraphQLWSServer: Sendable {
     static let subprotocol = "graphql-transport-ws"
+    /// The most operations one connection may run at once: one more gets an `error` message.
+    static let maxOperations = 1_000
 
     private let script: GraphQLScript
     private let sessions = NIOLockedValueBox([Int: Session]())
@@ -103,18 +105,27 @@ final class GraphQLWSServer: Sendable {
     }
 
     private func subscribe(id: String, _ payload: [String: JSONValue], _ socket: ScriptedWebSocket) throws {
-        enum Start { case unauthorized, duplicate, started }
+        enum Start { case unauthorized, duplicate, tooMany, started }
         let start: Start = sessions.withLockedValue { sessions in
-            guard sessions[socket.connection]?.acknowledged == true else { return .unauthorized }
-            guard sessions[socket.connection]?.active.insert(id).inserted == true else { return .duplicate }
+            guard let session = sessions[socket.connection], session.acknowledged else { return .unauthorized }
+            guard !session.active.contains(id) else { return .duplicate }
+            guard session.active.count < Self.maxOperations else { return .tooMany }
+            sessions[socket.connection]?.active.insert(id)
             return .started
         }
+        let quoted = JSONValue.string(id).jsonText
         switch start {
         case .unauthorized: return close(socket, .unauthorized)
         case .duplicate: return close(socket, GraphQLClose(code: 4409, reason: "Subscriber for \(id) already exists"))
+        case .tooMany:
+            // An error for this operation alone: the others run on, and nothing grows past the limit.
+            socket.record(.in, .error, data: "graphql-ws: \(Self.maxOperations) operations already run on this connection: \(id) refused")
+            try socket.send(
+                #"{"id":\#(quoted),"type":"error","payload":[{"message":"too many operations at once on this connection (at most \#(Self.maxOperations))"}]}"#
+            )
+            return
         case .started: break
         }
-        let quoted = JSONValue.string(id).jsonText
         guard let operation = script.operations.first(where: { $0.match.matches(payload) }) else {
             finish(id, socket)
             try socket.send(#"{"id":\#(quoted),"type":"error","payload":[{"message":"no operation of the route's script matches this one"}]}"#)

@@ -16,18 +16,33 @@ extension MQTTBroker {
         }
         guard !requests.isEmpty else { throw MQTTViolation(reason: "a SUBSCRIBE with no topic filter", code: 0x82) }
         socket.record(.in, .packet, data: "SUBSCRIBE id=\(id) " + requests.map { "\($0.filter) qos=\($0.qos)" }.joined(separator: ", "))
-        let codes: [UInt8] = requests.map { request in
-            guard MQTTTopic.isValidFilter(request.filter) else { return version == 5 ? 0x8F : 0x80 }
-            return UInt8(min(request.qos, 1))
-        }
-        let accepted = zip(requests, codes).filter { $0.1 < 0x80 }.map { ($0.0.filter, Int($0.1)) }
-        let retained: [(String, Data, Int)] = state.withLockedValue { state in
-            for (filter, qos) in accepted { state.sessions[socket.connection]?.subscriptions[filter] = qos }
+        let (codes, accepted, retained, overQuota) = state.withLockedValue { state in
+            // A client holds at most maxSubscriptions filters: one past them is refused (MQTT 5's
+            // 0x97, quota exceeded; 3.1.1's 0x80), so that no client makes the broker grow
+            // without bound.
+            var subscriptions = state.sessions[socket.connection]?.subscriptions ?? [:]
+            var overQuota = 0
+            let codes: [UInt8] = requests.map { request in
+                guard MQTTTopic.isValidFilter(request.filter) else { return version == 5 ? 0x8F : 0x80 }
+                guard subscriptions[request.filter] != nil || subscriptions.count < Self.maxSubscriptions else {
+                    overQuota += 1
+                    return version == 5 ? 0x97 : 0x80
+                }
+                subscriptions[request.filter] = min(request.qos, 1)
+                return UInt8(min(request.qos, 1))
+            }
+            let accepted = zip(requests, codes).filter { $0.1 < 0x80 }.map { ($0.0.filter, Int($0.1)) }
+            state.sessions[socket.connection]?.subscriptions = subscriptions
             // Each at the lower of its own QoS and the highest this SUBSCRIBE granted for it.
-            return state.retained.sorted { $0.key < $1.key }.compactMap { topic, message in
+            let retained: [(String, Data, Int)] = state.retained.sorted { $0.key < $1.key }.compactMap { topic, message in
                 let granted = accepted.filter { MQTTTopic.matches(topic, filter: $0.0) }.map(\.1).max()
                 return granted.map { (topic, message.payload, min($0, message.qos)) }
             }
+            return (codes, accepted, retained, overQuota)
+        }
+        if overQuota > 0 {
+            socket.record(
+                .out, .error, data: "mqtt: a client holds at most \(Self.maxSubscriptions) topic filters: \(overQuota) refused (quota exceeded)")
         }
         send(MQTTWriter.packet(0x90, MQTTWriter.uint16(id) + (version == 5 ? [0] : []) + codes), "SUBACK id=\(id) codes=\(codes)", socket)
         for (topic, payload, qos) in retained {

@@ -31,7 +31,16 @@ final class MQTTBroker: Sendable {
     struct State {
         var sessions: [Int: Session] = [:]
         var retained: [String: (payload: Data, qos: Int)] = [:]
+        /// The retained payloads' bytes.
+        var retainedBytes = 0
     }
+
+    /// The most topic filters one client may hold.
+    static let maxSubscriptions = 1_000
+    /// The most retained messages the route keeps, and their most bytes: a retained message past
+    /// either is delivered and not kept.
+    static let maxRetained = 10_000
+    static let maxRetainedBytes = 16 * 1024 * 1024
 
     struct Session {
         let socket: ScriptedWebSocket
@@ -228,13 +237,24 @@ final class MQTTBroker: Sendable {
                 socket.record(.out, .error, data: "mqtt: acknowledgement of id=\(id) withheld (the script's acknowledgePublishes is false)")
             }
         }
-        publish(topic: topic, payload: payload, qos: min(qos, 1), retain: flags & 1 != 0)
+        publish(topic: topic, payload: payload, qos: min(qos, 1), retain: flags & 1 != 0, from: socket)
     }
 
     /// Delivers a PUBLISH to every matching subscriber, and keeps it when it is retained.
-    func publish(topic: String, payload: Data, qos: Int, retain: Bool) {
-        let deliveries: [Delivery] = state.withLockedValue { state in
-            if retain { state.retained[topic] = payload.isEmpty ? nil : (payload, qos) }
+    func publish(topic: String, payload: Data, qos: Int, retain: Bool, from socket: ScriptedWebSocket? = nil) {
+        let (deliveries, kept): ([Delivery], Bool) = state.withLockedValue { state in
+            var kept = true
+            if retain {
+                let replaced = state.retained.removeValue(forKey: topic)
+                state.retainedBytes -= replaced?.payload.count ?? 0
+                if !payload.isEmpty {
+                    kept = state.retained.count < Self.maxRetained && state.retainedBytes + payload.count <= Self.maxRetainedBytes
+                    if kept {
+                        state.retained[topic] = (payload, qos)
+                        state.retainedBytes += payload.count
+                    }
+                }
+            }
             var deliveries: [Delivery] = []
             for key in state.sessions.keys.sorted() {
                 guard var session = state.sessions[key], let version = session.version else { continue }
@@ -249,7 +269,14 @@ final class MQTTBroker: Sendable {
                         packet: MQTTWriter.publish(topic: topic, payload: payload, qos: level, retain: false, id: id, version: version),
                         description: "PUBLISH \(topic) qos=\(level)" + (level > 0 ? " id=\(id)" : "") + " " + MQTTWriter.describe(payload)))
             }
-            return deliveries
+            return (deliveries, kept)
+        }
+        if !kept {
+            socket?.record(
+                .in, .error,
+                data:
+                    "mqtt: retained store full (\(Self.maxRetained) messages or \(Self.maxRetainedBytes) bytes): \(topic)'s retained message delivered, not kept"
+            )
         }
         for delivery in deliveries { send(delivery.packet, delivery.description, delivery.socket) }
     }

@@ -215,4 +215,22 @@ struct GraphQLPresetTests {
             try ScriptedRoute.graphQL("/g", script: GraphQLScript(operations: [GraphQLOperation(match: .any, next: ["{"])]))
         }
     }
+    @Test("a connection runs at most 1,000 operations at once: one more gets an error and the others run on; completing one makes room")
+    func operationQuota() async throws {
+        try await Self.withRoute { server in
+            var client = try await Self.acknowledged(server)
+            for id in 0..<1_000 {
+                try await client.send(#"{"id":"\#(id)","type":"subscribe","payload":{"query":"subscription { forever }"}}"#)
+            }
+            _ = try await client.texts(1_000)
+            try await client.send(#"{"id":"extra","type":"subscribe","payload":{"query":"subscription { forever }"}}"#)
+            let refused = try await client.text()
+            #expect(refused.hasPrefix(#"{"id":"extra","type":"error""#) && refused.contains("at most 1000"), "\(refused)")
+            #expect(server.journal.entries.contains { $0.kind == .error && $0.data?.contains("extra refused") == true })
+            try await client.send(#"{"id":"0","type":"complete"}"#)
+            try await client.send(#"{"id":"extra","type":"subscribe","payload":{"query":"subscription { forever }"}}"#)
+            #expect(try await client.text() == #"{"id":"extra","type":"next","payload":{"data":{"n":1}}}"#)
+            await client.socket.terminate()
+        }
+    }
 }

@@ -271,4 +271,39 @@ struct MQTTPresetTests {
             _ = try await server.journal.first(within: .seconds(10)) { $0.kind == .error && $0.data?.contains("protocol violation") == true }
         }
     }
+    @Test(
+        "a client holds at most 1,000 topic filters: one more is refused with 0x97 (MQTT 5; 0x80 in 3.1.1), journaled", arguments: [4, 5] as [UInt8])
+    func subscriptionQuota(version: UInt8) async throws {
+        try await Self.withRoute { server in
+            var client = try await Self.connected(server, "greedy", version: version)
+            try await client.send(Data(Self.subscribe((0...1_000).map { "t/\($0)" }, qos: 0, version: version)))
+            let codes = try await client.binary().suffix(1_001)
+            #expect(codes.prefix(1_000).allSatisfy { $0 == 0 })
+            #expect(codes.last == (version == 5 ? 0x97 : 0x80))
+            #expect(server.journal.entries.contains { $0.kind == .error && $0.data?.contains("at most 1000 topic filters: 1 refused") == true })
+            // A filter it holds already is no new one: subscribing to it again is granted.
+            try await client.send(Data(Self.subscribe(["t/0"], id: 2, qos: 1, version: version)))
+            #expect(try await client.binary().last == 1)
+            await client.socket.terminate()
+        }
+    }
+
+    @Test("the route keeps at most 10,000 retained messages: one more is delivered and not kept, journaled")
+    func retainedQuota() async throws {
+        try await Self.withRoute { server in
+            var publisher = try await Self.connected(server, "publisher")
+            // 10,001 retained messages in one WebSocket message, then a PINGREQ to know they were read.
+            try await publisher.send(Data((0...10_000).flatMap { Self.publish("r/\($0)", "v", retain: true) } + Self.pingRequest))
+            #expect(try await publisher.binary() == Data([0xD0, 0]))
+            #expect(server.journal.entries.contains { $0.kind == .error && $0.data?.contains("retained store full") == true })
+            var subscriber = try await Self.connected(server, "subscriber")
+            try await subscriber.send(Data(Self.subscribe(["r/0", "r/10000"], qos: 0) + Self.pingRequest))
+            _ = try await subscriber.binary()  // SUBACK
+            #expect(try Self.published(try await subscriber.binary()).topic == "r/0")
+            // r/10000 was not kept: the PINGRESP comes next.
+            #expect(try await subscriber.binary() == Data([0xD0, 0]))
+            await publisher.socket.terminate()
+            await subscriber.socket.terminate()
+        }
+    }
 }
