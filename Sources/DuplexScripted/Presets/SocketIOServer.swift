@@ -25,6 +25,9 @@ extension ScriptedRoute {
 
 /// The Socket.IO side of a route: one session per connection.
 final class SocketIOServer: Sendable {
+    /// The largest message the server reads, as its handshake says (`maxPayload`, Engine.IO's
+    /// default): a larger one closes the connection with 1009, as Engine.IO's server does.
+    static let maxPayload = 1_000_000
     private let script: SocketIOScript
     private let sessions = NIOLockedValueBox([Int: Session]())
 
@@ -59,7 +62,7 @@ final class SocketIOServer: Sendable {
         let interval = Int(script.pingInterval / .milliseconds(1))
         let timeout = Int(script.pingTimeout / .milliseconds(1))
         let sid = UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(20)
-        try socket.send(#"0{"sid":"\#(sid)","upgrades":[],"pingInterval":\#(interval),"pingTimeout":\#(timeout),"maxPayload":1000000}"#)
+        try socket.send(#"0{"sid":"\#(sid)","upgrades":[],"pingInterval":\#(interval),"pingTimeout":\#(timeout),"maxPayload":\#(Self.maxPayload)}"#)
         schedulePing(socket)
     }
 
@@ -90,6 +93,11 @@ final class SocketIOServer: Sendable {
     // MARK: Receiving
 
     func received(_ message: ScriptedMessage, _ socket: ScriptedWebSocket) throws {
+        let size = message.text?.utf8.count ?? message.data.count
+        guard size <= Self.maxPayload else {
+            socket.record(.in, .error, data: "socket.io: a message of \(size) bytes, over maxPayload (\(Self.maxPayload)); closing")
+            return try socket.close(code: 1009, reason: "Max payload size exceeded")
+        }
         guard let text = message.text else { return try attachment(message.data, socket) }
         guard let type = text.first else { return parseError(socket, "an empty Engine.IO packet") }
         switch type {

@@ -187,4 +187,20 @@ struct SocketIOPresetTests {
             #expect(upgrade.hasSuffix(#"{"code":5,"message":"Unsupported protocol version"}"#))
         }
     }
+    @Test(
+        "a message over the handshake's maxPayload (1,000,000 bytes) closes with 1009, journaled; one at the limit is read", arguments: [false, true])
+    func maxPayload(binary: Bool) async throws {
+        try await Self.withRoute { server in
+            var client = try await Self.open(server)
+            // At the limit: an Engine.IO noop ("6" and padding) is read, and the connection stays.
+            try await client.send("6" + String(repeating: " ", count: 999_999))
+            try await client.send("2probe")
+            #expect(try await client.text() == "3probe")
+            let over = 1_000_001
+            if binary { try await client.send(Data(count: over)) } else { try await client.send("6" + String(repeating: " ", count: over - 1)) }
+            let end = try await client.end()
+            #expect(end.code == 1009)
+            #expect(server.journal.entries.contains { $0.kind == .error && $0.data?.contains("over maxPayload (1000000)") == true })
+        }
+    }
 }
