@@ -73,8 +73,9 @@ final class SimulatedEventStream: EventStreamBody {
     private let network: SimulatedNetwork
     private let readTimeout: Duration
 
+    private let path: SimulatedPath
+
     private struct State {
-        var server: SimulatedServer?
         var chunks = Deque<ByteBuffer>()
         /// How the body ended, when it has: cleanly (nil) or with an error.
         var end: (any Error)??
@@ -82,27 +83,20 @@ final class SimulatedEventStream: EventStreamBody {
         var reader: CheckedContinuation<ByteBuffer?, any Error>?
         var reads: UInt64 = 0
         var readTimer: UInt64?
-        /// The client closed it: nothing more reaches it.
-        var closedForClient = false
-        /// The server's end is gone: nothing more reaches it.
-        var closedForServer = false
-        /// Its path is gone (``SimulatedNetwork/switchPath()``): nothing sent over it arrives.
-        var blackholed = false
-        var upstream = TestClock.Instant()
-        var downstream = TestClock.Instant()
     }
 
     private let state = NIOLockedValueBox(State())
 
     init(network: SimulatedNetwork, label: String, number: Int, readTimeout: Duration) {
         self.network = network
+        self.path = SimulatedPath(network: network)
         self.label = label
         self.number = number
         self.readTimeout = readTimeout
     }
 
     func opened(server: SimulatedServer?) {
-        state.withLockedValue { $0.server = server }
+        path.opened(server: server)
     }
 
     // MARK: The client's end
@@ -142,7 +136,7 @@ final class SimulatedEventStream: EventStreamBody {
                 let (ready, read) = state.withLockedValue { state -> (Result<ByteBuffer?, any Error>?, UInt64?) in
                     if let chunk = state.chunks.popFirst() { return (.success(chunk), nil) }
                     if let end = state.end { return (end.map { .failure($0) } ?? .success(nil), nil) }
-                    if state.closedForClient { return (.success(nil), nil) }
+                    if !path.reachesClient { return (.success(nil), nil) }
                     if Task.isCancelled { return (.failure(CancellationError()), nil) }
                     state.reader = continuation
                     state.reads += 1
@@ -189,17 +183,13 @@ final class SimulatedEventStream: EventStreamBody {
     /// Closes the client's end: a read under way ends, and the server forgets it a link's delay
     /// later.
     func closeNow() {
-        let first = state.withLockedValue { state -> Bool in
-            defer { state.closedForClient = true }
-            return !state.closedForClient
-        }
-        guard first else { return }
+        guard path.closeForClient() else { return }
         network.record("\(label) closed by client")
         resumeReader(with: .success(nil))
         send(upstream: true, bytes: 0) { [self] in
             guard let server = liveServer() else { return }
             server.forget(self)
-            state.withLockedValue { $0.closedForServer = true }
+            path.closeForServer()
         }
     }
 
@@ -216,7 +206,7 @@ final class SimulatedEventStream: EventStreamBody {
 
     /// The server ends the response: the client reads its end.
     func serverEnded() {
-        state.withLockedValue { $0.closedForServer = true }
+        path.closeForServer()
         send(upstream: false, bytes: 5) { [self] in
             guard toClient() else { return }
             network.record("\(label) response ended")
@@ -226,7 +216,7 @@ final class SimulatedEventStream: EventStreamBody {
 
     /// The server went down: the connection drops before the response's end.
     func serverDropped() {
-        state.withLockedValue { $0.closedForServer = true }
+        path.closeForServer()
         send(upstream: false, bytes: 0) { [self] in
             guard toClient() else { return }
             network.record("\(label) dropped")
@@ -240,7 +230,7 @@ final class SimulatedEventStream: EventStreamBody {
 
     /// Its path is gone: from now on nothing sent either way arrives, and neither end is told.
     func blackhole() {
-        state.withLockedValue { $0.blackholed = true }
+        path.blackhole()
     }
 
     // MARK: Helpers
@@ -265,22 +255,14 @@ final class SimulatedEventStream: EventStreamBody {
 
     /// Sends `bytes` one way; `delivery` runs when they arrive, unless the path is gone.
     func send(upstream: Bool, bytes: Int, _ delivery: @escaping @Sendable () -> Void) {
-        let at = state.withLockedValue { state -> TestClock.Instant in
-            upstream
-                ? network.arrival(bytes: bytes, upstream: true, after: &state.upstream)
-                : network.arrival(bytes: bytes, upstream: false, after: &state.downstream)
-        }
-        network.deliver(at: at) { [self] in
-            guard !state.withLockedValue({ $0.blackholed }) else { return }
-            delivery()
-        }
+        path.send(upstream: upstream, bytes: bytes, delivery)
     }
 
     private func liveServer() -> SimulatedServer? {
-        state.withLockedValue { $0.closedForServer ? nil : $0.server }
+        path.liveServer
     }
 
     private func toClient() -> Bool {
-        state.withLockedValue { !$0.closedForClient }
+        path.reachesClient
     }
 }

@@ -127,23 +127,13 @@ final class SimulatedConnection: WebSocketTransportConnection {
     private let closeTimeout: Duration
     private let delegate: any WebSocketTransportDelegate
 
-    private struct State {
-        var server: SimulatedServer?
-        /// The client learnt it ended: nothing more reaches it.
-        var closedForClient = false
-        /// The server's end is gone: nothing more reaches it.
-        var closedForServer = false
-        var closeSent = false
-        /// Its path is gone (``SimulatedNetwork/switchPath()``): nothing sent over it arrives.
-        var blackholed = false
-        var upstream = TestClock.Instant()
-        var downstream = TestClock.Instant()
-    }
-
-    private let state = NIOLockedValueBox(State())
+    private let path: SimulatedPath
+    /// The client sent its close frame (or aborted).
+    private let closeSent = NIOLockedValueBox(false)
 
     init(network: SimulatedNetwork, label: String, number: Int, closeTimeout: Duration, delegate: any WebSocketTransportDelegate) {
         self.network = network
+        self.path = SimulatedPath(network: network)
         self.closeTimeout = closeTimeout
         self.label = label
         self.number = number
@@ -153,7 +143,7 @@ final class SimulatedConnection: WebSocketTransportConnection {
     var negotiatedProtocol: String? { nil }
 
     func opened(server: SimulatedServer?) {
-        state.withLockedValue { $0.server = server }
+        path.opened(server: server)
     }
 
     func write(_ message: WebSocketMessage) -> Bool {
@@ -178,9 +168,9 @@ final class SimulatedConnection: WebSocketTransportConnection {
     }
 
     func close(code: WebSocketCloseCode, reason: String) {
-        let first = state.withLockedValue { state -> Bool in
-            defer { state.closeSent = true }
-            return !state.closeSent && !state.closedForClient
+        let first = closeSent.withLockedValue { sent -> Bool in
+            defer { sent = true }
+            return !sent && path.reachesClient
         }
         guard first else { return }
         network.record("\(label) close \(code.rawValue) from client")
@@ -191,7 +181,7 @@ final class SimulatedConnection: WebSocketTransportConnection {
         send(upstream: true, bytes: 2 + reason.utf8.count) { [self] in
             guard let server = liveServer() else { return }
             server.forget(self)
-            state.withLockedValue { $0.closedForServer = true }
+            path.closeForServer()
             send(upstream: false, bytes: 2) { [self] in
                 ended(code: code, reason: reason, error: nil)
             }
@@ -200,11 +190,11 @@ final class SimulatedConnection: WebSocketTransportConnection {
 
     func abort() {
         network.record("\(label) aborted by client")
-        state.withLockedValue { $0.closeSent = true }
+        closeSent.withLockedValue { $0 = true }
         send(upstream: true, bytes: 0) { [self] in
             guard let server = liveServer() else { return }
             server.forget(self)
-            state.withLockedValue { $0.closedForServer = true }
+            path.closeForServer()
         }
         network.clock.schedule(at: network.clock.now) { [self] in ended(code: nil, reason: "", error: nil) }
     }
@@ -222,7 +212,7 @@ final class SimulatedConnection: WebSocketTransportConnection {
 
     /// The server went down: the client sees the connection drop, with no close frame.
     func serverDropped() {
-        state.withLockedValue { $0.closedForServer = true }
+        path.closeForServer()
         send(upstream: false, bytes: 0) { [self] in
             ended(code: nil, reason: "", error: WebSocketError(.connectionLost, "the server went away (simulated)"))
         }
@@ -230,7 +220,7 @@ final class SimulatedConnection: WebSocketTransportConnection {
 
     /// The server closes with a close frame.
     func serverClosed(code: WebSocketCloseCode, reason: String) {
-        state.withLockedValue { $0.closedForServer = true }
+        path.closeForServer()
         network.record("\(label) close \(code.rawValue) from server")
         send(upstream: false, bytes: 2 + reason.utf8.count) { [self] in
             ended(code: code, reason: reason, error: nil)
@@ -240,37 +230,24 @@ final class SimulatedConnection: WebSocketTransportConnection {
     // MARK: Helpers
 
     private func send(upstream: Bool, bytes: Int, _ delivery: @escaping @Sendable () -> Void) {
-        let at = state.withLockedValue { state -> TestClock.Instant in
-            upstream
-                ? network.arrival(bytes: bytes, upstream: true, after: &state.upstream)
-                : network.arrival(bytes: bytes, upstream: false, after: &state.downstream)
-        }
-        network.deliver(at: at) { [self] in
-            guard !state.withLockedValue({ $0.blackholed }) else { return }
-            delivery()
-        }
+        path.send(upstream: upstream, bytes: bytes, delivery)
     }
 
-    /// Its path is gone: from now on nothing sent either way arrives, and neither end is told,
-    /// as when a phone moves from Wi-Fi to cellular with its connections open.
+    /// Its path is gone (``SimulatedNetwork/switchPath()``).
     func blackhole() {
-        state.withLockedValue { $0.blackholed = true }
+        path.blackhole()
     }
 
     private func liveServer() -> SimulatedServer? {
-        state.withLockedValue { $0.closedForServer ? nil : $0.server }
+        path.liveServer
     }
 
     private func toClient() -> Bool {
-        state.withLockedValue { !$0.closedForClient }
+        path.reachesClient
     }
 
     private func ended(code: WebSocketCloseCode?, reason: String, error: WebSocketError?) {
-        let first = state.withLockedValue { state -> Bool in
-            defer { state.closedForClient = true }
-            return !state.closedForClient
-        }
-        guard first else { return }
+        guard path.closeForClient() else { return }
         network.record("\(label) closed\(code.map { " \($0.rawValue)" } ?? " with no close frame")")
         delegate.transportDidClose(code: code, reason: reason, error: error, unwrittenMessages: 0)
     }
