@@ -1,6 +1,7 @@
 // The wall time of virtual time on a simulated network (DuplexTesting's withSimulatedNetwork):
-// one client through an hour of a flapping server, and 1,000 clients reconnecting after a
-// restart (a reconnection storm), with the size of each event log. Rounds interleaved, medians.
+// one client through an hour of a flapping server, 1,000 clients reconnecting after a restart (a
+// reconnection storm), and an SSE feed through an hour of outages, with the size of each event
+// log. Rounds interleaved, medians.
 //
 //   swift run -c release --package-path Benchmarks simulated-time-benchmark [ROUNDS]
 import Duplex
@@ -53,6 +54,32 @@ func storm(seed: UInt64) async throws -> (lines: Int, bytes: Int, back: Int) {
     }
 }
 
+/// An SSE feed for an hour: an event every 10 s, the server (retry: 5000) down ten minutes in
+/// every twenty, the client resuming with Last-Event-ID after each outage.
+func feedHour(seed: UInt64) async throws -> (lines: Int, bytes: Int, events: Int) {
+    try await withSimulatedNetwork(seed: seed, link: link) { network, clock in
+        let server = network.server(host: "feed.test")
+        server.eventStreamRetry = .seconds(5)
+        let feed = network.eventSource(
+            url: "http://feed.test/events", retryPolicy: RetryPolicy(initialDelay: 1, maxDelay: 60, jitter: 0.1),
+            configuration: SSEConfiguration(logger: quiet))
+        let events = feed.events
+        let counted = Task(executorPreference: clock.executor) {
+            var count = 0
+            for await _ in events { count += 1 }
+            return count
+        }
+        try await feed.connect()
+        for n in 1...360 {
+            if n % 120 == 31 { server.restart(downFor: .seconds(600)) }
+            try server.publish(ServerSentEvent(id: "\(n)", data: "{\"n\":\(n)}"))
+            try await clock.sleep(for: .seconds(10))
+        }
+        await feed.terminate()
+        return (network.eventLines.count, network.eventLog.utf8.count, await counted.value)
+    }
+}
+
 func milliseconds(_ duration: Duration) -> Double {
     Double(duration.components.seconds) * 1e3 + Double(duration.components.attoseconds) * 1e-15
 }
@@ -64,6 +91,7 @@ func median(_ values: [Double]) -> Double {
 
 var hours: [Double] = []
 var storms: [Double] = []
+var feeds: [Double] = []
 for round in 1...rounds {
     let clock = ContinuousClock()
     var start = clock.now
@@ -72,10 +100,17 @@ for round in 1...rounds {
     start = clock.now
     let crowd = try await storm(seed: UInt64(round))
     storms.append(milliseconds(clock.now - start))
+    start = clock.now
+    let feed = try await feedHour(seed: UInt64(round))
+    feeds.append(milliseconds(clock.now - start))
     let one = String(
         format: "one client's hour %.1f ms (%d reconnections, log %d lines, %d bytes)", hours.last!, hour.reconnections, hour.lines, hour.bytes)
     let many = String(
         format: "1,000 clients' storm %.0f ms (%d back, log %d lines, %d bytes)", storms.last!, crowd.back, crowd.lines, crowd.bytes)
-    print("round \(round): \(one); \(many)")
+    let sse = String(format: "an SSE feed's hour %.1f ms (%d events, log %d lines, %d bytes)", feeds.last!, feed.events, feed.lines, feed.bytes)
+    print("round \(round): \(one); \(many); \(sse)")
 }
-print(String(format: "medians of %d rounds: one client's hour %.1f ms; 1,000 clients' storm %.0f ms", rounds, median(hours), median(storms)))
+print(
+    String(
+        format: "medians of %d rounds: one client's hour %.1f ms; 1,000 clients' storm %.0f ms; an SSE feed's hour %.1f ms", rounds, median(hours),
+        median(storms), median(feeds)))
