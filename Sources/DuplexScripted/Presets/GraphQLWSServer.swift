@@ -119,7 +119,10 @@ final class GraphQLWSServer: Sendable {
         case .duplicate: return close(socket, GraphQLClose(code: 4409, reason: "Subscriber for \(id) already exists"))
         case .tooMany:
             // An error for this operation alone: the others run on, and nothing grows past the limit.
-            socket.record(.in, .error, data: "graphql-ws: \(Self.maxOperations) operations already run on this connection: \(id) refused")
+            socket.record(
+                .in, .error,
+                data:
+                    "graphql-ws: \(Self.maxOperations) operations already run on this connection: \(String(id.prefix(100)).debugDescription) refused")
             try socket.send(
                 #"{"id":\#(quoted),"type":"error","payload":[{"message":"too many operations at once on this connection (at most \#(Self.maxOperations))"}]}"#
             )

@@ -275,7 +275,7 @@ final class MQTTBroker: Sendable {
             socket?.record(
                 .in, .error,
                 data:
-                    "mqtt: retained store full (\(Self.maxRetained) messages or \(Self.maxRetainedBytes) bytes): \(topic)'s retained message delivered, not kept"
+                    "mqtt: retained store full (\(Self.maxRetained) messages or \(Self.maxRetainedBytes) bytes): the retained message of \(String(topic.prefix(100)).debugDescription) delivered, not kept"
             )
         }
         for delivery in deliveries { send(delivery.packet, delivery.description, delivery.socket) }
