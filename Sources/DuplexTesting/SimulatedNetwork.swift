@@ -14,7 +14,7 @@ import NIOConcurrencyHelpers
 /// ``SimulatedServer`` (``server(host:port:)``): it echoes by default, answers pings, and can
 /// stop, start, restart after a while, close its connections or stop answering pings. A client is
 /// a `WebSocket` made by ``webSocket(url:configuration:)`` (or any `WebSocket` given
-/// ``configure(_:)``'s configuration and ``clock``). The link between them takes a
+/// ``configure(_:)-(WebSocketConfiguration)``'s configuration and ``clock``). The link between them takes a
 /// `FaultProxy.LinkProfile` (``link``): delay and jitter each way, bandwidth, and loss as TCP sees
 /// it (a lost 1,460-byte segment stalls the stream for a retransmission timeout); ``partition()``
 /// holds every delivery until ``heal()``, and ``switchPath()`` silently kills every open
@@ -113,7 +113,7 @@ public final class SimulatedNetwork: Sendable {
         return strategy
     }
 
-    /// A client of this network: `configuration` as ``configure(_:)`` makes it, on ``clock``. Its
+    /// A client of this network: `configuration` as ``configure(_:)-(WebSocketConfiguration)`` makes it, on ``clock``. Its
     /// state changes are in the ``eventLog`` (`c1 state connected`); it is terminated when the
     /// simulation ends.
     public func webSocket(url: String, configuration: WebSocketConfiguration = .init()) -> WebSocket {
