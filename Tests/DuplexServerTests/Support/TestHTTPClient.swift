@@ -44,8 +44,9 @@ final class TestHTTPResponse {
             head.headers.add(name: "Host", value: host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)")
             if method == .POST { head.headers.add(name: "Content-Length", value: "0") }
             for (name, value) in headers { head.headers.add(name: name, value: value) }
-            try await outbound.write(.head(head))
-            try await outbound.write(.end(nil))
+            // Head and end in one write: a server that answers the head alone (a 400) and closes
+            // must not find the end still to be written (it failed with "I/O on closed channel").
+            try await outbound.write(contentsOf: [.head(head), .end(nil)])
             let response = TestHTTPResponse(inbound: inbound)
             try await response.readHead()
             return try await body(response)
