@@ -113,26 +113,16 @@ extension HostServer {
     /// A scripted WebSocket upgrade: refused as its handler decides, or served on the event loop.
     /// `route` names it in metrics and traces: a scripted route's pattern, or `echo`.
     func scriptedUpgrade(_ handler: WebSocketRouteHandler, _ request: Request, route: String, journal: ScriptJournal) -> UpgradeAnswer {
-        let offered = Self.offeredSubprotocols(request)
-        var scripted = Self.scriptedRequest(request, subprotocols: offered)
+        let scripted = Self.scriptedRequest(request, subprotocols: Self.offeredSubprotocols(request))
         if let refusal = refusal(handler.accept(scripted), scripted, journal: journal) { return .refuse(refusal) }
-        let headers = handler.subprotocols.isEmpty ? [:] : Self.selecting(from: offered, preferring: handler.subprotocols)
-        scripted.subprotocol = headers[.secWebSocketProtocol]
-        let chosen = scripted
+        let chosen = handler.chosen(scripted)
+        let headers: HTTPFields = chosen.subprotocol.map { [.secWebSocketProtocol: $0] } ?? [:]
         return .accept(
             headers,
             WebSocketService { channel, deflate in
-                let socket = ScriptedWebSocket(
-                    request: chosen,
-                    connection: journal.newConnection(),
-                    journal: journal,
-                    faults: handler.faults,
-                    answerPings: handler.answerPings,
-                    eventLoop: channel.eventLoop
-                )
+                let service = handler.service(serving: chosen, journal: journal, eventLoop: channel.eventLoop, name: route)
                 let trace = ConnectionTrace(request.headers, route: route, tracer: self.activeTracer)
-                try self.installEventLoopService(
-                    ScriptedWebSocketService(socket: socket, route: handler, name: route), on: channel, deflate: deflate, trace: trace)
+                try self.installEventLoopService(service, on: channel, deflate: deflate, trace: trace)
             }
         )
     }

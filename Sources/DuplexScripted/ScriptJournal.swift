@@ -176,6 +176,8 @@ public final class ScriptJournal: Sendable {
     private let maxBytes: Int
     /// Told of every entry as it is appended, outside the lock (`duplex intercept` prints them).
     private let observer: (@Sendable (Entry) -> Void)?
+    /// The time an entry is stamped with as it is appended; nil: the time it was made.
+    private let now: (@Sendable () -> Date)?
 
     /// Creates an empty journal that keeps at most `maxEntries` entries and `maxBytes` of data.
     public convenience init(maxEntries: Int = 100_000, maxBytes: Int = 64 * 1024 * 1024) {
@@ -188,6 +190,16 @@ public final class ScriptJournal: Sendable {
         self.maxEntries = max(1, maxEntries)
         self.maxBytes = max(1, maxBytes)
         self.observer = observer
+        self.now = nil
+    }
+
+    /// A journal whose entries are stamped with `now()` as they are appended: a simulated
+    /// network's virtual time.
+    package init(now: @escaping @Sendable () -> Date) {
+        self.maxEntries = 100_000
+        self.maxBytes = 64 * 1024 * 1024
+        self.observer = nil
+        self.now = now
     }
 
     /// Every entry kept, oldest first.
@@ -268,7 +280,9 @@ public final class ScriptJournal: Sendable {
     /// Adds `entry`, letting the oldest go past the limits, and wakes the waits it matches.
     /// The waits' predicates run after the lock is let go (a predicate may read the journal).
     func append(_ entry: Entry) {
-        let matchers = state.withLockedValue { state in
+        var entry = entry
+        if let now { entry.at = now() }
+        let matchers = state.withLockedValue { [entry] state in
             state.entries.append(entry)
             state.appended += 1
             state.bytes += entry.size
