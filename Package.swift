@@ -316,6 +316,12 @@ let package = Package(
                 "DuplexSchema",
                 "DuplexServer",
                 "DuplexWire",
+                // A simulated network's servers run scripted routes in the host's own WebSocket
+                // handler, on a channel and an event loop of the network's clock.
+                "DuplexHost",
+                "DuplexScripted",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

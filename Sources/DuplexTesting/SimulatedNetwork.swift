@@ -47,11 +47,14 @@ public final class SimulatedNetwork: Sendable {
     }
 
     let state: NIOLockedValueBox<State>
+    /// The event loop its servers' scripted routes run on: the clock's.
+    let eventLoop: ClockEventLoop
 
     /// A network with no servers, whose random choices come from `seed`.
     init(seed: UInt64, link: FaultProxy.LinkProfile) {
         self.seed = seed
         self.clock = TestClock()
+        self.eventLoop = ClockEventLoop(clock: clock)
         self.state = NIOLockedValueBox(State(link: link, random: SeededGenerator(seed: seed)))
         clock.observeSleeps { [weak self] setAt, _ in
             self?.record("timer set at \(setAt) fires")
@@ -115,11 +118,12 @@ public final class SimulatedNetwork: Sendable {
 
     /// A client of this network: `configuration` as ``configure(_:)-(WebSocketConfiguration)`` makes it, on ``clock``. Its
     /// state changes are in the ``eventLog`` (`c1 state connected`); it is terminated when the
-    /// simulation ends.
-    public func webSocket(url: String, configuration: WebSocketConfiguration = .init()) -> WebSocket {
+    /// simulation ends. It offers `protocols` as its subprotocols (a preset route's, such as
+    /// `graphql-transport-ws`).
+    public func webSocket(url: String, protocols: [String] = [], configuration: WebSocketConfiguration = .init()) -> WebSocket {
         guard let parsed = URL(string: url) else { preconditionFailure("not a URL: \(url)") }
         let (configuration, number) = configured(configuration)
-        let socket = WebSocket(request: WebSocketRequest(url: parsed), configuration: configuration, clock: clock)
+        let socket = WebSocket(request: WebSocketRequest(url: parsed, protocols: protocols), configuration: configuration, clock: clock)
         state.withLockedValue { $0.sockets.append(socket) }
         let states = socket.stateEvents
         Task(on: clock) { [weak self] in

@@ -1,11 +1,19 @@
 public import Duplex
+import DuplexHost
 public import DuplexSchema
+public import DuplexScripted
+import Foundation
 import NIOConcurrencyHelpers
 
 /// A server on a ``SimulatedNetwork``: while up, it accepts WebSocket connections, echoes each
 /// message (or answers with ``respond(_:)``) and answers pings, and it answers every
 /// event-stream request (a `ServerSentEventManager`'s) with its stream of ``publish(_:)``ed
 /// events. What it does is logged in the network's event log, at virtual times.
+///
+/// A connection to a path one of its ``serve(_:)``d scripted routes matches is served by that
+/// route instead, in the Duplex server's own WebSocket handler: the route's handlers, script,
+/// refusals, faults and protocol presets as on a real server, its timers on the network's
+/// clock, and what it does in ``journal`` at virtual times.
 public final class SimulatedServer: Sendable {
     /// `host:port`.
     public let name: String
@@ -24,13 +32,38 @@ public final class SimulatedServer: Sendable {
         var eventStreamRetry: Duration?
         var eventStreamAnswer: HTTPAnswer?
         var lastEventIDs: [String?] = []
+        /// Scripted WebSocket routes, the most specific first.
+        var routes: [(pattern: RoutePattern, route: ScriptedRoute)] = []
     }
 
     let state = NIOLockedValueBox(State())
 
+    /// What its scripted routes received and sent, each entry stamped with the network's virtual
+    /// time: the clock's start is the epoch (1970-01-01T00:00:00Z), so an entry 90 seconds into
+    /// the simulation is at `1970-01-01T00:01:30Z`.
+    public let journal: ScriptJournal
+
     init(network: SimulatedNetwork, name: String) {
         self.network = network
         self.name = name
+        let clock = network.clock
+        self.journal = ScriptJournal(now: { Date(timeIntervalSince1970: clock.now.offset.seconds) })
+    }
+
+    /// Serves `routes` (``ScriptedRoute/webSocket(_:script:)``, the handler-based routes and the
+    /// protocol presets) from now on: a connection whose path one matches is served by it (the
+    /// most specific when several do), any other is echoed. Routes added before stay.
+    /// - Throws: ``SimulatedRouteError`` for an SSE or a proxy route: those need the real
+    ///   server (`withDuplexServer`), and nothing is added.
+    public func serve(_ routes: [ScriptedRoute]) throws(SimulatedRouteError) {
+        if let unsupported = routes.first(where: { !$0.isScriptedWebSocket }) {
+            throw SimulatedRouteError(route: unsupported.description)
+        }
+        state.withLockedValue { state in
+            state.routes += routes.map { (RoutePattern($0.path), $0) }
+            state.routes.sort { $0.pattern.isMoreSpecific(than: $1.pattern) }
+        }
+        network?.record("server \(name) serves \(routes.map(\.description).joined(separator: ", "))")
     }
 
     /// Whether it accepts connections; when down, an attempt is refused after a round trip.
@@ -120,14 +153,44 @@ public final class SimulatedServer: Sendable {
         byNumber.keys.sorted().compactMap { byNumber[$0] }
     }
 
-    /// Accepts `connection` when up.
-    func accept(_ connection: SimulatedConnection) -> Bool {
+    /// How the server answers a connection's handshake. Unchecked: a route's service is made,
+    /// carried and run on the network's loop's thread only.
+    enum Acceptance: @unchecked Sendable {
+        /// Down: refused.
+        case down
+        /// Accepted, echoed.
+        case echo
+        /// Accepted by a scripted route: the subprotocol it chose, and the connection's service.
+        case route(subprotocol: String?, service: any EventLoopWebSocketService)
+        /// A scripted route refused it with this HTTP status.
+        case refused(status: Int)
+    }
+
+    /// Answers `connection`'s handshake, `request`: down, echoed, or as the route its path
+    /// matches decides (the route's `accept` runs now, on the network's event loop).
+    func accept(_ connection: SimulatedConnection, request: WebSocketRequest) -> Acceptance {
+        let (isUp, routes) = state.withLockedValue { ($0.isUp, $0.routes) }
+        guard isUp, let network else { return .down }
+        var acceptance = Acceptance.echo
+        let path = request.url.path.isEmpty ? "/" : request.url.path
+        if let route = routes.first(where: { $0.pattern.match(path) != nil })?.route {
+            let scripted = ScriptedRequest(
+                webSocketPath: path,
+                query: request.url.query,
+                headers: request.additionalHeaders.sorted { $0.key < $1.key }.map { ($0.key, $0.value) },
+                subprotocols: request.protocols
+            )
+            switch route.open(scripted, journal: journal, eventLoop: network.eventLoop) {
+            case .refused(let status, _, _): return .refused(status: status)
+            case .accepted(let subprotocol, let service): acceptance = .route(subprotocol: subprotocol, service: service)
+            case nil: break
+            }
+        }
         state.withLockedValue { state in
-            guard state.isUp else { return false }
             state.accepted += 1
             state.connections[connection.number] = connection
-            return true
         }
+        return acceptance
     }
 
     func answers(to message: WebSocketMessage) -> [WebSocketMessage] {
@@ -151,5 +214,22 @@ public final class SimulatedServer: Sendable {
 
     func forget(_ connection: SimulatedConnection) {
         _ = state.withLockedValue { $0.connections.removeValue(forKey: connection.number) }
+    }
+}
+
+/// A route a ``SimulatedServer`` cannot serve: an SSE or a proxy route.
+public struct SimulatedRouteError: Error, CustomStringConvertible {
+    /// The route, described.
+    public var route: String
+
+    public var description: String {
+        "a simulated server serves scripted WebSocket routes and presets; \(route) needs the real server (withDuplexServer)"
+    }
+}
+
+extension Duration {
+    /// In seconds, with the fraction.
+    var seconds: Double {
+        Double(components.seconds) + Double(components.attoseconds) / 1e18
     }
 }

@@ -2,6 +2,8 @@ import Duplex
 import DuplexSchema
 import Foundation
 import NIOConcurrencyHelpers
+import NIOCore
+import NIOWebSocket
 
 /// A client's transport on a ``SimulatedNetwork``: each connection attempt crosses the link to
 /// the server its URL names, and is accepted, refused (server down, or none there) or left
@@ -35,24 +37,43 @@ struct SimulatedTransport: WebSocketTransport {
         }
         var upstream = clock.now
         network.deliver(at: network.arrival(bytes: 300, upstream: true, after: &upstream)) {
-            let accepted = server?.accept(connection) ?? false
-            var downstream = clock.now
-            network.deliver(at: network.arrival(bytes: 200, upstream: false, after: &downstream)) {
+            let acceptance = server?.accept(connection, request: request) ?? .down
+            let answered: @Sendable () -> Void = {
                 clock.cancel(timeout)
                 guard attempt.isPending else {
                     // Timed out or cancelled meanwhile: the client has gone.
-                    if accepted { server?.forget(connection) }
+                    if case .echo = acceptance { server?.forget(connection) }
+                    if case .route = acceptance {
+                        server?.forget(connection)
+                        connection.route.withLockedValue { $0 }?.clientLeft()
+                    }
                     return
                 }
-                if accepted {
+                switch acceptance {
+                case .echo, .route:
                     connection.opened(server: server)
                     network.record("\(connection.label) open")
                     attempt.finish(.success(()))
-                } else {
+                case .refused(let status):
+                    network.record("\(connection.label) refused with HTTP \(status)")
+                    attempt.finish(
+                        .failure(
+                            WebSocketError(
+                                .upgradeRejected, "the server answered the WebSocket handshake with HTTP \(status) (simulated)", status: status)))
+                case .down:
                     network.record("\(connection.label) refused")
                     let place = "\(server == nil ? "no server at" : "server down at") \(request.url.host ?? "")"
                     attempt.finish(.failure(WebSocketError(.connectionFailed, "connection refused (simulated: \(place))")))
                 }
+            }
+            if case .route(let subprotocol, let service) = acceptance {
+                // The answer goes first on the connection's way back, then what the route sends
+                // as it starts.
+                connection.send(upstream: false, bytes: 200, answered)
+                connection.attach(service, subprotocol: subprotocol, configuration: configuration)
+            } else {
+                var downstream = clock.now
+                network.deliver(at: network.arrival(bytes: 200, upstream: false, after: &downstream), answered)
             }
         }
     }
@@ -123,13 +144,15 @@ final class Attempt<Value: Sendable>: Sendable {
 final class SimulatedConnection: WebSocketTransportConnection {
     let label: String
     let number: Int
-    private let network: SimulatedNetwork
+    let network: SimulatedNetwork
     private let closeTimeout: Duration
-    private let delegate: any WebSocketTransportDelegate
+    let delegate: any WebSocketTransportDelegate
 
-    private let path: SimulatedPath
+    let path: SimulatedPath
     /// The client sent its close frame (or aborted).
-    private let closeSent = NIOLockedValueBox(false)
+    let closeSent = NIOLockedValueBox(false)
+    /// The route serving it, when a scripted route of its server does; nil when echoed.
+    let route = NIOLockedValueBox<SimulatedRouteEnd?>(nil)
 
     init(network: SimulatedNetwork, label: String, number: Int, closeTimeout: Duration, delegate: any WebSocketTransportDelegate) {
         self.network = network
@@ -140,7 +163,7 @@ final class SimulatedConnection: WebSocketTransportConnection {
         self.delegate = delegate
     }
 
-    var negotiatedProtocol: String? { nil }
+    var negotiatedProtocol: String? { route.withLockedValue { $0?.subprotocol } }
 
     func opened(server: SimulatedServer?) {
         path.opened(server: server)
@@ -148,6 +171,15 @@ final class SimulatedConnection: WebSocketTransportConnection {
 
     func write(_ message: WebSocketMessage) -> Bool {
         network.record("\(label) → \(Self.describe(message))")
+        if let end = route.withLockedValue({ $0 }) {
+            let frame: ByteBuffer =
+                switch message {
+                case .string(let text): SimulatedRouteEnd.frame(.text, ByteBuffer(string: text))
+                case .data(let data): SimulatedRouteEnd.frame(.binary, ByteBuffer(bytes: data))
+                }
+            sendFrame(frame, to: end)
+            return false
+        }
         send(upstream: true, bytes: message.byteCount) { [self] in
             guard let server = liveServer() else { return }
             for answer in server.answers(to: message) { serverSends(answer) }
@@ -157,6 +189,10 @@ final class SimulatedConnection: WebSocketTransportConnection {
 
     func ping(_ payload: [UInt8]) {
         network.record("\(label) ping")
+        if let end = route.withLockedValue({ $0 }) {
+            sendFrame(SimulatedRouteEnd.frame(.ping, ByteBuffer(bytes: payload)), to: end)
+            return
+        }
         send(upstream: true, bytes: payload.count) { [self] in
             guard let server = liveServer(), server.ping else { return }
             send(upstream: false, bytes: payload.count) { [self] in
@@ -174,8 +210,16 @@ final class SimulatedConnection: WebSocketTransportConnection {
         }
         guard first else { return }
         network.record("\(label) close \(code.rawValue) from client")
+        let end = route.withLockedValue { $0 }
         network.clock.schedule(at: network.clock.now.advanced(by: closeTimeout)) { [self] in
+            // The client closes TCP: the route sees its end.
+            if let end { send(upstream: true, bytes: 0) { end.clientLeft() } }
             ended(code: nil, reason: "", error: WebSocketError(.connectionLost, "no close frame within \(closeTimeout) (simulated)"))
+        }
+        if let end {
+            // The route answers in its own handler, and closes; its close frame ends it here.
+            if let frame = end.clientCloses(code: code, reason: reason) { sendFrame(frame, to: end) }
+            return
         }
         // The server answers with the same code; without an answer, the close timeout ends it.
         send(upstream: true, bytes: 2 + reason.utf8.count) { [self] in
@@ -191,10 +235,12 @@ final class SimulatedConnection: WebSocketTransportConnection {
     func abort() {
         network.record("\(label) aborted by client")
         closeSent.withLockedValue { $0 = true }
+        let end = route.withLockedValue { $0 }
         send(upstream: true, bytes: 0) { [self] in
             guard let server = liveServer() else { return }
             server.forget(self)
             path.closeForServer()
+            end?.clientLeft()
         }
         network.clock.schedule(at: network.clock.now) { [self] in ended(code: nil, reason: "", error: nil) }
     }
@@ -213,6 +259,7 @@ final class SimulatedConnection: WebSocketTransportConnection {
     /// The server went down: the client sees the connection drop, with no close frame.
     func serverDropped() {
         path.closeForServer()
+        route.withLockedValue { $0 }?.clientLeft()
         send(upstream: false, bytes: 0) { [self] in
             ended(code: nil, reason: "", error: WebSocketError(.connectionLost, "the server went away (simulated)"))
         }
@@ -221,6 +268,7 @@ final class SimulatedConnection: WebSocketTransportConnection {
     /// The server closes with a close frame.
     func serverClosed(code: WebSocketCloseCode, reason: String) {
         path.closeForServer()
+        route.withLockedValue { $0 }?.clientLeft()
         network.record("\(label) close \(code.rawValue) from server")
         send(upstream: false, bytes: 2 + reason.utf8.count) { [self] in
             ended(code: code, reason: reason, error: nil)
@@ -229,7 +277,7 @@ final class SimulatedConnection: WebSocketTransportConnection {
 
     // MARK: Helpers
 
-    private func send(upstream: Bool, bytes: Int, _ delivery: @escaping @Sendable () -> Void) {
+    func send(upstream: Bool, bytes: Int, _ delivery: @escaping @Sendable () -> Void) {
         path.send(upstream: upstream, bytes: bytes, delivery)
     }
 
@@ -238,21 +286,21 @@ final class SimulatedConnection: WebSocketTransportConnection {
         path.blackhole()
     }
 
-    private func liveServer() -> SimulatedServer? {
+    func liveServer() -> SimulatedServer? {
         path.liveServer
     }
 
-    private func toClient() -> Bool {
+    func toClient() -> Bool {
         path.reachesClient
     }
 
-    private func ended(code: WebSocketCloseCode?, reason: String, error: WebSocketError?) {
+    func ended(code: WebSocketCloseCode?, reason: String, error: WebSocketError?) {
         guard path.closeForClient() else { return }
         network.record("\(label) closed\(code.map { " \($0.rawValue)" } ?? " with no close frame")")
         delegate.transportDidClose(code: code, reason: reason, error: error, unwrittenMessages: 0)
     }
 
-    private static func describe(_ message: WebSocketMessage) -> String {
+    static func describe(_ message: WebSocketMessage) -> String {
         switch message {
         case .string(let text): "text \(text.utf8.count) bytes"
         case .data(let data): "binary \(data.count) bytes"

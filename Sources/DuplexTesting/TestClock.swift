@@ -58,6 +58,12 @@ public final class TestClock: Clock, Sendable {
         }
     }
 
+    /// A job of the clock's executor: a task's, or a closure.
+    fileprivate enum Job {
+        case task(UnownedJob)
+        case closure(@Sendable () -> Void)
+    }
+
     fileprivate enum Work {
         case resume(CheckedContinuation<Void, any Error>)
         case run(@Sendable () -> Void)
@@ -89,8 +95,8 @@ public final class TestClock: Clock, Sendable {
         var nextID: UInt64 = 0
         /// Sleeps cancelled before they were registered.
         var cancelled: Set<UInt64> = []
-        /// The jobs of the clock's executor, in order.
-        var jobs = Deque<UnownedJob>()
+        /// The jobs of the clock's executor, in order: tasks' and closures' (``ClockEventLoop``'s).
+        var jobs = Deque<Job>()
         /// Whether the runner thread has started, and whether it should stop.
         var running = false
         var stopping = false
@@ -219,6 +225,14 @@ public final class TestClock: Clock, Sendable {
         return id
     }
 
+    /// Runs `work` on the clock's executor's thread, after the jobs already queued there.
+    package func execute(_ work: @escaping @Sendable () -> Void) {
+        runner.execute(work)
+    }
+
+    /// Whether the caller runs on the clock's executor's thread.
+    package var isExecutorThread: Bool { runner.isCurrent }
+
     /// Drops an event ``schedule(at:_:)`` made, unless it has run.
     package func cancel(_ id: UInt64) {
         _ = state.withLockedValue { $0.entries.removeValue(forKey: id) }
@@ -330,7 +344,7 @@ private final class ClockRunner: TaskExecutor, Sendable {
     func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         state.withLockedValue { state in
-            state.jobs.append(job)
+            state.jobs.append(.task(job))
             start(&state)
         }
         wake.signal()
@@ -345,14 +359,32 @@ private final class ClockRunner: TaskExecutor, Sendable {
         thread.start()
     }
 
+    /// Runs `work` on the runner's thread after the jobs already queued.
+    func execute(_ work: @escaping @Sendable () -> Void) {
+        state.withLockedValue { state in
+            state.jobs.append(.closure(work))
+            start(&state)
+        }
+        wake.signal()
+    }
+
+    /// The runner's thread, once it has started.
+    private let thread = NIOLockedValueBox<ObjectIdentifier?>(nil)
+
+    /// Whether the caller runs on the runner's thread.
+    var isCurrent: Bool {
+        thread.withLockedValue { $0 } == ObjectIdentifier(Thread.current)
+    }
+
     private enum Step {
-        case job(UnownedJob)
+        case job(TestClock.Job)
         case entry(TestClock.Entry)
         case idle([CheckedContinuation<Void, Never>])
         case stop
     }
 
     private func run() {
+        thread.withLockedValue { $0 = ObjectIdentifier(Thread.current) }
         while true {
             let step = state.withLockedValue { state -> Step in
                 if let job = state.jobs.popFirst() { return .job(job) }
@@ -362,8 +394,10 @@ private final class ClockRunner: TaskExecutor, Sendable {
                 return .idle(state.idleWaiters)
             }
             switch step {
-            case .job(let job):
+            case .job(.task(let job)):
                 job.runSynchronously(on: asUnownedTaskExecutor())
+            case .job(.closure(let work)):
+                work()
             case .entry(let entry):
                 fire(entry)
             case .idle(let waiters):
