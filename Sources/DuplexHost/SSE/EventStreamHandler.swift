@@ -404,19 +404,21 @@ final class Heartbeat {
     private let interval: TimeAmount
     private let writer: EventStreamWriter
     private let eventLoop: any EventLoop
-    private var lastWrite = NIODeadline.now()
+    /// When something was last written, by the loop's clock (a simulated network's is virtual).
+    private var lastWrite: NIODeadline
     private var timer: Scheduled<Void>?
 
     init(every interval: Duration, writer: EventStreamWriter, eventLoop: any EventLoop) {
         self.interval = TimeAmount(interval)
         self.writer = writer
         self.eventLoop = eventLoop
-        arm(at: .now() + self.interval)
+        self.lastWrite = eventLoop.now
+        arm(at: eventLoop.now + self.interval)
     }
 
     /// Something was written: the next heartbeat is due an interval from now.
     func wrote() {
-        lastWrite = .now()
+        lastWrite = eventLoop.now
     }
 
     /// No more heartbeats.
@@ -433,10 +435,10 @@ final class Heartbeat {
     private func fire() {
         guard timer != nil else { return }
         let due = lastWrite + interval
-        if NIODeadline.now() >= due {
+        if eventLoop.now >= due {
             guard writer.send(ServerSentEvent.comment("heartbeat")) else { return }
             wrote()
-            arm(at: .now() + interval)
+            arm(at: eventLoop.now + interval)
         } else {
             arm(at: due)
         }
