@@ -138,32 +138,13 @@ extension HostServer {
             if let text = String(validating: data, as: UTF8.self) { scripted.body = text } else { scripted.bodyBase64 = data.base64EncodedString() }
         }
         if let refusal = refusal(handler.accept(scripted), scripted, journal: journal) { return .respond(refusal) }
-        let script = handler.respond(scripted)
-        let connection = journal.newConnection()
-        do {
-            try script.validate()
-        } catch {
-            journal.append(.init(connection: connection, path: scripted.path, direction: .out, kind: .error, data: "\(error)", request: scripted))
-            // The error is this library's own text (a place and a rule), with nothing from the request.
-            return .json(.internalServerError, #"{"error":"the route's script cannot be written: \#(error)"}"#)
-        }
-        let path = scripted.path
-        journal.append(.init(connection: connection, path: path, direction: .in, kind: .open, request: scripted))
-        let record: @Sendable (ScriptJournal.Entry.Kind, ScriptJournal.Entry.Direction, SSEScriptEvent?) -> Void = { kind, direction, event in
-            journal.append(
-                .init(
-                    connection: connection,
-                    path: path,
-                    direction: direction,
-                    kind: event.map { $0.raw != nil || $0.comment != nil ? .text : .event } ?? kind,
-                    data: event.map { $0.raw ?? $0.comment ?? $0.data ?? "" },
-                    id: event?.id,
-                    event: event?.event
-                )
-            )
+        let opened: ScriptedStream
+        switch handler.stream(for: scripted, journal: journal) {
+        case .success(let stream): opened = stream
+        case .failure(let invalid):
+            return .json(.internalServerError, ScriptedStreamOpening.invalidBody(invalid.reason))
         }
         let source = NIOLockedValueBox<ScriptedEventSource?>(nil)
-        let lastEventID = scripted.lastEventID
         let eventLoop = stream.eventLoop
         return .stream(
             EventStream(
@@ -173,9 +154,8 @@ extension HostServer {
                 scripted: true,
                 dropsAtEnd: { source.withLockedValue { $0?.drops ?? false } }
             ) { writer in
-                let feed = ScriptedEventSource(script: script, lastEventID: lastEventID, writer: writer, eventLoop: eventLoop, record: record)
+                let feed = opened.start(writer: writer, eventLoop: eventLoop)
                 source.withLockedValue { $0 = feed }
-                feed.start()
                 return feed.stop
             })
     }

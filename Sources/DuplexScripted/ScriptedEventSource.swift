@@ -11,7 +11,7 @@ struct SSERouteHandler: Sendable {
 
 /// Feeds one scripted SSE stream: its events, one every ``SSEScript/every``, from timers on the
 /// connection's event loop (no task), then its ending; everything journaled.
-final class ScriptedEventSource: Sendable {
+package final class ScriptedEventSource: Sendable {
     private let script: SSEScript
     private let events: [SSEScriptEvent]
     private let writer: EventStreamWriter
@@ -42,7 +42,7 @@ final class ScriptedEventSource: Sendable {
     }
 
     /// Whether the script ends the stream by dropping it.
-    var drops: Bool {
+    package var drops: Bool {
         state.withLockedValue { $0.ended == .drop }
     }
 
@@ -53,7 +53,7 @@ final class ScriptedEventSource: Sendable {
     }
 
     /// The stream ended (the script's end, the client gone, a shutdown): no more timers.
-    func stop() {
+    package func stop() {
         let clientLeft: Bool = state.withLockedValue { state in
             state.stopped = true
             state.timer?.cancel()
