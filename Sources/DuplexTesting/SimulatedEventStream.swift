@@ -1,6 +1,8 @@
 import DequeModule
 import Duplex
+import DuplexHost
 import DuplexSchema
+import DuplexScripted
 import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
@@ -34,8 +36,16 @@ struct SimulatedEventStreamTransport: EventStreamTransport {
                 if attempt.isPending { network.record("\(stream.label) connect timed out") }
                 attempt.finish(.failure(WebSocketError(.connectTimeout, "no answer within \(configuration.connectTimeout) (simulated)")))
             }
+            let target = endpoint.target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+            let request = ScriptedRequest(
+                method: method.rawValue,
+                path: target.first.map(String.init) ?? "/",
+                query: target.count > 1 ? String(target[1]) : nil,
+                headers: headers.map { ($0.name, $0.value) },
+                body: body.map { Array($0) }
+            )
             stream.send(upstream: true, bytes: 300 + (body?.count ?? 0)) {
-                let answer = server?.answer(stream, lastEventID: lastEventID)
+                let answer = server?.answer(stream, request: request)
                 stream.send(upstream: false, bytes: 200) {
                     clock.cancel(timeout)
                     guard attempt.isPending else {
@@ -59,6 +69,7 @@ struct SimulatedEventStreamTransport: EventStreamTransport {
                 stream.opened(server: server)
                 for (text, line) in answer.chunks { stream.serverSends(text, line) }
                 if answer.ends { stream.serverEnded() }
+                if let scripted = answer.scripted { stream.start(scripted, server: server) }
             }
         }
         return EventStreamResponse(head: head, body: stream)
@@ -74,6 +85,8 @@ final class SimulatedEventStream: EventStreamBody {
     private let readTimeout: Duration
 
     private let path: SimulatedPath
+    /// The scripted route's feed, when one serves it.
+    private let feed = NIOLockedValueBox<ScriptedEventSource?>(nil)
 
     private struct State {
         var chunks = Deque<ByteBuffer>()
@@ -190,6 +203,7 @@ final class SimulatedEventStream: EventStreamBody {
             guard let server = liveServer() else { return }
             server.forget(self)
             path.closeForServer()
+            stopFeed()
         }
     }
 
@@ -207,6 +221,7 @@ final class SimulatedEventStream: EventStreamBody {
     /// The server ends the response: the client reads its end.
     func serverEnded() {
         path.closeForServer()
+        stopFeed()
         send(upstream: false, bytes: 5) { [self] in
             guard toClient() else { return }
             network.record("\(label) response ended")
@@ -217,6 +232,7 @@ final class SimulatedEventStream: EventStreamBody {
     /// The server went down: the connection drops before the response's end.
     func serverDropped() {
         path.closeForServer()
+        stopFeed()
         send(upstream: false, bytes: 0) { [self] in
             guard toClient() else { return }
             network.record("\(label) dropped")
@@ -231,6 +247,28 @@ final class SimulatedEventStream: EventStreamBody {
     /// Its path is gone: from now on nothing sent either way arrives, and neither end is told.
     func blackhole() {
         path.blackhole()
+    }
+
+    // MARK: A scripted route's stream
+
+    /// Sets a scripted route's stream going, on the network's loop: what its writer hands on
+    /// crosses the link, and its end ends the response (or drops it, as the script says).
+    func start(_ scripted: ScriptedStream, server: SimulatedServer?) {
+        let loop = network.eventLoop
+        let output = ScriptedStreamOutput(stream: self, server: server)
+        let writer = EventStreamWriter(output: output, eventLoop: loop, maxCount: 1_024, maxBytes: 1 << 20)
+        let source = scripted.start(writer: writer, eventLoop: loop)
+        output.source = source
+        feed.withLockedValue { $0 = source }
+    }
+
+    /// The stream ended: the route's feed stops (it journals a client that left).
+    private func stopFeed() {
+        let source = feed.withLockedValue { feed in
+            defer { feed = nil }
+            return feed
+        }
+        source?.stop()
     }
 
     // MARK: Helpers
@@ -264,5 +302,32 @@ final class SimulatedEventStream: EventStreamBody {
 
     private func toClient() -> Bool {
         path.reachesClient
+    }
+}
+
+/// Where a scripted route's stream writer hands its chunks on a simulated network: to the
+/// stream's way to the client. Called on the network's loop.
+private final class ScriptedStreamOutput: EventStreamOutput, @unchecked Sendable {
+    private let stream: SimulatedEventStream
+    private weak var server: SimulatedServer?
+    /// The feed, to ask at the end whether its script dropped the stream.
+    var source: ScriptedEventSource?
+
+    init(stream: SimulatedEventStream, server: SimulatedServer?) {
+        self.stream = stream
+        self.server = server
+    }
+
+    /// The link takes everything: what a slow reader leaves unread waits at its end.
+    var isWritable: Bool { true }
+
+    func write(_ chunks: [ByteBuffer]) {
+        for chunk in chunks { stream.serverSends(String(buffer: chunk), "\(chunk.readableBytes) bytes") }
+    }
+
+    func writerFinished(overflowed: Bool) {
+        server?.forget(stream)
+        if overflowed || source?.drops == true { stream.serverDropped() } else { stream.serverEnded() }
+        source = nil
     }
 }

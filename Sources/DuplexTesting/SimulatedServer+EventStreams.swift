@@ -1,5 +1,8 @@
+import DuplexHost
 public import DuplexSchema
+import DuplexScripted
 import NIOConcurrencyHelpers
+import NIOCore
 
 extension SimulatedServer {
     /// An answer to an event stream's request that is not the stream, such as a 503 with
@@ -64,11 +67,43 @@ extension SimulatedServer {
         var chunks: [(text: String, line: String)]
         /// Whether the response ends after them.
         var ends: Bool
+        /// A scripted route's stream, to set going once the head is on its way.
+        var scripted: ScriptedStream?
     }
 
-    /// The answer to `stream`'s request with `lastEventID`, or nil when the server is down. A
-    /// stream it serves is open from now: what the server publishes goes to it.
-    func answer(_ stream: SimulatedEventStream, lastEventID: String?) -> StreamAnswer? {
+    /// The answer to `stream`'s `request`, or nil when the server is down: a scripted SSE
+    /// route's when one matches its method and path (its refusal, or its stream), else the
+    /// server's own. A stream it serves is open from now: what the server publishes goes to it.
+    func answer(_ stream: SimulatedEventStream, request: ScriptedRequest) -> StreamAnswer? {
+        let (isUp, routes) = state.withLockedValue { ($0.isUp, $0.routes) }
+        guard isUp else { return nil }
+        let route = routes.first { $0.route.isScriptedStream && $0.route.method == request.method && $0.pattern.match(request.path) != nil }
+        guard let route = route?.route else { return published(stream, lastEventID: request.lastEventID) }
+        let opening = route.openStream(request, journal: journal)
+        let served = state.withLockedValue { state -> Bool in
+            guard state.isUp else { return false }
+            state.accepted += 1
+            state.lastEventIDs.append(request.lastEventID)
+            if case .streaming = opening { state.streams[stream.number] = stream }
+            return true
+        }
+        guard served else { return nil }
+        switch opening {
+        case .refused(let status, let headers, let body)?:
+            return StreamAnswer(status: status, headers: headers, chunks: body.isEmpty ? [] : [(body, "body \(body.utf8.count) bytes")], ends: true)
+        case .invalid(let reason)?:
+            let body = ScriptedStreamOpening.invalidBody(reason)
+            let chunks = [(body, "body \(body.utf8.count) bytes")]
+            return StreamAnswer(status: 500, headers: ["Content-Type": "application/json"], chunks: chunks, ends: true)
+        case .streaming(let scripted)?:
+            return StreamAnswer(status: 200, headers: ["Content-Type": "text/event-stream"], chunks: [], ends: false, scripted: scripted)
+        case nil:
+            return nil
+        }
+    }
+
+    /// The server's own stream of what it ``publish(_:)``es, from after `lastEventID`.
+    private func published(_ stream: SimulatedEventStream, lastEventID: String?) -> StreamAnswer? {
         state.withLockedValue { state in
             guard state.isUp else { return nil }
             state.accepted += 1

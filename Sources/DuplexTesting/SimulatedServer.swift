@@ -11,9 +11,10 @@ import NIOConcurrencyHelpers
 /// events. What it does is logged in the network's event log, at virtual times.
 ///
 /// A connection to a path one of its ``serve(_:)``d scripted routes matches is served by that
-/// route instead, in the Duplex server's own WebSocket handler: the route's handlers, script,
-/// refusals, faults and protocol presets as on a real server, its timers on the network's
-/// clock, and what it does in ``journal`` at virtual times.
+/// route instead: a WebSocket in the Duplex server's own WebSocket handler (the route's
+/// handlers, script, refusals, faults and protocol presets as on a real server), an event stream
+/// by the route's script through the server's own stream writer; their timers on the network's
+/// clock, and what they do in ``journal`` at virtual times.
 public final class SimulatedServer: Sendable {
     /// `host:port`.
     public let name: String
@@ -50,13 +51,15 @@ public final class SimulatedServer: Sendable {
         self.journal = ScriptJournal(now: { Date(timeIntervalSince1970: clock.now.offset.seconds) })
     }
 
-    /// Serves `routes` (``ScriptedRoute/webSocket(_:script:)``, the handler-based routes and the
-    /// protocol presets) from now on: a connection whose path one matches is served by it (the
-    /// most specific when several do), any other is echoed. Routes added before stay.
-    /// - Throws: ``SimulatedRouteError`` for an SSE or a proxy route: those need the real
-    ///   server (`withDuplexServer`), and nothing is added.
+    /// Serves `routes` from now on (scripted WebSocket routes, by script or by handlers, the
+    /// protocol presets, scripted SSE routes): a WebSocket connection, or an event stream's
+    /// request with the route's method, whose path one matches is served by it (the most specific
+    /// when several do); any other is echoed, or gets the server's own stream. Routes added
+    /// before stay.
+    /// - Throws: ``SimulatedRouteError`` for a proxy route, which needs the real server
+    ///   (`withDuplexServer`) and a real backend; nothing is added then.
     public func serve(_ routes: [ScriptedRoute]) throws(SimulatedRouteError) {
-        if let unsupported = routes.first(where: { !$0.isScriptedWebSocket }) {
+        if let unsupported = routes.first(where: { !$0.isScriptedWebSocket && !$0.isScriptedStream }) {
             throw SimulatedRouteError(route: unsupported.description)
         }
         state.withLockedValue { state in
@@ -173,9 +176,10 @@ public final class SimulatedServer: Sendable {
         guard isUp, let network else { return .down }
         var acceptance = Acceptance.echo
         let path = request.url.path.isEmpty ? "/" : request.url.path
-        if let route = routes.first(where: { $0.pattern.match(path) != nil })?.route {
+        if let route = routes.first(where: { $0.route.isScriptedWebSocket && $0.pattern.match(path) != nil })?.route {
             let scripted = ScriptedRequest(
-                webSocketPath: path,
+                method: "GET",
+                path: path,
                 query: request.url.query,
                 headers: request.additionalHeaders.sorted { $0.key < $1.key }.map { ($0.key, $0.value) },
                 subprotocols: request.protocols
@@ -217,13 +221,13 @@ public final class SimulatedServer: Sendable {
     }
 }
 
-/// A route a ``SimulatedServer`` cannot serve: an SSE or a proxy route.
+/// A route a ``SimulatedServer`` cannot serve: a proxy route.
 public struct SimulatedRouteError: Error, CustomStringConvertible {
     /// The route, described.
     public var route: String
 
     public var description: String {
-        "a simulated server serves scripted WebSocket routes and presets; \(route) needs the real server (withDuplexServer)"
+        "a simulated server serves scripted WebSocket and SSE routes and presets; \(route) needs the real server (withDuplexServer)"
     }
 }
 

@@ -122,12 +122,45 @@ extension SimulatedTimeTests {
         }
     }
 
-    /// An SSE or a proxy route needs the real server: serving one is refused, saying so.
+    /// A scripted SSE route: an event every 30 s from the route's own timers (a minute would
+    /// pass the client's 45 s read timeout: the client would drop and resume after each event),
+    /// `retry: 5000`, then a drop; the client waits the route's 5 s and resumes with
+    /// `Last-Event-ID: 6`, and the journal has each event at its time.
+    @Test func aScriptedFeedRunsOnTheClock() async throws {
+        try await withSimulatedNetwork(seed: 48, link: Self.link) { network, clock in
+            let server = network.server(host: "feed.test")
+            let events = (1...6).map { SSEScriptEvent(id: "\($0)", data: "tick \($0)") }
+            try server.serve([.sse("/feed", script: SSEScript(events: events, every: .seconds(30), then: .drop, retryMilliseconds: 5_000))])
+            let feed = network.eventSource(url: "http://feed.test/feed", configuration: SSEConfiguration(logger: Self.quiet))
+            var received = feed.events.makeAsyncIterator()
+            try await feed.connect()
+            var data: [String] = []
+            for _ in 1...6 { data.append(await received.next()?.data ?? "") }
+            #expect(data == (1...6).map { "tick \($0)" })
+            try await clock.sleep(for: .seconds(30))
+            let sent = server.journal.entries.filter { $0.kind == .event }.map { $0.at.timeIntervalSince1970 }
+            #expect(sent.count == 6, "\(sent)")
+            for (earlier, later) in zip(sent, sent.dropFirst()) {
+                #expect(abs(later - earlier - 30) < 0.000_001, "an event every 30 s: \(sent)")
+            }
+            #expect(server.lastEventIDsReceived.first == .some(nil))
+            #expect(server.lastEventIDsReceived.dropFirst().first == "6", "\(server.lastEventIDsReceived)")
+            let log = network.eventLines
+            let dropped = try #require(Self.times(of: " dropped", in: log).first)
+            let requests = Self.times(of: " GET /feed Last-Event-ID 6", in: log)
+            let wait = try #require(requests.first) - dropped
+            #expect(wait >= 4.5 && wait <= 5.5, "the client waited \(wait) s after the route's retry: 5000")
+            await feed.terminate()
+        }
+    }
+
+    /// A proxy route needs the real server and a real backend: serving one is refused, saying so.
     @Test func aSimulatedServerRefusesRoutesItCannotServe() async throws {
         try await withSimulatedNetwork(seed: 47, link: Self.link) { network, _ in
-            let server = network.server(host: "feed.test")
-            let route = ScriptedRoute.sse("/feed", script: SSEScript(events: []))
-            #expect(throws: SimulatedRouteError.self) { try server.serve([route]) }
+            let server = network.server(host: "front.test")
+            let route = ScriptedRoute.proxy("/api", to: try #require(URL(string: "ws://127.0.0.1:9/api")))
+            let error = #expect(throws: SimulatedRouteError.self) { try server.serve([route]) }
+            #expect(error?.description.contains("withDuplexServer") == true)
         }
     }
 
