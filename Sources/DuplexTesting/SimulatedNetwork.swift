@@ -13,7 +13,7 @@ import NIOConcurrencyHelpers
 /// Made by ``withSimulatedNetwork(seed:link:stallTimeout:_:)``, which drives the clock. A server is a
 /// ``SimulatedServer`` (``server(host:port:)``): it echoes by default, answers pings, and can
 /// stop, start, restart after a while, close its connections or stop answering pings. A client is
-/// a `WebSocket` made by ``webSocket(url:configuration:)`` (or any `WebSocket` given
+/// a `WebSocket` made by ``webSocket(url:protocols:configuration:)`` (or any `WebSocket` given
 /// ``configure(_:)-(WebSocketConfiguration)``'s configuration and ``clock``). The link between them takes a
 /// `FaultProxy.LinkProfile` (``link``): delay and jitter each way, bandwidth, and loss as TCP sees
 /// it (a lost 1,460-byte segment stalls the stream for a retransmission timeout); ``partition()``

@@ -22,7 +22,7 @@ import Foundation
 /// overrides both, to rerun a failure with its seed (``InvalidSimulationSeed`` is thrown when it
 /// holds anything but a number). When `body` throws, the seed and the log's
 /// last lines are printed, and the error is thrown on. When it returns, the clients made with
-/// ``SimulatedNetwork/webSocket(url:configuration:)`` are terminated and every sleep left on the
+/// ``SimulatedNetwork/webSocket(url:protocols:configuration:)`` are terminated and every sleep left on the
 /// clock ends with `CancellationError`.
 ///
 /// `body` must wait only on the network and the clock. When it waits for something that cannot
