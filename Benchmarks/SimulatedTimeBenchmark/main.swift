@@ -1,7 +1,8 @@
 // The wall time of virtual time on a simulated network (DuplexTesting's withSimulatedNetwork):
 // one client through an hour of a flapping server, 1,000 clients reconnecting after a restart (a
-// reconnection storm), and an SSE feed through an hour of outages, with the size of each event
-// log. Rounds interleaved, medians.
+// reconnection storm), an SSE feed through an hour of outages, and an hour of a scripted route
+// served in the Duplex server's own handler, with the size of each event log. Rounds
+// interleaved, medians.
 //
 //   swift run -c release --package-path Benchmarks simulated-time-benchmark [ROUNDS]
 import Duplex
@@ -80,6 +81,29 @@ func feedHour(seed: UInt64) async throws -> (lines: Int, bytes: Int, events: Int
     }
 }
 
+/// An hour of a scripted route in the server's own WebSocket handler: a message every 10 s from
+/// the route's `delay`s, the client pinging every 30 s, every frame journaled at its virtual time.
+func routeHour(seed: UInt64) async throws -> (lines: Int, bytes: Int, messages: Int, journaled: Int) {
+    try await withSimulatedNetwork(seed: seed, link: link) { network, clock in
+        let server = network.server(host: "route.test")
+        let actions = (1...360).flatMap { n in [ScriptAction.send("{\"n\":\(n)}"), .delay(.seconds(10))] }
+        try server.serve([.webSocket("/quotes", onConnect: { socket in socket.run(actions) })])
+        var pinging = WebSocketConfiguration(reconnection: .none, logger: quiet)
+        pinging.ping = PingConfig(pingInterval: .seconds(30), maxPingFailures: 2)
+        let socket = network.webSocket(url: "ws://route.test/quotes", configuration: pinging)
+        let messages = socket.messages
+        let counted = Task(executorPreference: clock.executor) {
+            var count = 0
+            for await _ in messages { count += 1 }
+            return count
+        }
+        try await socket.connect()
+        try await clock.sleep(for: .seconds(3600))
+        await socket.terminate()
+        return (network.eventLines.count, network.eventLog.utf8.count, await counted.value, server.journal.entries.count)
+    }
+}
+
 func milliseconds(_ duration: Duration) -> Double {
     Double(duration.components.seconds) * 1e3 + Double(duration.components.attoseconds) * 1e-15
 }
@@ -92,6 +116,7 @@ func median(_ values: [Double]) -> Double {
 var hours: [Double] = []
 var storms: [Double] = []
 var feeds: [Double] = []
+var routes: [Double] = []
 for round in 1...rounds {
     let clock = ContinuousClock()
     var start = clock.now
@@ -103,14 +128,20 @@ for round in 1...rounds {
     start = clock.now
     let feed = try await feedHour(seed: UInt64(round))
     feeds.append(milliseconds(clock.now - start))
+    start = clock.now
+    let route = try await routeHour(seed: UInt64(round))
+    routes.append(milliseconds(clock.now - start))
     let one = String(
         format: "one client's hour %.1f ms (%d reconnections, log %d lines, %d bytes)", hours.last!, hour.reconnections, hour.lines, hour.bytes)
     let many = String(
         format: "1,000 clients' storm %.0f ms (%d back, log %d lines, %d bytes)", storms.last!, crowd.back, crowd.lines, crowd.bytes)
     let sse = String(format: "an SSE feed's hour %.1f ms (%d events, log %d lines, %d bytes)", feeds.last!, feed.events, feed.lines, feed.bytes)
-    print("round \(round): \(one); \(many); \(sse)")
+    let scripted = String(
+        format: "a scripted route's hour %.1f ms (%d messages, %d journal entries, log %d lines, %d bytes)", routes.last!, route.messages,
+        route.journaled, route.lines, route.bytes)
+    print("round \(round): \(one); \(many); \(sse); \(scripted)")
 }
 print(
     String(
-        format: "medians of %d rounds: one client's hour %.1f ms; 1,000 clients' storm %.0f ms; an SSE feed's hour %.1f ms", rounds, median(hours),
-        median(storms), median(feeds)))
+        format: "medians of %d rounds: one client's hour %.1f ms; 1,000 clients' storm %.0f ms; an SSE feed's hour %.1f ms; a scripted route's hour %.1f ms",
+        rounds, median(hours), median(storms), median(feeds), median(routes)))
