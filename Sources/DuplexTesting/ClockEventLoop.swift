@@ -11,6 +11,10 @@ import NIOCore
 /// loop per clock: everything on it runs one job at a time, as on a real event loop.
 final class ClockEventLoop: EventLoop, Sendable {
     let clock: TestClock
+    /// How to fail each scheduled task not yet run or cancelled, by its clock event: at the
+    /// simulation's end they are failed, as a real loop fails its tasks when it shuts down (a
+    /// promise let go of unfulfilled is a bug swift-nio stops on).
+    private let pending = NIOLockedValueBox<[UInt64: @Sendable () -> Void]>([:])
 
     /// The deadline of the clock's start: far enough from zero that a deadline before it (a
     /// handler's `now - x`) is still a valid one.
@@ -35,13 +39,29 @@ final class ClockEventLoop: EventLoop, Sendable {
         // The task runs on this loop's thread (a driven clock's events run there), as NIO runs
         // scheduled tasks on their loop: what it returns never crosses threads.
         let result = Unchecked { promise.assumeIsolatedUnsafeUnchecked().completeWith(Result { try task() }) }
-        let id = clock.schedule(at: Self.instant(of: deadline)) { [self] in
+        let failure = Unchecked { promise.fail(EventLoopError.shutdown) }
+        let id = clock.reserveID()
+        pending.withLockedValue { $0[id] = { failure.value() } }
+        let pending = self.pending
+        clock.schedule(at: Self.instant(of: deadline), id: id) { [self] in
+            guard pending.withLockedValue({ $0.removeValue(forKey: id) }) != nil else { return }
             if inEventLoop { result.value() } else { execute { result.value() } }
         }
         return Scheduled(promise: promise) { [clock] in
             clock.cancel(id)
+            guard pending.withLockedValue({ $0.removeValue(forKey: id) }) != nil else { return }
             promise.fail(EventLoopError.cancelled)
         }
+    }
+
+    /// Fails every scheduled task not yet run with `EventLoopError.shutdown`: the simulation is
+    /// over, and its clock will not reach them.
+    func failScheduled() {
+        let failures = pending.withLockedValue { pending in
+            defer { pending = [:] }
+            return pending.sorted { $0.key < $1.key }.map(\.value)
+        }
+        for fail in failures { fail() }
     }
 
     func scheduleTask<T>(in delay: TimeAmount, _ task: @escaping @Sendable () throws -> T) -> Scheduled<T> {

@@ -260,6 +260,7 @@ final class SimulatedEventStream: EventStreamBody {
         let source = scripted.start(writer: writer, eventLoop: loop)
         output.source = source
         feed.withLockedValue { $0 = source }
+        network.track { [weak self] in self?.stopFeed() }
     }
 
     /// The stream ended: the route's feed stops (it journals a client that left).

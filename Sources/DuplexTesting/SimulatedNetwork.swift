@@ -44,6 +44,8 @@ public final class SimulatedNetwork: Sendable {
         var held: [@Sendable () -> Void] = []
         var sockets: [WebSocket] = []
         var eventSources: [ServerSentEventManager] = []
+        /// How to end each connection a scripted route served, at the simulation's end.
+        var routeEndings: [@Sendable () -> Void] = []
     }
 
     let state: NIOLockedValueBox<State>
@@ -264,12 +266,35 @@ public final class SimulatedNetwork: Sendable {
         state.withLockedValue { $0.servers["\(host):\(port)"] }
     }
 
+    /// Remembers how to end a connection a scripted route serves: when the simulation ends, the
+    /// route sees it end, as at a server's shutdown.
+    func track(routeEnding: @escaping @Sendable () -> Void) {
+        state.withLockedValue { $0.routeEndings.append(routeEnding) }
+    }
+
     /// Terminates the clients it made and ends every sleep left, so that no task waits forever.
     func shutDown() async {
         let (sockets, eventSources) = state.withLockedValue { ($0.sockets, $0.eventSources) }
         for socket in sockets { await socket.terminate() }
         for eventSource in eventSources { await eventSource.terminate() }
+        endRoutes()
         clock.cancelAll()
+    }
+
+    /// Ends what scripted routes still serve and fails their timers left, on the network's loop:
+    /// their connections end for them (a route's `onEnd` runs, its journal says the client went),
+    /// and no timer's promise is let go of unfulfilled.
+    private func endRoutes() {
+        let endings = state.withLockedValue { state in
+            defer { state.routeEndings = [] }
+            return state.routeEndings
+        }
+        let loop = eventLoop
+        let end: @Sendable () -> Void = {
+            for ending in endings { ending() }
+            loop.failScheduled()
+        }
+        if loop.inEventLoop { end() } else { loop.execute(end) }
     }
 
     /// Lets go of its servers (and their connections), its clients and held deliveries, which
@@ -277,6 +302,7 @@ public final class SimulatedNetwork: Sendable {
     /// thread go away.
     func release() {
         clock.cancelAll()
+        endRoutes()
         // Taken out under the lock and let go after it: the last reference to a client ends it,
         // which closes its connection and logs here.
         let (servers, sockets, eventSources, held) = state.withLockedValue { state in

@@ -147,6 +147,7 @@ extension SimulatedConnection {
     func attach(_ service: any EventLoopWebSocketService, subprotocol: String?, configuration: WebSocketConfiguration) {
         let end = SimulatedRouteEnd(subprotocol: subprotocol, loop: network.eventLoop, maxMessageBytes: configuration.maxMessageBytes)
         route.withLockedValue { $0 = end }
+        network.track { end.clientLeft() }
         end.start(
             service: service,
             maxMessageBytes: configuration.maxMessageBytes,

@@ -214,15 +214,28 @@ public final class TestClock: Clock, Sendable {
     /// sleeps and events already due then.
     @discardableResult
     package func schedule(at deadline: Instant, _ work: @escaping @Sendable () -> Void) -> UInt64 {
-        let id = state.withLockedValue { state -> UInt64 in
+        let id = reserveID()
+        schedule(at: deadline, id: id, work)
+        return id
+    }
+
+    /// A number for an event not scheduled yet: ``schedule(at:id:_:)`` schedules it, and
+    /// ``cancel(_:)`` takes it.
+    package func reserveID() -> UInt64 {
+        state.withLockedValue { state -> UInt64 in
             state.nextID += 1
-            let due = max(deadline, state.now)
-            state.entries[state.nextID] = Entry(deadline: due, work: .run(work), setAt: state.now)
-            state.queue.insert(Key(deadline: due, id: state.nextID))
             return state.nextID
         }
+    }
+
+    /// ``schedule(at:_:)`` with a number ``reserveID()`` gave.
+    package func schedule(at deadline: Instant, id: UInt64, _ work: @escaping @Sendable () -> Void) {
+        state.withLockedValue { state in
+            let due = max(deadline, state.now)
+            state.entries[id] = Entry(deadline: due, work: .run(work), setAt: state.now)
+            state.queue.insert(Key(deadline: due, id: id))
+        }
         wake.signal()
-        return id
     }
 
     /// Runs `work` on the clock's executor's thread, after the jobs already queued there.

@@ -164,6 +164,30 @@ extension SimulatedTimeTests {
         }
     }
 
+    /// A simulation that ends with routes mid-script (a delay pending, a connection open, a feed
+    /// mid-stream) ends as a server's shutdown would: each route sees its connection end, and
+    /// its timers are let go of, not left behind.
+    @Test func aSimulationEndsWithRoutesMidScript() async throws {
+        let journals = try await withSimulatedNetwork(seed: 49, link: Self.link) { network, clock in
+            let server = network.server(host: "busy.test")
+            try server.serve([
+                .webSocket("/slow", onConnect: { socket in socket.run([.send("soon"), .delay(.seconds(3600)), .send("later")]) }),
+                .sse("/feed", script: SSEScript(events: (1...100).map { SSEScriptEvent(id: "\($0)", data: "\($0)") }, every: .seconds(10))),
+            ])
+            let socket = network.webSocket(url: "ws://busy.test/slow", configuration: .init(reconnection: .none, logger: Self.quiet))
+            let feed = network.eventSource(url: "http://busy.test/feed", configuration: SSEConfiguration(logger: Self.quiet))
+            try await socket.connect()
+            try await feed.connect()
+            try await clock.sleep(for: .seconds(60))
+            return server.journal
+        }
+        // Let go of after the simulation: what the routes journaled as it ended.
+        let kinds = journals.entries.map { "\($0.path) \($0.direction.rawValue) \($0.kind.rawValue)" }
+        #expect(kinds.contains("/slow in drop"), "\(kinds)")
+        #expect(kinds.contains("/feed in drop"), "\(kinds)")
+        #expect(journals.entries.filter { $0.data == "later" }.isEmpty, "the pending delay never ran: \(kinds)")
+    }
+
     /// Ten minutes of `/ticker`: hello, ten minutes' wait, one more message, close 4000.
     static func tenMinuteRoute(seed: UInt64) async throws -> (log: [String], journal: [ScriptJournal.Entry]) {
         try await withSimulatedNetwork(seed: seed, link: Self.link) { network, clock in
