@@ -122,6 +122,27 @@ extension SimulatedTimeTests {
         }
     }
 
+    /// A route's frame fault is read by the client's own engine: text that is not UTF-8 fails the
+    /// connection with 1007, whose close frame the route journals.
+    @Test func aRoutesFrameFaultFailsTheClientAsOnSockets() async throws {
+        try await withSimulatedNetwork(seed: 50, link: Self.link) { network, clock in
+            let server = network.server(host: "broken.test")
+            try server.serve([.webSocket("/broken", onConnect: { socket in socket.run([.send("fine"), .fault(.invalidUTF8)]) })])
+            let socket = network.webSocket(url: "ws://broken.test/broken", configuration: .init(reconnection: .none, logger: Self.quiet))
+            var messages = socket.messages.makeAsyncIterator()
+            try await socket.connect()
+            #expect(await messages.next()?.text == "fine")
+            try await clock.sleep(for: .seconds(10))
+            guard case .disconnected(let reason) = socket.state else {
+                Issue.record("still \(socket.state)")
+                return
+            }
+            #expect("\(reason)" == "error(protocolViolation: a text message from the server is not UTF-8)", "\(reason)")
+            let close = server.journal.entries.first { $0.kind == .close && $0.direction == .in }
+            #expect(close?.code == 1007, "\(server.journal.entries.map(String.init(describing:)))")
+        }
+    }
+
     /// A scripted SSE route: an event every 30 s from the route's own timers (a minute would
     /// pass the client's 45 s read timeout: the client would drop and resume after each event),
     /// `retry: 5000`, then a drop; the client waits the route's 5 s and resumes with
