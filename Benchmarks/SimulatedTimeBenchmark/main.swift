@@ -55,6 +55,15 @@ func storm(seed: UInt64) async throws -> (lines: Int, bytes: Int, back: Int) {
     }
 }
 
+/// Counts what `stream` yields until it ends, in a task on the clock's executor.
+func count<Element: Sendable>(_ stream: AsyncStream<Element>, on clock: TestClock) -> Task<Int, Never> {
+    Task(executorPreference: clock.executor) {
+        var count = 0
+        for await _ in stream { count += 1 }
+        return count
+    }
+}
+
 /// An SSE feed for an hour: an event every 10 s, the server (retry: 5000) down ten minutes in
 /// every twenty, the client resuming with Last-Event-ID after each outage.
 func feedHour(seed: UInt64) async throws -> (lines: Int, bytes: Int, events: Int) {
@@ -64,12 +73,7 @@ func feedHour(seed: UInt64) async throws -> (lines: Int, bytes: Int, events: Int
         let feed = network.eventSource(
             url: "http://feed.test/events", retryPolicy: RetryPolicy(initialDelay: 1, maxDelay: 60, jitter: 0.1),
             configuration: SSEConfiguration(logger: quiet))
-        let events = feed.events
-        let counted = Task(executorPreference: clock.executor) {
-            var count = 0
-            for await _ in events { count += 1 }
-            return count
-        }
+        let counted = count(feed.events, on: clock)
         try await feed.connect()
         for n in 1...360 {
             if n % 120 == 31 { server.restart(downFor: .seconds(600)) }
@@ -91,12 +95,7 @@ func routeHour(seed: UInt64) async throws -> (lines: Int, bytes: Int, messages: 
         var pinging = WebSocketConfiguration(reconnection: .none, logger: quiet)
         pinging.ping = PingConfig(pingInterval: .seconds(30), maxPingFailures: 2)
         let socket = network.webSocket(url: "ws://route.test/quotes", configuration: pinging)
-        let messages = socket.messages
-        let counted = Task(executorPreference: clock.executor) {
-            var count = 0
-            for await _ in messages { count += 1 }
-            return count
-        }
+        let counted = count(socket.messages, on: clock)
         try await socket.connect()
         try await clock.sleep(for: .seconds(3600))
         await socket.terminate()
