@@ -208,6 +208,8 @@ extension SimulatedConnection {
     /// the close frame it read, if any.
     private func routeClosed() {
         guard let end = route.withLockedValue({ $0 }) else { return }
+        // The server no longer counts it.
+        liveServer()?.forget(self)
         path.closeForServer()
         send(upstream: false, bytes: 0) { [self] in
             let (close, failure) = end.outcome

@@ -224,6 +224,8 @@ extension SimulatedTimeTests {
             try await socket.connect()
             try await clock.sleep(for: .seconds(700))
             #expect(socket.state != .connected(protocol: nil))
+            #expect(server.connectionCount == 0, "the route closed it: the server no longer counts it")
+            #expect(server.acceptedCount == 1)
             return (network.eventLines, server.journal.entries)
         }
     }
