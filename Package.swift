@@ -610,6 +610,8 @@ let package = Package(
                 "DuplexPostgres",
                 "DuplexTesting",
                 "DuplexSchema",
+                // `onThread`: the manifest check's `swift package` runs off the cooperative pool.
+                "TestSupport",
             ],
             swiftSettings: swiftSettings
         ),

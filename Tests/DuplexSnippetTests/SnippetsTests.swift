@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 /// The Swift snippets users read, checked to be the code this target compiles.
@@ -118,7 +119,7 @@ struct SnippetsTests {
     }
 
     @Test("every package manifest snippet parses in a package of its own, and names products this package has")
-    func manifestsParse() throws {
+    func manifestsParse() async throws {
         let manifests = try Self.snippets().filter(\.isManifest)
         #expect(!manifests.isEmpty, "README's Package.swift was not found")
         let ours = try String(contentsOf: Self.root.appendingPathComponent("Package.swift"), encoding: .utf8)
@@ -138,16 +139,21 @@ struct SnippetsTests {
                 try Data("\n".utf8).write(to: file)
             }
             try Data((manifest.lines.joined(separator: "\n") + "\n").utf8).write(to: package.appendingPathComponent("Package.swift"))
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = ["swift", "package", "--package-path", package.path, "dump-package"]
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = output
-            try process.run()
-            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            process.waitUntilExit()
-            #expect(process.terminationStatus == 0, "\(manifest): swift package dump-package failed:\n\(text)")
+            // Seconds of `swift package`, waited for on a thread of its own: on the cooperative
+            // pool (two threads in CI) it stalled every other test, failing their time limits.
+            let (status, text) = try await onThread {
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+                process.arguments = ["swift", "package", "--package-path", package.path, "dump-package"]
+                let output = Pipe()
+                process.standardOutput = output
+                process.standardError = output
+                try process.run()
+                let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                process.waitUntilExit()
+                return (process.terminationStatus, text)
+            }
+            #expect(status == 0, "\(manifest): swift package dump-package failed:\n\(text)")
             #expect(text.contains("\"DuplexTesting\""), "\(manifest): the manifest does not name DuplexTesting:\n\(text)")
             if manifest.document == "README.md" {
                 // The normal case: the app's target wraps the client, its tests add the helpers.
